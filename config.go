@@ -1,0 +1,214 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/idemkit/idem/retry"
+)
+
+// Defaults for ConsumerConfig.
+const (
+	// RetentionDefault keeps claims a week: long enough for broker redelivery, stream replays and
+	// the retry policy's worst case in most deployments.
+	RetentionDefault = 7 * 24 * time.Hour
+	// RedeliveryWindowDefault is how long after its first delivery an event is assumed able to come
+	// back (broker redelivery, stream retention, operator replay) when the config does not say.
+	RedeliveryWindowDefault = 24 * time.Hour
+	// WorkersDefault is the number of deliveries Run handles at once.
+	WorkersDefault = 8
+	// ShutdownTimeoutDefault bounds how long Run waits for in-flight deliveries after its context ends.
+	ShutdownTimeoutDefault = 30 * time.Second
+	// MaxPayloadBytesDefault refuses payloads above 1 MiB as invalid_payload.
+	MaxPayloadBytesDefault = 1 << 20
+	// GCBatchDefault bounds one garbage-collection batch.
+	GCBatchDefault = 1000
+)
+
+// Handler applies one event's business effect inside tx, the transaction that also holds the
+// event's claim. It must do all its database writes through tx and no external side effects
+// (enqueue those to the outbox instead). Returning an error rolls everything back.
+type Handler[TTx any] func(ctx context.Context, tx TTx, msg Message) error
+
+// Authenticator verifies the channel a message arrived on (broker credentials, an HMAC
+// signature) and sets msg.Tenant to the verified tenant. An error, or a payload claiming another
+// tenant, makes the delivery an unauthenticated dead letter.
+type Authenticator interface {
+	Authenticate(ctx context.Context, msg *Message) error
+}
+
+// AuthenticatorFunc adapts a function to Authenticator.
+type AuthenticatorFunc func(ctx context.Context, msg *Message) error
+
+// Authenticate calls f.
+func (f AuthenticatorFunc) Authenticate(ctx context.Context, msg *Message) error { return f(ctx, msg) }
+
+// Validator checks a message before its fields are used (a JSON Schema, required fields). A
+// failure is permanent: the delivery becomes an invalid_payload dead letter.
+type Validator interface {
+	Validate(ctx context.Context, msg Message) error
+}
+
+// ValidatorFunc adapts a function to Validator.
+type ValidatorFunc func(ctx context.Context, msg Message) error
+
+// Validate calls f.
+func (f ValidatorFunc) Validate(ctx context.Context, msg Message) error { return f(ctx, msg) }
+
+// PanicPolicy decides what a recovered handler panic does.
+type PanicPolicy int
+
+const (
+	// PanicDeadLetter dead-letters the message with reason handler_panic and goes on.
+	PanicDeadLetter PanicPolicy = iota
+	// PanicPause stops fetching, leaves the message in the broker and makes Run return ErrPaused:
+	// a handler bug should not drain the whole stream into the dead-letter queue.
+	PanicPause
+)
+
+// ConsumerConfig configures a Consumer. Zero fields take the documented defaults; Validate
+// names the field of every error.
+type ConsumerConfig[TTx any] struct {
+	// Name is the consumer name with its effect version, "ledger@v1" (required). Bumping the
+	// version deliberately re-applies events already processed by the old version.
+	Name string
+	// Handler applies the effect (required).
+	Handler Handler[TTx]
+	// Authenticator, when set, verifies each message and decides its tenant.
+	Authenticator Authenticator
+	// Validator, when set, checks each message before the handler sees it.
+	Validator Validator
+	// Fingerprint chooses the content that tells a duplicate from key reuse.
+	Fingerprint FingerprintConfig
+	// Classifier, when set, is consulted before the store's and the default classifier.
+	Classifier Classifier
+	// UnknownIsPermanent dead-letters errors no classifier recognises instead of retrying them.
+	UnknownIsPermanent bool
+	// Retry bounds retries (see package retry for defaults).
+	Retry retry.Policy
+	// Retention is how long claims are kept (default RetentionDefault). It must cover
+	// RedeliveryWindow plus the retry policy's worst case: a claim deleted while its event can
+	// still come back would let the event apply twice.
+	Retention time.Duration
+	// RedeliveryWindow is the longest time after publishing in which the broker or an operator
+	// can bring an event back (stream max age, duplicate window, replay); default
+	// RedeliveryWindowDefault.
+	RedeliveryWindow time.Duration
+	// Workers is how many deliveries Run handles at once (default WorkersDefault).
+	Workers int
+	// ShutdownTimeout bounds the wait for in-flight deliveries when Run's context ends; what is
+	// left is nak'ed (default ShutdownTimeoutDefault).
+	ShutdownTimeout time.Duration
+	// OnPanic decides what a handler panic does (default PanicDeadLetter).
+	OnPanic PanicPolicy
+	// MaxPayloadBytes refuses larger payloads as invalid_payload (default MaxPayloadBytesDefault).
+	MaxPayloadBytes int
+	// Redact configures the masking of secrets in dead-letter error summaries and logs.
+	Redact RedactConfig
+	// Logger receives one line per settled delivery (default slog.Default()).
+	Logger *slog.Logger
+	// Observer receives one Event per settled delivery, for metrics (package idemprom).
+	Observer Observer
+	// Now returns the current time (default time.Now); tests move it.
+	Now func() time.Time
+	// Rand is the retry jitter source (default a private math/rand/v2 source).
+	Rand retry.Rand
+}
+
+// WithDefaults returns a copy of c with zero fields set to their defaults.
+func (c ConsumerConfig[TTx]) WithDefaults() ConsumerConfig[TTx] {
+	c.Retry = c.Retry.WithDefaults()
+	if c.Retention == 0 {
+		c.Retention = RetentionDefault
+	}
+	if c.RedeliveryWindow == 0 {
+		c.RedeliveryWindow = RedeliveryWindowDefault
+	}
+	if c.Workers == 0 {
+		c.Workers = WorkersDefault
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = ShutdownTimeoutDefault
+	}
+	if c.MaxPayloadBytes == 0 {
+		c.MaxPayloadBytes = MaxPayloadBytesDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Validate reports every invalid field of a config that WithDefaults has filled in.
+func (c ConsumerConfig[TTx]) Validate() error {
+	var errs []error
+	if c.Name == "" {
+		errs = append(errs, errors.New("Name is empty (want a consumer name with effect version, such as \"ledger@v1\")"))
+	} else if !validConsumerName(c.Name) {
+		errs = append(errs, fmt.Errorf("Name %q: use letters, digits, '.', '_', '-' and one '@' before the effect version", c.Name))
+	}
+	if c.Handler == nil {
+		errs = append(errs, errors.New("Handler is nil"))
+	}
+	if err := c.Retry.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("Retry: %w", err))
+	}
+	if c.Workers < 0 {
+		errs = append(errs, fmt.Errorf("Workers is %d, want > 0", c.Workers))
+	}
+	if c.ShutdownTimeout < 0 {
+		errs = append(errs, fmt.Errorf("ShutdownTimeout is %v, want >= 0", c.ShutdownTimeout))
+	}
+	if c.MaxPayloadBytes < 0 {
+		errs = append(errs, fmt.Errorf("MaxPayloadBytes is %d, want > 0", c.MaxPayloadBytes))
+	}
+	if c.RedeliveryWindow < 0 {
+		errs = append(errs, fmt.Errorf("RedeliveryWindow is %v, want >= 0", c.RedeliveryWindow))
+	}
+	if err := CheckRetention(c.Retention, c.RedeliveryWindow, c.Retry, 0); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("idem: consumer config: %w", errors.Join(errs...))
+}
+
+// CheckRetention refuses a retention shorter than the longest time in which the same event can
+// come back: the redelivery window, plus the retry policy's worst case (the sum of its capped
+// delays), plus one lease. The error names every value so the fix is obvious.
+func CheckRetention(retention, redeliveryWindow time.Duration, policy retry.Policy, lease time.Duration) error {
+	worst := policy.WithDefaults().WorstCase()
+	need := redeliveryWindow + worst + lease
+	if retention <= 0 {
+		return fmt.Errorf("Retention is %v, want > 0", retention)
+	}
+	if retention < need {
+		return fmt.Errorf("Retention (%v) is shorter than RedeliveryWindow (%v) + retry worst case (%v) + lease (%v) = %v: an event could come back after its claim was deleted and apply twice",
+			retention, redeliveryWindow, worst, lease, need)
+	}
+	return nil
+}
+
+func validConsumerName(s string) bool {
+	if len(s) > 200 {
+		return false
+	}
+	ats := 0
+	for i, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
+		case r == '@' && i > 0 && i < len(s)-1:
+			ats++
+		default:
+			return false
+		}
+	}
+	return ats <= 1
+}

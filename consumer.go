@@ -1,0 +1,245 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"time"
+	"unicode/utf8"
+)
+
+// Consumer runs the path of one event: verify, validate, then claim and apply in one
+// transaction. Process handles a single delivery; Run drives workers over a Source with
+// retries, dead letters and lease extension. A Consumer is safe for concurrent use.
+type Consumer[TTx any] struct {
+	store    Store[TTx]
+	cfg      ConsumerConfig[TTx]
+	redactor *Redactor
+}
+
+// NewConsumer validates cfg (after WithDefaults) and returns a consumer over store.
+func NewConsumer[TTx any](store Store[TTx], cfg ConsumerConfig[TTx]) (*Consumer[TTx], error) {
+	if store == nil {
+		return nil, errors.New("idem: NewConsumer: store is nil")
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Consumer[TTx]{store: store, cfg: cfg, redactor: NewRedactor(cfg.Redact)}, nil
+}
+
+// Name returns the consumer's full name with effect version.
+func (c *Consumer[TTx]) Name() string { return c.cfg.Name }
+
+// Config returns the consumer's configuration with defaults applied.
+func (c *Consumer[TTx]) Config() ConsumerConfig[TTx] { return c.cfg }
+
+// Result is what Process did with one delivery.
+type Result struct {
+	Outcome Outcome
+	// Key is the claim key (set once the tenant is known).
+	Key Key
+	// Fingerprint of the message (zero if it could not be computed).
+	Fingerprint Fingerprint
+	// Err is the failure for OutcomeFailed and OutcomeKeyReuse.
+	Err error
+	// Class is the classification of Err.
+	Class Class
+	// Reason is the dead-letter reason Err calls for when it is permanent.
+	Reason Reason
+}
+
+// Process runs one delivery of msg through the core path and reports the outcome. It does not
+// retry, nak or dead-letter: Run does that with the result. The returned error equals
+// Result.Err, so a caller can write `if _, err := c.Process(ctx, msg); err != nil`.
+//
+// Processed and duplicate are successes. Key reuse returns a *KeyReuseError (errors.Is
+// ErrKeyReuse). Any other failure rolls back the claim with the effect, so the next delivery
+// applies the event once.
+func (c *Consumer[TTx]) Process(ctx context.Context, msg Message) (Result, error) {
+	r := c.process(ctx, msg, nil)
+	return r, r.Err
+}
+
+// panicError carries a recovered handler panic through the transaction's rollback.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (p *panicError) Error() string { return fmt.Sprintf("handler panic: %v", p.value) }
+
+// process is Process with an optional in-transaction settle hook (TxAcker).
+func (c *Consumer[TTx]) process(ctx context.Context, msg Message, settle func(ctx context.Context, tx TTx) error) Result {
+	res := Result{Key: Key{Tenant: msg.Tenant, Consumer: c.cfg.Name, EventID: msg.EventID}}
+	fail := func(err error, reason Reason) Result {
+		res.Outcome, res.Err = OutcomeFailed, err
+		res.Class = c.classify(err)
+		if reason == "" {
+			reason = c.reasonFor(err, res.Class)
+		}
+		res.Reason = reason
+		return res
+	}
+
+	// Identity and size come first: without them nothing else is meaningful or safe.
+	if msg.EventID == "" {
+		return fail(Permanent(fmt.Errorf("%w: %w (type %q)", ErrInvalidPayload, errEmptyEventID, msg.Type)), ReasonInvalidPayload)
+	}
+	if !utf8.ValidString(msg.EventID) || len(msg.EventID) > 512 {
+		return fail(Permanent(fmt.Errorf("%w: event id is not valid UTF-8 of at most 512 bytes", ErrInvalidPayload)), ReasonInvalidPayload)
+	}
+	if len(msg.Payload) > c.cfg.MaxPayloadBytes {
+		return fail(Permanent(fmt.Errorf("%w: event %s: payload is %d bytes, limit %d", ErrInvalidPayload, msg.EventID, len(msg.Payload), c.cfg.MaxPayloadBytes)), ReasonInvalidPayload)
+	}
+
+	// Trust after verification: the tenant comes from the verified channel.
+	if c.cfg.Authenticator != nil {
+		if err := c.cfg.Authenticator.Authenticate(ctx, &msg); err != nil {
+			if !errors.Is(err, ErrUnauthenticated) {
+				err = fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+			}
+			return fail(Permanent(fmt.Errorf("event %s: %w", msg.EventID, err)), ReasonUnauthenticated)
+		}
+		res.Key.Tenant = msg.Tenant
+	}
+	if c.cfg.Validator != nil {
+		if err := c.cfg.Validator.Validate(ctx, msg); err != nil {
+			if !errors.Is(err, ErrInvalidPayload) {
+				err = fmt.Errorf("%w: %w", ErrInvalidPayload, err)
+			}
+			return fail(Permanent(fmt.Errorf("event %s: %w", msg.EventID, err)), ReasonInvalidPayload)
+		}
+	}
+
+	now := c.cfg.Now()
+	if t := msg.eventTime(); !t.IsZero() && now.Sub(t) > c.cfg.Retention {
+		return fail(Permanent(fmt.Errorf("%w: event %s from %s is older than retention %v", ErrTooOld, msg.EventID, t.UTC().Format(time.RFC3339), c.cfg.Retention)), ReasonTooOld)
+	}
+
+	fp, err := ComputeFingerprint(msg, c.cfg.Fingerprint)
+	if err != nil {
+		return fail(Permanent(err), ReasonInvalidPayload)
+	}
+	res.Fingerprint = fp
+
+	var status ClaimStatus
+	var existing Fingerprint
+	err = c.store.InTx(ctx, func(ctx context.Context, tx TTx) (err error) {
+		cr, err := c.store.ClaimTx(ctx, tx, ClaimParams{Key: res.Key, Fingerprint: fp, Now: now})
+		if err != nil {
+			return fmt.Errorf("idem: claim %s: %w", res.Key, err)
+		}
+		status, existing = cr.Status, cr.Existing
+		switch cr.Status {
+		case ClaimNew:
+			if err := c.runHandler(ctx, tx, msg); err != nil {
+				return err
+			}
+		case ClaimDuplicate:
+			// Nothing to apply; the transaction only settles the delivery (if it can).
+		case ClaimConflict:
+			return &KeyReuseError{Key: res.Key, Claimed: cr.Existing, Received: fp}
+		default:
+			return fmt.Errorf("idem: claim %s: store returned invalid status %d", res.Key, cr.Status)
+		}
+		if settle != nil {
+			if err := settle(ctx, tx); err != nil {
+				return fmt.Errorf("idem: settle %s in transaction: %w", res.Key, err)
+			}
+		}
+		return nil
+	})
+	_ = existing
+	switch {
+	case err == nil && status == ClaimNew:
+		res.Outcome = OutcomeProcessed
+	case err == nil && status == ClaimDuplicate:
+		res.Outcome = OutcomeDuplicate
+	case errors.Is(err, ErrKeyReuse):
+		res.Outcome, res.Err, res.Class, res.Reason = OutcomeKeyReuse, err, ClassPermanent, ReasonKeyReuse
+	default:
+		if ctxErr := context.Cause(ctx); ctxErr != nil && errors.Is(ctxErr, ErrLeaseLost) && !errors.Is(err, ErrLeaseLost) {
+			err = fmt.Errorf("%w: %w", ErrLeaseLost, err)
+		}
+		return fail(fmt.Errorf("event %s: %w", msg.EventID, err), "")
+	}
+	return res
+}
+
+// runHandler calls the handler, turning a panic into a *panicError so the transaction rolls back.
+func (c *Consumer[TTx]) runHandler(ctx context.Context, tx TTx, msg Message) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &panicError{value: v, stack: debug.Stack()}
+		}
+	}()
+	return c.cfg.Handler(ctx, tx, msg)
+}
+
+// classify chains the configured classifier, the store's and the default one.
+func (c *Consumer[TTx]) classify(err error) Class {
+	if err == nil {
+		return ClassUnknown
+	}
+	var pe *panicError
+	if errors.As(err, &pe) {
+		return ClassPermanent
+	}
+	if c.cfg.Classifier != nil {
+		if cl := c.cfg.Classifier(err); cl != ClassUnknown {
+			return cl
+		}
+	}
+	// Explicit marks from the handler win over driver codes.
+	var mark *classified
+	if errors.As(err, &mark) {
+		return mark.class
+	}
+	if cl := c.store.ClassifyError(err); cl != ClassUnknown {
+		return cl
+	}
+	if cl := Classify(err); cl != ClassUnknown {
+		return cl
+	}
+	if c.cfg.UnknownIsPermanent {
+		return ClassPermanent
+	}
+	return ClassTransient
+}
+
+// reasonFor picks the dead-letter reason a permanent error calls for.
+func (c *Consumer[TTx]) reasonFor(err error, class Class) Reason {
+	var pe *panicError
+	switch {
+	case errors.As(err, &pe):
+		return ReasonHandlerPanic
+	case errors.Is(err, ErrKeyReuse):
+		return ReasonKeyReuse
+	case errors.Is(err, ErrUnauthenticated):
+		return ReasonUnauthenticated
+	case errors.Is(err, ErrTooOld):
+		return ReasonTooOld
+	case errors.Is(err, ErrInvalidPayload):
+		return ReasonInvalidPayload
+	case class == ClassPermanent:
+		return ReasonPermanentError
+	}
+	return ""
+}
+
+// logAttrs are the stable log fields of one delivery.
+func logAttrs(consumer, queue string, msg Message, outcome Outcome, d time.Duration) []slog.Attr {
+	return []slog.Attr{
+		slog.String("event_id", msg.EventID),
+		slog.String("tenant", msg.Tenant),
+		slog.String("consumer", consumer),
+		slog.String("queue", queue),
+		slog.Int("attempt", msg.Attempt),
+		slog.String("outcome", string(outcome)),
+		slog.Float64("duration_ms", float64(d.Microseconds())/1000),
+	}
+}

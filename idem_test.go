@@ -1,0 +1,201 @@
+package idem_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/retry"
+)
+
+type sqlState string
+
+func (s sqlState) Error() string    { return "pg error " + string(s) }
+func (s sqlState) SQLState() string { return string(s) }
+
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "i/o timeout" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	var syn *json.SyntaxError
+	synErr := json.Unmarshal([]byte(`{`), &struct{}{})
+	require.True(t, errors.As(synErr, &syn) || synErr != nil)
+	typErr := json.Unmarshal([]byte(`{"a":"x"}`), &struct{ A int }{})
+	for _, tc := range []struct {
+		name string
+		err  error
+		want idem.Class
+	}{
+		{"permanent mark", idem.Permanent(errors.New("x")), idem.ClassPermanent},
+		{"transient mark", idem.Transient(errors.New("x")), idem.ClassTransient},
+		{"retry after", idem.RetryAfter(errors.New("x"), time.Second), idem.ClassTransient},
+		{"mark wins over sqlstate", idem.Transient(sqlState("23505")), idem.ClassTransient},
+		{"deadline", fmt.Errorf("wrapped: %w", context.DeadlineExceeded), idem.ClassTransient},
+		{"net timeout", &net.OpError{Op: "read", Err: timeoutErr{}}, idem.ClassTransient},
+		{"timeout interface", timeoutErr{}, idem.ClassTransient},
+		{"conn refused", fmt.Errorf("dial: %w", syscall.ECONNREFUSED), idem.ClassTransient},
+		{"conn reset", fmt.Errorf("read: %w", syscall.ECONNRESET), idem.ClassTransient},
+		{"unexpected eof", io.ErrUnexpectedEOF, idem.ClassTransient},
+		{"pg connection class 08", sqlState("08006"), idem.ClassTransient},
+		{"pg serialization", sqlState("40001"), idem.ClassTransient},
+		{"pg deadlock", sqlState("40P01"), idem.ClassTransient},
+		{"pg resources class 53", sqlState("53300"), idem.ClassTransient},
+		{"pg admin shutdown", sqlState("57P01"), idem.ClassTransient},
+		{"pg unique violation", sqlState("23505"), idem.ClassPermanent},
+		{"pg syntax", sqlState("42601"), idem.ClassPermanent},
+		{"json syntax", synErr, idem.ClassPermanent},
+		{"json type", typErr, idem.ClassPermanent},
+		{"key reuse", &idem.KeyReuseError{}, idem.ClassPermanent},
+		{"no rows", idem.ExpectRows(0, 1), idem.ClassPermanent},
+		{"unknown", errors.New("mystery"), idem.ClassUnknown},
+		{"nil", nil, idem.ClassUnknown},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tc.want, idem.Classify(tc.err))
+		})
+	}
+}
+
+func TestRetryHint(t *testing.T) {
+	t.Parallel()
+	d, ok := idem.RetryHint(fmt.Errorf("x: %w", idem.RetryAfter(errors.New("429"), 2*time.Second)))
+	require.True(t, ok)
+	require.Equal(t, 2*time.Second, d)
+	_, ok = idem.RetryHint(idem.Transient(errors.New("x")))
+	require.False(t, ok)
+	require.Nil(t, idem.Permanent(nil))
+	require.Nil(t, idem.Transient(nil))
+	require.Nil(t, idem.RetryAfter(nil, time.Second))
+}
+
+func TestExpectRows(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, idem.ExpectRows(1, 1))
+	require.NoError(t, idem.ExpectRows(3, 1))
+	err := idem.ExpectRows(0, 1)
+	require.ErrorIs(t, err, idem.ErrNoRows)
+	require.Contains(t, err.Error(), "affected 0, want 1")
+}
+
+func TestKeyReuseError(t *testing.T) {
+	t.Parallel()
+	a, err := idem.ComputeFingerprint(idem.Message{Type: "t", Payload: []byte(`{"a":1}`)}, idem.FingerprintConfig{})
+	require.NoError(t, err)
+	b, err := idem.ComputeFingerprint(idem.Message{Type: "t", Payload: []byte(`{"a":2}`)}, idem.FingerprintConfig{})
+	require.NoError(t, err)
+	e := &idem.KeyReuseError{Key: idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-9"}, Claimed: a, Received: b}
+	require.ErrorIs(t, fmt.Errorf("wrap: %w", e), idem.ErrKeyReuse)
+	for _, want := range []string{"acme/ledger@v1/evt-9", a.Short(), b.Short()} {
+		require.Contains(t, e.Error(), want)
+	}
+}
+
+func TestFingerprint(t *testing.T) {
+	t.Parallel()
+	fp := func(typ, payload string, cfg idem.FingerprintConfig) idem.Fingerprint {
+		t.Helper()
+		f, err := idem.ComputeFingerprint(idem.Message{Type: typ, Payload: []byte(payload)}, cfg)
+		require.NoError(t, err)
+		return f
+	}
+	none := idem.FingerprintConfig{}
+	base := fp("payment.captured", `{"order":{"id":7,"cents":100},"ts":"a"}`, none)
+	require.Equal(t, base, fp("payment.captured", "{ \"ts\":\"a\", \"order\": {\"cents\":100, \"id\":7} }", none), "key order and whitespace")
+	require.NotEqual(t, base, fp("payment.refunded", `{"order":{"id":7,"cents":100},"ts":"a"}`, none), "type takes part")
+	require.NotEqual(t, base, fp("payment.captured", `{"order":{"id":7,"cents":101},"ts":"a"}`, none), "content takes part")
+	require.NotEqual(t, base, fp("payment.captured", `{"order":{"id":7.0,"cents":100},"ts":"a"}`, none), "numbers as written")
+
+	excl := idem.FingerprintConfig{Exclude: []string{"ts"}}
+	require.Equal(t, fp("e", `{"a":1,"ts":"x"}`, excl), fp("e", `{"a":1,"ts":"y"}`, excl))
+	only := idem.FingerprintConfig{Fields: []string{"order.id"}}
+	require.Equal(t, fp("e", `{"order":{"id":7,"cents":1}}`, only), fp("e", `{"order":{"id":7,"cents":2}}`, only))
+	require.NotEqual(t, fp("e", `{"order":{"id":7}}`, only), fp("e", `{"order":{"id":8}}`, only))
+
+	raw := fp("e", "\x00\x01binary", none)
+	require.NotEqual(t, raw, fp("e", "\x00\x01binarz", none))
+	require.NotEqual(t, fp("e", `"x"`, none), fp("e", `x`, none), "a JSON string and raw bytes differ")
+
+	_, err := idem.ComputeFingerprint(idem.Message{EventID: "evt-1", Payload: []byte(`{"a":1,"a":2}`)}, none)
+	require.ErrorIs(t, err, idem.ErrInvalidPayload)
+	require.Contains(t, err.Error(), "evt-1")
+}
+
+func TestConsumerConfigValidate(t *testing.T) {
+	t.Parallel()
+	h := func(context.Context, struct{}, idem.Message) error { return nil }
+	for _, tc := range []struct {
+		name string
+		cfg  idem.ConsumerConfig[struct{}]
+		want []string
+	}{
+		{"empty name and handler", idem.ConsumerConfig[struct{}]{}, []string{"Name is empty", "Handler is nil"}},
+		{"bad name", idem.ConsumerConfig[struct{}]{Name: "ledger v1", Handler: h}, []string{`Name "ledger v1"`}},
+		{"two ats", idem.ConsumerConfig[struct{}]{Name: "a@b@c", Handler: h}, []string{"Name"}},
+		{"retention too short", idem.ConsumerConfig[struct{}]{Name: "ledger@v1", Handler: h, Retention: time.Hour, RedeliveryWindow: 2 * time.Hour},
+			[]string{"Retention (1h0m0s)", "RedeliveryWindow (2h0m0s)"}},
+		{"bad retry", idem.ConsumerConfig[struct{}]{Name: "ledger@v1", Handler: h, Retry: retry.Policy{Base: time.Second, Cap: time.Millisecond}}, []string{"Retry", "Cap"}},
+		{"negative workers", idem.ConsumerConfig[struct{}]{Name: "ledger@v1", Handler: h, Workers: -1}, []string{"Workers is -1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			err := tc.cfg.WithDefaults().Validate()
+			require.Error(t, err)
+			for _, w := range tc.want {
+				require.Contains(t, err.Error(), w)
+			}
+		})
+	}
+	require.NoError(t, idem.ConsumerConfig[struct{}]{Name: "ledger@v2", Handler: h}.WithDefaults().Validate())
+}
+
+func TestCheckRetentionIncludesRetryWorstCase(t *testing.T) {
+	t.Parallel()
+	p := retry.Policy{}.WithDefaults() // worst case 61.5s
+	require.NoError(t, idem.CheckRetention(time.Hour+62*time.Second, time.Hour, p, 0))
+	err := idem.CheckRetention(time.Hour+30*time.Second, time.Hour, p, 0)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "retry worst case (1m1.5s)")
+	err = idem.CheckRetention(time.Hour+62*time.Second, time.Hour, p, 30*time.Second)
+	require.ErrorContains(t, err, "lease (30s)")
+}
+
+func TestConsumerName(t *testing.T) {
+	t.Parallel()
+	n, v := idem.ConsumerName("ledger@v2")
+	require.Equal(t, "ledger", n)
+	require.Equal(t, "v2", v)
+	n, v = idem.ConsumerName("ledger")
+	require.Equal(t, "ledger", n)
+	require.Equal(t, "", v)
+}
+
+func TestOutboxPartitionStable(t *testing.T) {
+	t.Parallel()
+	a := idem.OutboxPartition(idem.Outgoing{EventID: "1", Key: "order-7"}, 16)
+	b := idem.OutboxPartition(idem.Outgoing{EventID: "2", Key: "order-7"}, 16)
+	require.Equal(t, a, b, "same key, same partition")
+	seen := map[int]bool{}
+	for i := range 200 {
+		p := idem.OutboxPartition(idem.Outgoing{EventID: fmt.Sprint(i)}, 16)
+		require.True(t, p >= 0 && p < 16)
+		seen[p] = true
+	}
+	require.Greater(t, len(seen), 12, "keys spread over partitions")
+	require.Equal(t, 0, idem.OutboxPartition(idem.Outgoing{EventID: "x"}, 1))
+	require.True(t, strings.Contains(idem.Outgoing{Topic: "t"}.Validate().Error(), "EventID is empty"))
+}

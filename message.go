@@ -1,0 +1,128 @@
+package idem
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Message is one event as a consumer receives it. EventID is assigned by the producer and kept
+// across republishes and replays; it is what makes a redelivery recognisable.
+type Message struct {
+	// EventID is the producer-assigned identity of the event (required).
+	EventID string
+	// Tenant is the tenant the event belongs to. A consumer with an Authenticator overwrites it
+	// with the tenant of the verified channel; an unverified payload field never decides it.
+	Tenant string
+	// Type names the kind of event ("payment.captured"); it takes part in the fingerprint.
+	Type string
+	// Payload is the event body, usually JSON.
+	Payload []byte
+	// Headers carries transport metadata (signatures, trace ids, replay markers).
+	Headers map[string]string
+	// Attempt is the 1-based delivery attempt as counted by the broker or queue table.
+	Attempt int
+	// PublishedAt is when the broker first accepted the message.
+	PublishedAt time.Time
+	// OccurredAt is when the producer says the event happened; it bounds how old an event may be
+	// before the retention horizon refuses it. Zero means unknown.
+	OccurredAt time.Time
+}
+
+// Header returns the value of header name, or "" when it is absent.
+func (m Message) Header(name string) string {
+	if m.Headers == nil {
+		return ""
+	}
+	return m.Headers[name]
+}
+
+// Clone returns a deep copy of m, so that a consumer can hand the message to code that may keep it.
+func (m Message) Clone() Message {
+	c := m
+	if m.Payload != nil {
+		c.Payload = append([]byte(nil), m.Payload...)
+	}
+	if m.Headers != nil {
+		c.Headers = make(map[string]string, len(m.Headers))
+		for k, v := range m.Headers {
+			c.Headers[k] = v
+		}
+	}
+	return c
+}
+
+// eventTime is the time the retention horizon is measured from: the producer's occurrence time
+// when known, else the broker's publish time.
+func (m Message) eventTime() time.Time {
+	if !m.OccurredAt.IsZero() {
+		return m.OccurredAt
+	}
+	return m.PublishedAt
+}
+
+// Key identifies one effect: the same event processed by the same consumer (at the same effect
+// version) for the same tenant. Two consumers, or two effect versions, have different keys for
+// the same event on purpose.
+type Key struct {
+	Tenant   string
+	Consumer string
+	EventID  string
+}
+
+// String formats the key as tenant/consumer/event_id for logs and errors.
+func (k Key) String() string {
+	return fmt.Sprintf("%s/%s/%s", k.Tenant, k.Consumer, k.EventID)
+}
+
+// ConsumerName splits a consumer name such as "ledger@v2" into its name and effect version.
+// A name without "@" has version "".
+func ConsumerName(full string) (name, version string) {
+	name, version, _ = strings.Cut(full, "@")
+	return name, version
+}
+
+// Outgoing is an event a producer enqueues in its own transaction (the transactional outbox);
+// the relay publishes it later under the same EventID.
+type Outgoing struct {
+	// EventID is assigned by the producer and never changes (required).
+	EventID string
+	// Tenant the event belongs to.
+	Tenant string
+	// Topic is the destination subject, queue or URL key (required).
+	Topic string
+	// Key orders events: events with the same Key are published in enqueue order. Empty means
+	// no ordering constraint beyond the event itself.
+	Key string
+	// Type names the kind of event.
+	Type string
+	// Payload is the event body.
+	Payload []byte
+	// Headers are published with the event.
+	Headers map[string]string
+	// OccurredAt is the producer's occurrence time; zero means the enqueue time.
+	OccurredAt time.Time
+}
+
+// Message converts the outgoing event to the Message a sink publishes.
+func (o Outgoing) Message() Message {
+	return Message{
+		EventID:    o.EventID,
+		Tenant:     o.Tenant,
+		Type:       o.Type,
+		Payload:    o.Payload,
+		Headers:    o.Headers,
+		OccurredAt: o.OccurredAt,
+	}
+}
+
+// Validate reports the first missing required field, naming it and the event id.
+func (o Outgoing) Validate() error {
+	switch {
+	case o.EventID == "":
+		return fmt.Errorf("idem: outgoing event (topic %q): EventID is empty", o.Topic)
+	case o.Topic == "":
+		return fmt.Errorf("idem: outgoing event %s: Topic is empty", o.EventID)
+	}
+	return nil
+}
