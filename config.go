@@ -99,6 +99,8 @@ type ConsumerConfig[TTx any] struct {
 	RedeliveryWindow time.Duration
 	// Workers is how many deliveries Run handles at once (default WorkersDefault).
 	Workers int
+	// Batch turns on batched processing (one transaction per batch of deliveries).
+	Batch BatchConfig
 	// ShutdownTimeout bounds the wait for in-flight deliveries when Run's context ends; what is
 	// left is nak'ed (default ShutdownTimeoutDefault).
 	ShutdownTimeout time.Duration
@@ -126,6 +128,9 @@ func (c ConsumerConfig[TTx]) WithDefaults() ConsumerConfig[TTx] {
 	}
 	if c.RedeliveryWindow == 0 {
 		c.RedeliveryWindow = RedeliveryWindowDefault
+	}
+	if c.Batch.Enabled {
+		c.Batch = c.Batch.withDefaults()
 	}
 	if c.Workers == 0 {
 		c.Workers = WorkersDefault
@@ -161,6 +166,12 @@ func (c ConsumerConfig[TTx]) Validate() error {
 	}
 	if c.Workers < 0 {
 		errs = append(errs, fmt.Errorf("Workers is %d, want > 0", c.Workers))
+	}
+	if c.Batch.Enabled && (c.Batch.Size < 1 || c.Batch.Size > 10000) {
+		errs = append(errs, fmt.Errorf("Batch.Size is %d, want 1..10000", c.Batch.Size))
+	}
+	if c.Batch.Enabled && c.Batch.MaxWait < 0 {
+		errs = append(errs, fmt.Errorf("Batch.MaxWait is %v, want >= 0", c.Batch.MaxWait))
 	}
 	if c.ShutdownTimeout < 0 {
 		errs = append(errs, fmt.Errorf("ShutdownTimeout is %v, want >= 0", c.ShutdownTimeout))

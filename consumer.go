@@ -28,6 +28,9 @@ func NewConsumer[TTx any](store Store[TTx], cfg ConsumerConfig[TTx]) (*Consumer[
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if _, ok := store.(BatchStore[TTx]); cfg.Batch.Enabled && !ok {
+		return nil, fmt.Errorf("idem: consumer config: %w", errNotBatchStore)
+	}
 	return &Consumer[TTx]{store: store, cfg: cfg, redactor: NewRedactor(cfg.Redact)}, nil
 }
 
@@ -72,17 +75,24 @@ type panicError struct {
 
 func (p *panicError) Error() string { return fmt.Sprintf("handler panic: %v", p.value) }
 
-// process is Process with an optional in-transaction settle hook (TxAcker).
-func (c *Consumer[TTx]) process(ctx context.Context, msg Message, settle func(ctx context.Context, tx TTx) error) Result {
+// failResult fills res as a failure of err, classifying it; reason overrides the derived one.
+func (c *Consumer[TTx]) failResult(res Result, err error, reason Reason) Result {
+	res.Outcome, res.Err = OutcomeFailed, err
+	res.Class = c.classify(err)
+	if reason == "" {
+		reason = c.reasonFor(err, res.Class)
+	}
+	res.Reason = reason
+	return res
+}
+
+// prepare runs the checks that come before the transaction: identity, size, authentication
+// (which may set the tenant), validation, the retention horizon and the fingerprint. It returns
+// the message as verified, the result so far, and false when the delivery already failed.
+func (c *Consumer[TTx]) prepare(ctx context.Context, msg Message, now time.Time) (Message, Result, bool) {
 	res := Result{Key: Key{Tenant: msg.Tenant, Consumer: c.cfg.Name, EventID: msg.EventID}}
-	fail := func(err error, reason Reason) Result {
-		res.Outcome, res.Err = OutcomeFailed, err
-		res.Class = c.classify(err)
-		if reason == "" {
-			reason = c.reasonFor(err, res.Class)
-		}
-		res.Reason = reason
-		return res
+	fail := func(err error, reason Reason) (Message, Result, bool) {
+		return msg, c.failResult(res, err, reason), false
 	}
 
 	// Identity and size come first: without them nothing else is meaningful or safe.
@@ -90,7 +100,7 @@ func (c *Consumer[TTx]) process(ctx context.Context, msg Message, settle func(ct
 		return fail(Permanent(fmt.Errorf("%w: %w (type %q)", ErrInvalidPayload, errEmptyEventID, msg.Type)), ReasonInvalidPayload)
 	}
 	if !utf8.ValidString(msg.EventID) || len(msg.EventID) > 512 {
-		return fail(Permanent(fmt.Errorf("%w: event id is not valid UTF-8 of at most 512 bytes", ErrInvalidPayload)), ReasonInvalidPayload)
+		return fail(Permanent(fmt.Errorf("%w: event id %q is not valid UTF-8 of at most 512 bytes", ErrInvalidPayload, truncateID(msg.EventID))), ReasonInvalidPayload)
 	}
 	if len(msg.Payload) > c.cfg.MaxPayloadBytes {
 		return fail(Permanent(fmt.Errorf("%w: event %s: payload is %d bytes, limit %d", ErrInvalidPayload, msg.EventID, len(msg.Payload), c.cfg.MaxPayloadBytes)), ReasonInvalidPayload)
@@ -115,7 +125,6 @@ func (c *Consumer[TTx]) process(ctx context.Context, msg Message, settle func(ct
 		}
 	}
 
-	now := c.cfg.Now()
 	if t := msg.eventTime(); !t.IsZero() && now.Sub(t) > c.cfg.Retention {
 		return fail(Permanent(fmt.Errorf("%w: event %s from %s is older than retention %v", ErrTooOld, msg.EventID, t.UTC().Format(time.RFC3339), c.cfg.Retention)), ReasonTooOld)
 	}
@@ -125,15 +134,31 @@ func (c *Consumer[TTx]) process(ctx context.Context, msg Message, settle func(ct
 		return fail(Permanent(err), ReasonInvalidPayload)
 	}
 	res.Fingerprint = fp
+	return msg, res, true
+}
 
+// truncateID shortens a hostile event id for an error message.
+func truncateID(id string) string {
+	if len(id) > 64 {
+		id = id[:64] + "…"
+	}
+	return id
+}
+
+// process is Process with an optional in-transaction settle hook (TxAcker).
+func (c *Consumer[TTx]) process(ctx context.Context, msg Message, settle func(ctx context.Context, tx TTx) error) Result {
+	now := c.cfg.Now()
+	msg, res, ok := c.prepare(ctx, msg, now)
+	if !ok {
+		return res
+	}
 	var status ClaimStatus
-	var existing Fingerprint
-	err = c.store.InTx(ctx, func(ctx context.Context, tx TTx) (err error) {
-		cr, err := c.store.ClaimTx(ctx, tx, ClaimParams{Key: res.Key, Fingerprint: fp, Now: now})
+	err := c.store.InTx(ctx, func(ctx context.Context, tx TTx) (err error) {
+		cr, err := c.store.ClaimTx(ctx, tx, ClaimParams{Key: res.Key, Fingerprint: res.Fingerprint, Now: now})
 		if err != nil {
 			return fmt.Errorf("idem: claim %s: %w", res.Key, err)
 		}
-		status, existing = cr.Status, cr.Existing
+		status = cr.Status
 		switch cr.Status {
 		case ClaimNew:
 			if err := c.runHandler(ctx, tx, msg); err != nil {
@@ -142,7 +167,7 @@ func (c *Consumer[TTx]) process(ctx context.Context, msg Message, settle func(ct
 		case ClaimDuplicate:
 			// Nothing to apply; the transaction only settles the delivery (if it can).
 		case ClaimConflict:
-			return &KeyReuseError{Key: res.Key, Claimed: cr.Existing, Received: fp}
+			return &KeyReuseError{Key: res.Key, Claimed: cr.Existing, Received: res.Fingerprint}
 		default:
 			return fmt.Errorf("idem: claim %s: store returned invalid status %d", res.Key, cr.Status)
 		}
@@ -153,7 +178,11 @@ func (c *Consumer[TTx]) process(ctx context.Context, msg Message, settle func(ct
 		}
 		return nil
 	})
-	_ = existing
+	return c.finishResult(ctx, res, status, err)
+}
+
+// finishResult turns the transaction's outcome into the delivery's result.
+func (c *Consumer[TTx]) finishResult(ctx context.Context, res Result, status ClaimStatus, err error) Result {
 	switch {
 	case err == nil && status == ClaimNew:
 		res.Outcome = OutcomeProcessed
@@ -162,10 +191,13 @@ func (c *Consumer[TTx]) process(ctx context.Context, msg Message, settle func(ct
 	case errors.Is(err, ErrKeyReuse):
 		res.Outcome, res.Err, res.Class, res.Reason = OutcomeKeyReuse, err, ClassPermanent, ReasonKeyReuse
 	default:
+		if err == nil {
+			err = fmt.Errorf("idem: claim %s ended in status %s", res.Key, status)
+		}
 		if ctxErr := context.Cause(ctx); ctxErr != nil && errors.Is(ctxErr, ErrLeaseLost) && !errors.Is(err, ErrLeaseLost) {
 			err = fmt.Errorf("%w: %w", ErrLeaseLost, err)
 		}
-		return fail(fmt.Errorf("event %s: %w", msg.EventID, err), "")
+		return c.failResult(res, fmt.Errorf("event %s: %w", res.Key.EventID, err), "")
 	}
 	return res
 }

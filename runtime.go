@@ -56,15 +56,20 @@ func (r *runner[TTx]) run(ctx context.Context) error {
 	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWork()
 
-	deliveries := make(chan Delivery)
+	// In per-event mode each slot is one delivery; in batch mode each slot is one batch.
+	deliveries := make(chan []Delivery)
 	slots := make(chan struct{}, cfg.Workers)
 	var wg sync.WaitGroup
 	for range cfg.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for d := range deliveries {
-				r.handle(workCtx, fetchCtx, d, stopFetch)
+			for ds := range deliveries {
+				if cfg.Batch.Enabled {
+					r.handleBatch(workCtx, fetchCtx, ds, stopFetch)
+				} else {
+					r.handle(workCtx, fetchCtx, ds[0], stopFetch)
+				}
 				<-slots
 			}
 		}()
@@ -83,7 +88,7 @@ fetch:
 		}
 		free := 1
 	fill:
-		for free < cfg.Workers {
+		for free < cfg.Workers && !cfg.Batch.Enabled {
 			select {
 			case slots <- struct{}{}:
 				free++
@@ -91,7 +96,14 @@ fetch:
 				break fill
 			}
 		}
-		ds, err := r.src.Receive(fetchCtx, free)
+		want := free
+		if cfg.Batch.Enabled {
+			want = cfg.Batch.Size
+		}
+		ds, err := r.src.Receive(fetchCtx, want)
+		if err == nil && cfg.Batch.Enabled {
+			ds = r.fillBatch(fetchCtx, ds)
+		}
 		if err != nil {
 			for range free {
 				<-slots
@@ -112,6 +124,17 @@ fetch:
 			continue
 		}
 		failures = 0
+		if cfg.Batch.Enabled {
+			if fetchCtx.Err() != nil {
+				for _, d := range ds {
+					r.giveBack(workCtx, d, fetchCtx)
+				}
+				<-slots
+				break
+			}
+			deliveries <- ds
+			continue
+		}
 		for i := len(ds); i < free; i++ {
 			<-slots
 		}
@@ -124,7 +147,7 @@ fetch:
 				}
 				break
 			}
-			deliveries <- d
+			deliveries <- []Delivery{d}
 		}
 	}
 	close(deliveries)
@@ -142,6 +165,62 @@ fetch:
 		return fmt.Errorf("idem: consumer %s: %w", cfg.Name, ErrPaused)
 	}
 	return fetchErr
+}
+
+// fillBatch tops up a partial batch for at most Batch.MaxWait.
+func (r *runner[TTx]) fillBatch(ctx context.Context, ds []Delivery) []Delivery {
+	size, wait := r.c.cfg.Batch.Size, r.c.cfg.Batch.MaxWait
+	if wait <= 0 || len(ds) >= size {
+		return ds
+	}
+	fctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for len(ds) < size {
+		more, err := r.src.Receive(fctx, size-len(ds))
+		if err != nil {
+			break
+		}
+		ds = append(ds, more...)
+	}
+	return ds
+}
+
+// handleBatch processes a batch in one transaction and settles each delivery on its own.
+func (r *runner[TTx]) handleBatch(workCtx, fetchCtx context.Context, ds []Delivery, stopFetch context.CancelFunc) {
+	cfg := r.c.cfg
+	if r.paused.Load() {
+		for _, d := range ds {
+			r.giveBack(workCtx, d, fetchCtx)
+		}
+		return
+	}
+	start := cfg.Now()
+	msgs := make([]Message, len(ds))
+	settles := make([]func(context.Context, TTx) error, len(ds))
+	for i, d := range ds {
+		msgs[i] = d.Message()
+		if msgs[i].Attempt < 1 {
+			msgs[i].Attempt = 1
+		}
+		if ta, ok := d.(TxAcker[TTx]); ok {
+			settles[i] = ta.AckTx
+		}
+	}
+	// One lost lease cancels the batch: the shared transaction cannot drop one event's
+	// statements once they are under way, so all roll back and are retried.
+	hctx, cancel := context.WithCancelCause(workCtx)
+	defer cancel(nil)
+	stops := make([]func(), len(ds))
+	for i, d := range ds {
+		stops[i] = r.extendLease(hctx, cancel, d)
+	}
+	results := r.c.processBatch(hctx, msgs, settles)
+	for _, stop := range stops {
+		stop()
+	}
+	for i, d := range ds {
+		r.settle(workCtx, hctx, stopFetch, d, msgs[i], results[i], start, settles[i] != nil)
+	}
 }
 
 // giveBack naks a delivery that was fetched but will not be handled.
@@ -179,6 +258,15 @@ func (r *runner[TTx]) handle(workCtx, fetchCtx context.Context, d Delivery, stop
 	}
 	res := r.c.process(hctx, msg, settle)
 	stopExtend()
+	r.settle(workCtx, hctx, stopFetch, d, msg, res, start, settle != nil)
+}
+
+// settle tells the broker the verdict on one delivery: ack after commit, nak with the retry
+// policy's delay, or dead letter then terminate. hctx is the context the delivery was processed
+// under (its cause says whether the lease was lost); ackedInTx says the delivery was already
+// acked inside the committed transaction.
+func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.CancelFunc, d Delivery, msg Message, res Result, start time.Time, ackedInTx bool) {
+	cfg := r.c.cfg
 	if res.Key.Tenant != "" {
 		msg.Tenant = res.Key.Tenant
 	}
@@ -191,7 +279,7 @@ func (r *runner[TTx]) handle(workCtx, fetchCtx context.Context, d Delivery, stop
 	switch res.Outcome {
 	case OutcomeProcessed, OutcomeDuplicate:
 		ev.Outcome = res.Outcome
-		if settle == nil {
+		if !ackedInTx {
 			if err := d.Ack(sctx); err != nil {
 				// The effect is committed; a redelivery will be recognised as a duplicate.
 				r.log(sctx, slog.LevelWarn, "idem: ack failed after commit", msg, res.Outcome, start, err, ClassTransient)

@@ -1,0 +1,21 @@
+// Package idemnats is the NATS JetStream transport for idem: a [Source] over a durable pull
+// consumer and a [Sink] that publishes with the event id as the JetStream message id, so the
+// stream's duplicate window drops a republish before any consumer sees it.
+//
+// The wire mapping between an [idem.Message] and a JetStream message is fixed, so that any
+// producer (the idem relay, another language, the nats CLI) can publish events idem consumes:
+//
+//	EventID     ↔ Nats-Msg-Id        (JetStream deduplicates on it within the stream's Duplicates window)
+//	Tenant      ↔ Idem-Tenant
+//	Type        ↔ Idem-Type
+//	OccurredAt  ↔ Idem-Occurred-At   (RFC 3339 with nanoseconds, UTC)
+//	Payload     ↔ message data
+//	Headers     ↔ every other header, one to one (a multi-valued header decodes to its first value)
+//	Attempt     ←  delivery metadata NumDelivered
+//	PublishedAt ←  delivery metadata Timestamp (when the stream stored the message)
+//
+// Settling maps onto JetStream acks: Ack is a double ack (it waits for the server's
+// confirmation), Nak(delay) is NakWithDelay, Extend is InProgress and Term is a terminating ack
+// (with a reason on servers from 2.10.4, which older servers would silently ignore). The package
+// is tested against a real server with the shared conformance suite in package transporttest.
+package idemnats

@@ -1,0 +1,408 @@
+package idemnats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemkit/idem"
+)
+
+// Defaults and bounds of SourceConfig.
+const (
+	// AckWaitDefault is the lease when SourceConfig.AckWait is zero: long enough for a handler
+	// and its transaction, short enough that a crashed worker's message comes back soon. The
+	// consumer extends it at a third while a handler runs, so it need not cover the slowest one.
+	AckWaitDefault = 30 * time.Second
+	// MaxDeliverDefault is the broker's delivery limit when SourceConfig.MaxDeliver is zero.
+	MaxDeliverDefault = 20
+	// MaxWaitDefault is the long-poll of one fetch when SourceConfig.MaxWait is zero.
+	MaxWaitDefault = 5 * time.Second
+	// MaxWaitMin keeps an idle Receive from spinning on fetches that expire at once.
+	MaxWaitMin = 10 * time.Millisecond
+	// TermReason is sent with a terminating ack to servers from 2.10.4 on and appears in the
+	// server's advisory, so an operator looking at JetStream sees where the message went.
+	TermReason = "idem: dead-lettered by the consumer"
+)
+
+// ErrClosed is returned by Receive on a Source after Close.
+var ErrClosed = errors.New("idemnats: source closed")
+
+// SourceConfig configures a Source: which stream and durable pull consumer it reads.
+type SourceConfig struct {
+	// Stream is the JetStream stream to read (required).
+	Stream string
+	// Subject filters the stream's subjects; empty means every message of the stream.
+	Subject string
+	// Durable names the durable pull consumer (required). Sources with the same Durable share
+	// its messages, and a reopened source resumes where the last one acked.
+	Durable string
+	// AckWait is the lease: how long a delivery stays with this worker before JetStream
+	// redelivers it (default AckWaitDefault).
+	AckWait time.Duration
+	// MaxDeliver is JetStream's own limit on deliveries of one message (default
+	// MaxDeliverDefault; -1 means unlimited). It is only a safety net and must exceed the retry
+	// policy's attempts: when the broker gives up first, the message is neither handled nor
+	// dead-lettered, and only a JetStream advisory records it.
+	MaxDeliver int
+	// MaxWait bounds one long-poll fetch (default MaxWaitDefault); Receive repeats fetches
+	// until a message arrives or its context ends, so this only sets how often it re-asks.
+	MaxWait time.Duration
+	// Tenant, when set, is the tenant of every message from this source: the stream is bound to
+	// one tenant by its credentials. A different tenant claimed in the Idem-Tenant header is kept
+	// in Headers under that name, so an Authenticator can refuse the mismatch.
+	Tenant string
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c SourceConfig) WithDefaults() SourceConfig {
+	if c.AckWait == 0 {
+		c.AckWait = AckWaitDefault
+	}
+	if c.MaxDeliver == 0 {
+		c.MaxDeliver = MaxDeliverDefault
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = MaxWaitDefault
+	}
+	return c
+}
+
+// validate reports every invalid field of a config with defaults applied, naming each.
+func (c SourceConfig) validate() error {
+	var errs []error
+	if c.Stream == "" {
+		errs = append(errs, errors.New("Stream is empty"))
+	}
+	if c.Durable == "" {
+		errs = append(errs, errors.New("Durable is empty"))
+	}
+	if c.AckWait < 0 {
+		errs = append(errs, fmt.Errorf("AckWait is %v, want > 0", c.AckWait))
+	}
+	if c.MaxDeliver < -1 || c.MaxDeliver == 1 {
+		errs = append(errs, fmt.Errorf("MaxDeliver is %d, want -1 (unlimited) or at least 2, above the retry policy's attempts", c.MaxDeliver))
+	}
+	if c.MaxWait < MaxWaitMin {
+		errs = append(errs, fmt.Errorf("MaxWait is %v, want at least %v", c.MaxWait, MaxWaitMin))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("idemnats: invalid SourceConfig for stream %q durable %q: %w", c.Stream, c.Durable, err)
+	}
+	return nil
+}
+
+// Source receives from a durable JetStream pull consumer. It is safe for concurrent use.
+type Source struct {
+	cfg  SourceConfig
+	name string
+	js   jetstream.JetStream
+	cons jetstream.Consumer
+	// closed is cancelled by Close (with cause ErrClosed) and ends in-flight Receives.
+	closed context.Context
+	close  context.CancelCauseFunc
+}
+
+var _ idem.Source = (*Source)(nil)
+
+// NewSource creates the durable pull consumer cfg.Durable on cfg.Stream with explicit acks, or
+// updates it to cfg when it exists, and returns a Source reading from it.
+func NewSource(ctx context.Context, js jetstream.JetStream, cfg SourceConfig) (*Source, error) {
+	if js == nil {
+		return nil, errors.New("idemnats: NewSource: JetStream is nil")
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{
+		Durable:       cfg.Durable,
+		Description:   "idem source",
+		FilterSubject: cfg.Subject,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		MaxDeliver:    cfg.MaxDeliver,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("idemnats: create consumer %s on stream %s: %w", cfg.Durable, cfg.Stream, err)
+	}
+	closed, closeFn := context.WithCancelCause(context.Background())
+	return &Source{
+		cfg:    cfg,
+		name:   cfg.Stream + "/" + cfg.Durable,
+		js:     js,
+		cons:   cons,
+		closed: closed,
+		close:  closeFn,
+	}, nil
+}
+
+// Name is "stream/durable".
+func (s *Source) Name() string { return s.name }
+
+// Lease is the consumer's AckWait.
+func (s *Source) Lease() time.Duration { return s.cfg.AckWait }
+
+// Close ends in-flight and later Receives with ErrClosed. It keeps the durable consumer, so a
+// new Source with the same Durable resumes; deliveries already returned can still be settled,
+// and those left unsettled come back after AckWait.
+func (s *Source) Close() error {
+	s.close(ErrClosed)
+	return nil
+}
+
+// Receive returns between 1 and max deliveries, waiting until one is available or ctx ends
+// (then it returns ctx.Err()). It first takes what is ready without waiting, else long-polls
+// for a single message and tops the batch up with what is ready then, so a trickle of messages
+// is never held back waiting for a full batch. Messages that arrive as ctx ends are nak'ed,
+// so they come back at once instead of after AckWait.
+func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) {
+	if max < 1 {
+		return nil, fmt.Errorf("idemnats: receive from %s: max is %d, want at least 1", s.name, max)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(s.closed, func() { cancel(ErrClosed) })
+	defer stop()
+
+	for {
+		if ctx.Err() != nil {
+			return nil, s.ctxErr(ctx)
+		}
+		// What is ready now: one round trip when there is a backlog.
+		ds, err := s.fetch(ctx, ctx, max, false)
+		if err != nil || len(ds) > 0 {
+			return ds, err
+		}
+		// Nothing ready: long-poll for the first message.
+		wait := s.cfg.MaxWait
+		if dl, ok := ctx.Deadline(); ok {
+			if left := time.Until(dl); left < wait {
+				if left <= time.Millisecond {
+					// Too short for a pull request to be worth sending.
+					<-ctx.Done()
+					continue
+				}
+				wait = left
+			}
+		}
+		pollCtx, pollCancel := context.WithTimeout(ctx, wait)
+		ds, err = s.fetch(ctx, pollCtx, 1, true)
+		pollCancel()
+		if err != nil {
+			return nil, err
+		}
+		if len(ds) == 0 {
+			continue
+		}
+		if max > 1 {
+			more, err := s.fetch(ctx, ctx, max-1, false)
+			if err == nil {
+				ds = append(ds, more...)
+			}
+			// A failed top-up does not lose the message in hand.
+		}
+		return ds, nil
+	}
+}
+
+// fetch runs one pull request for up to n messages: a long-poll bounded by pollCtx when wait is
+// set, else only what is ready. It returns ctx's error when ctx (the Receive's context) ends; the
+// end of pollCtx alone is just an empty poll.
+func (s *Source) fetch(ctx, pollCtx context.Context, n int, wait bool) ([]idem.Delivery, error) {
+	var (
+		batch jetstream.MessageBatch
+		err   error
+	)
+	if wait {
+		batch, err = s.cons.Fetch(n, jetstream.FetchContext(pollCtx))
+	} else {
+		batch, err = s.cons.FetchNoWait(n)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, s.ctxErr(ctx)
+		}
+		if pollCtx.Err() != nil || errors.Is(err, jetstream.ErrInvalidOption) && wait {
+			// The poll's deadline passed before the request left (FetchContext refuses it).
+			return nil, nil
+		}
+		return nil, fmt.Errorf("idemnats: receive from %s: %w", s.name, err)
+	}
+	msgs := batch.Messages()
+	var ds []idem.Delivery
+	for {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				if err := batch.Error(); err != nil {
+					if ctx.Err() != nil {
+						s.giveBack(ds, nil)
+						return nil, s.ctxErr(ctx)
+					}
+					if pollCtx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+						return ds, nil
+					}
+					if len(ds) > 0 {
+						// The batch ended early (leadership change, …): keep what arrived.
+						return ds, nil
+					}
+					return nil, fmt.Errorf("idemnats: receive from %s: %w", s.name, err)
+				}
+				return ds, nil
+			}
+			ds = append(ds, s.delivery(m))
+		case <-ctx.Done():
+			s.giveBack(ds, msgs)
+			return nil, s.ctxErr(ctx)
+		}
+	}
+}
+
+// giveBack naks deliveries fetched for a Receive that ended, and any still arriving on msgs, so
+// they are redelivered now rather than after AckWait. The arrivals are drained in the background;
+// the batch's channel closes within a second (no-wait requests) or at once (cancelled polls).
+func (s *Source) giveBack(ds []idem.Delivery, msgs <-chan jetstream.Msg) {
+	for _, d := range ds {
+		_ = d.(*Delivery).msg.Nak()
+	}
+	if msgs != nil {
+		go func() {
+			for m := range msgs {
+				_ = m.Nak()
+			}
+		}()
+	}
+}
+
+// ctxErr is ctx.Err(), or ErrClosed when the source's Close ended the Receive.
+func (s *Source) ctxErr(ctx context.Context) error {
+	if cause := context.Cause(ctx); errors.Is(cause, ErrClosed) {
+		return fmt.Errorf("idemnats: receive from %s: %w", s.name, ErrClosed)
+	}
+	return ctx.Err()
+}
+
+// delivery decodes m into a Delivery. A message that does not decode is still handed out, with
+// an empty EventID and the reason in HeaderDecodeError, so the consumer dead-letters it as
+// invalid_payload instead of the source failing or dropping it.
+func (s *Source) delivery(m jetstream.Msg) *Delivery {
+	msg, err := DecodeMessage(m)
+	if err != nil {
+		if msg.Headers == nil {
+			msg.Headers = make(map[string]string, 2)
+		}
+		if msg.EventID != "" {
+			msg.Headers[HeaderEventID] = msg.EventID
+		}
+		msg.Headers[HeaderDecodeError] = err.Error()
+		msg.EventID = ""
+	}
+	if s.cfg.Tenant != "" {
+		if msg.Tenant != "" && msg.Tenant != s.cfg.Tenant {
+			if msg.Headers == nil {
+				msg.Headers = make(map[string]string, 1)
+			}
+			msg.Headers[HeaderTenant] = msg.Tenant
+		}
+		msg.Tenant = s.cfg.Tenant
+	}
+	return &Delivery{msg: m, m: msg, js: s.js}
+}
+
+// Delivery is one message received from JetStream and the handle to settle it.
+type Delivery struct {
+	msg jetstream.Msg
+	m   idem.Message
+	js  jetstream.JetStream
+}
+
+var _ idem.Delivery = (*Delivery)(nil)
+
+// Message returns the decoded message; Attempt is JetStream's delivery count.
+func (d *Delivery) Message() idem.Message { return d.m }
+
+// Msg returns the underlying JetStream message, for metadata idem does not map (stream and
+// consumer sequence, pending count).
+func (d *Delivery) Msg() jetstream.Msg { return d.msg }
+
+// Ack acknowledges the message and waits for the server to confirm it, so that a lost ack is
+// an error here rather than a silent redelivery later.
+func (d *Delivery) Ack(ctx context.Context) error {
+	if err := d.msg.DoubleAck(ctx); err != nil {
+		return d.wrap("ack", err)
+	}
+	return nil
+}
+
+// Nak asks JetStream to redeliver the message after delay (at once when delay <= 0).
+func (d *Delivery) Nak(ctx context.Context, delay time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return d.wrap("nak", err)
+	}
+	var err error
+	if delay > 0 {
+		err = d.msg.NakWithDelay(delay)
+	} else {
+		err = d.msg.Nak()
+	}
+	if err != nil {
+		return d.wrap("nak", err)
+	}
+	return nil
+}
+
+// Extend resets the message's AckWait timer (JetStream InProgress).
+func (d *Delivery) Extend(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return d.wrap("extend", err)
+	}
+	if err := d.msg.InProgress(); err != nil {
+		return d.wrap("extend", err)
+	}
+	return nil
+}
+
+// Term tells JetStream never to redeliver the message, with TermReason in its advisory when the
+// server understands reasons. Older servers ignore a terminating ack that carries a reason and
+// redeliver the message, so they get a plain one.
+func (d *Delivery) Term(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return d.wrap("term", err)
+	}
+	var err error
+	if termReasonSupported(d.js.Conn().ConnectedServerVersion()) {
+		err = d.msg.TermWithReason(TermReason)
+	} else {
+		err = d.msg.Term()
+	}
+	if err != nil {
+		return d.wrap("term", err)
+	}
+	return nil
+}
+
+// termReasonSupported reports whether a server of this version (2.10.4 or later) honours a
+// terminating ack with a reason. An unknown version counts as too old.
+func termReasonSupported(version string) bool {
+	var major, minor, patch int
+	core, _, _ := strings.Cut(strings.TrimPrefix(version, "v"), "-")
+	if _, err := fmt.Sscanf(core, "%d.%d.%d", &major, &minor, &patch); err != nil {
+		return false
+	}
+	return major > 2 || major == 2 && (minor > 10 || minor == 10 && patch >= 4)
+}
+
+// wrap names the operation and the event in a settle error.
+func (d *Delivery) wrap(op string, err error) error {
+	id := d.m.EventID
+	if id == "" {
+		id = "(no event id)"
+	}
+	return fmt.Errorf("idemnats: %s event %s: %w", op, id, err)
+}

@@ -1,0 +1,200 @@
+package idempg
+
+import "strings"
+
+// queries holds every statement the store runs, built once for the configured schema and
+// prefix so that no call formats SQL (pgx then caches each one as a prepared statement per
+// connection).
+type queries struct {
+	// Migrations.
+	schemaExists, createSchema, createMigrations, migrationApplied, migrationRecord string
+
+	// Claims.
+	claim, claimSelect, claimDeleteAll, claimDeleteConsumer string
+	claimBatch, claimBatchSelect, claimRelease              string
+
+	// Dead letters and audit.
+	dlInsert, dlGet, dlList, dlSetStatus, dlRecover, dlStats, auditList string
+
+	// Queue.
+	queueInsert, queueNotify, queueFetch, queueAck, queueNak, queueExtend, queueStats string
+
+	// Outbox and leases.
+	outboxInsert, outboxNotify, outboxFetch, outboxMarkPublished, outboxMarkFailed,
+	outboxDeletePublished, outboxStats string
+	leaseAcquire, leaseRelease, leaseList string
+
+	// Notification channels and the statements that listen on them.
+	queueChannel, outboxChannel string
+	listenQueue, listenOutbox   string
+}
+
+// The columns read back from the dead-letter, queue and outbox tables, in scan order.
+const (
+	dlColumns = `id, consumer, tenant, event_id, type, payload, headers, published_at, occurred_at,
+		fingerprint, reason, error, attempts, first_failed_at, last_failed_at, status, source, recovered_at`
+	outboxColumns = `id, partition, event_id, tenant, topic, ordering_key, type, payload, headers,
+		occurred_at, created_at, attempts, last_error, next_attempt_at`
+)
+
+// buildQueries substitutes the schema and prefix into every statement. Both were validated as
+// plain identifiers, and table names are quoted, so their case is kept.
+func buildQueries(schema, prefix string) queries {
+	table := func(name string) string { return `"` + schema + `"."` + prefix + name + `"` }
+	r := strings.NewReplacer(
+		"{{claims}}", table("claims"),
+		"{{dead_letters}}", table("dead_letters"),
+		"{{audit}}", table("audit"),
+		"{{queue}}", table("queue"),
+		"{{outbox}}", table("outbox"),
+		"{{leases}}", table("leases"),
+		"{{migrations}}", table("migrations"),
+		"{{schema}}", `"`+schema+`"`,
+		"{{dl_columns}}", dlColumns,
+		"{{outbox_columns}}", outboxColumns,
+	)
+	q := queries{
+		schemaExists: `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`,
+		createSchema: `CREATE SCHEMA IF NOT EXISTS {{schema}}`,
+		createMigrations: `CREATE TABLE IF NOT EXISTS {{migrations}} (
+			version    integer     PRIMARY KEY,
+			name       text        NOT NULL,
+			applied_at timestamptz NOT NULL
+		)`,
+		migrationApplied: `SELECT EXISTS (SELECT 1 FROM {{migrations}} WHERE version = $1)`,
+		migrationRecord:  `INSERT INTO {{migrations}} (version, name, applied_at) VALUES ($1, $2, $3)`,
+
+		// One row: the inserted one (new), or else the existing one when it was committed
+		// before this statement's snapshot. (The NOT EXISTS matters only when a claim the
+		// snapshot still sees was deleted by a concurrent garbage collector while the INSERT
+		// waited: the INSERT then succeeds and the stale row must not be reported.) A claimer
+		// that committed while this statement waited on the primary key is visible to neither
+		// half: no row, and ClaimTx reads it with claimSelect in a new statement.
+		claim: `WITH ins AS (
+			INSERT INTO {{claims}} (tenant, consumer, event_id, fingerprint, created_at)
+			VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (tenant, consumer, event_id) DO NOTHING
+			RETURNING fingerprint, created_at
+		)
+		SELECT true, fingerprint, created_at FROM ins
+		UNION ALL
+		SELECT false, fingerprint, created_at FROM {{claims}}
+		WHERE tenant = $1 AND consumer = $2 AND event_id = $3 AND NOT EXISTS (SELECT FROM ins)`,
+		claimSelect: `SELECT fingerprint, created_at FROM {{claims}}
+			WHERE tenant = $1 AND consumer = $2 AND event_id = $3`,
+		claimDeleteAll: `DELETE FROM {{claims}} WHERE ctid = ANY (ARRAY (
+			SELECT ctid FROM {{claims}} WHERE created_at < $1 LIMIT $2))`,
+		claimDeleteConsumer: `DELETE FROM {{claims}} WHERE ctid = ANY (ARRAY (
+			SELECT ctid FROM {{claims}} WHERE consumer = $2 AND created_at < $1 LIMIT $3))`,
+
+		dlInsert: `INSERT INTO {{dead_letters}} (consumer, tenant, event_id, type, payload, headers,
+			published_at, occurred_at, fingerprint, reason, error, attempts, first_failed_at,
+			last_failed_at, status, source)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'pending', $15)
+		ON CONFLICT (consumer, tenant, event_id, fingerprint) WHERE status = 'pending'
+		DO UPDATE SET attempts = excluded.attempts, error = excluded.error,
+			last_failed_at = excluded.last_failed_at, reason = excluded.reason
+		RETURNING {{dl_columns}}`,
+		dlGet:  `SELECT {{dl_columns}} FROM {{dead_letters}} WHERE id = $1`,
+		dlList: `SELECT {{dl_columns}} FROM {{dead_letters}}`,
+		// One statement: the status change and its audit rows commit together.
+		dlSetStatus: `WITH upd AS (
+			UPDATE {{dead_letters}} SET status = $2
+			WHERE id = ANY ($1) AND status = 'pending'
+			RETURNING id, event_id
+		)
+		INSERT INTO {{audit}} (at, actor, action, dead_letter_id, event_id, reason)
+		SELECT $3::timestamptz, $4::text, $5::text, id, event_id, $6::text FROM upd
+		RETURNING dead_letter_id`,
+		dlRecover: `UPDATE {{dead_letters}} SET recovered_at = $4
+			WHERE event_id = $3 AND consumer = $2 AND tenant = $1
+			AND status = 'replayed' AND recovered_at IS NULL
+			RETURNING first_failed_at`,
+		dlStats: `SELECT reason, count(*), min(first_failed_at) FROM {{dead_letters}}
+			WHERE status = 'pending' GROUP BY reason`,
+		auditList: `SELECT id, at, actor, action, dead_letter_id, event_id, reason
+			FROM {{audit}} ORDER BY id DESC LIMIT $1`,
+
+		queueInsert: `INSERT INTO {{queue}} (queue, event_id, tenant, type, payload, headers,
+			occurred_at, enqueued_at, available_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)`,
+		queueNotify: `SELECT pg_notify($1, $2)`,
+		// ARRAY(…) runs the locking subquery once, as an init plan; SKIP LOCKED lets
+		// concurrent fetchers take different rows instead of queueing on the same ones.
+		queueFetch: `UPDATE {{queue}} SET lease_until = $3, token = token + 1, attempts = attempts + 1
+			WHERE id = ANY (ARRAY (
+				SELECT id FROM {{queue}}
+				WHERE queue = $1 AND available_at <= $2 AND (lease_until IS NULL OR lease_until <= $2)
+				ORDER BY id LIMIT $4
+				FOR UPDATE SKIP LOCKED))
+			RETURNING id, token, attempts, event_id, tenant, type, payload, headers, occurred_at, enqueued_at`,
+		// A nak clears lease_until, so the token of a nak'ed job no longer acks or naks it.
+		queueAck: `DELETE FROM {{queue}} WHERE id = $1 AND token = $2 AND lease_until IS NOT NULL`,
+		queueNak: `UPDATE {{queue}} SET available_at = $3, lease_until = NULL, last_error = $4
+			WHERE id = $1 AND token = $2 AND lease_until IS NOT NULL`,
+		queueExtend: `UPDATE {{queue}} SET lease_until = $3
+			WHERE id = $1 AND token = $2 AND lease_until > $4`,
+		queueStats: `SELECT count(*), min(enqueued_at) FROM {{queue}} WHERE queue = $1`,
+
+		outboxInsert: `INSERT INTO {{outbox}} (partition, event_id, tenant, topic, ordering_key, type,
+			payload, headers, occurred_at, created_at, next_attempt_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10)`,
+		outboxNotify: `SELECT pg_notify($1, '')`,
+		outboxFetch: `SELECT {{outbox_columns}} FROM {{outbox}}
+			WHERE partition = ANY ($1) AND published_at IS NULL AND NOT dead
+			ORDER BY id LIMIT $2`,
+		outboxMarkPublished: `UPDATE {{outbox}} SET published_at = $2 WHERE id = ANY ($1)`,
+		outboxMarkFailed: `UPDATE {{outbox}} SET attempts = $2, last_error = $3, next_attempt_at = $4, dead = $5
+			WHERE id = $1`,
+		outboxDeletePublished: `DELETE FROM {{outbox}} WHERE id = ANY (ARRAY (
+			SELECT id FROM {{outbox}} WHERE published_at < $1 LIMIT $2))`,
+		outboxStats: `SELECT count(*), min(created_at) FROM {{outbox}}
+			WHERE published_at IS NULL AND NOT dead`,
+
+		// Succeeds when the lease is free, expired or already ours; the token moves on only
+		// when the owner changes, so a renewal keeps it.
+		leaseAcquire: `INSERT INTO {{leases}} AS l (name, owner, token, lease_until)
+			VALUES ($1, $2, 1, $3)
+			ON CONFLICT (name) DO UPDATE SET
+				owner = excluded.owner,
+				token = CASE WHEN l.owner = excluded.owner THEN l.token ELSE l.token + 1 END,
+				lease_until = excluded.lease_until
+			WHERE l.owner = excluded.owner OR l.lease_until <= $4
+			RETURNING token`,
+		// Releasing expires the lease instead of deleting it, so the token keeps increasing;
+		// -infinity is expired under any caller's clock.
+		leaseRelease: `UPDATE {{leases}} SET lease_until = '-infinity'
+			WHERE name = $1 AND owner = $2`,
+		leaseList: `SELECT name, owner, token, lease_until FROM {{leases}}
+			WHERE starts_with(name, $1) AND lease_until > $2 ORDER BY name`,
+
+		// The batch claim inserts in the caller's (sorted) order, so two batches that share keys
+		// lock them in the same order and do not deadlock each other.
+		claimBatch: `INSERT INTO {{claims}} (tenant, consumer, event_id, fingerprint, created_at)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::timestamptz[])
+			ON CONFLICT DO NOTHING
+			RETURNING tenant, consumer, event_id`,
+		claimBatchSelect: `SELECT c.tenant, c.consumer, c.event_id, c.fingerprint, c.created_at
+			FROM {{claims}} c
+			JOIN unnest($1::text[], $2::text[], $3::text[]) AS k(tenant, consumer, event_id)
+			  ON c.tenant = k.tenant AND c.consumer = k.consumer AND c.event_id = k.event_id`,
+		claimRelease:  `DELETE FROM {{claims}} WHERE tenant = $1 AND consumer = $2 AND event_id = $3`,
+		queueChannel:  prefix + "queue",
+		outboxChannel: prefix + "outbox",
+		listenQueue:   `LISTEN "` + prefix + `queue"`,
+		listenOutbox:  `LISTEN "` + prefix + `outbox"`,
+	}
+	for _, s := range []*string{
+		&q.createSchema, &q.createMigrations, &q.migrationApplied, &q.migrationRecord,
+		&q.claim, &q.claimSelect, &q.claimDeleteAll, &q.claimDeleteConsumer,
+		&q.claimBatch, &q.claimBatchSelect, &q.claimRelease,
+		&q.dlInsert, &q.dlGet, &q.dlList, &q.dlSetStatus, &q.dlRecover, &q.dlStats, &q.auditList,
+		&q.queueInsert, &q.queueFetch, &q.queueAck, &q.queueNak, &q.queueExtend, &q.queueStats,
+		&q.outboxInsert, &q.outboxFetch, &q.outboxMarkPublished, &q.outboxMarkFailed,
+		&q.outboxDeletePublished, &q.outboxStats,
+		&q.leaseAcquire, &q.leaseRelease, &q.leaseList,
+	} {
+		*s = r.Replace(*s)
+	}
+	return q
+}

@@ -1,0 +1,407 @@
+package idempg_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idempg"
+)
+
+// msg returns a queue message with every field the queue table keeps.
+func msg(id string) idem.Message {
+	return idem.Message{
+		EventID:    id,
+		Tenant:     "acme",
+		Type:       "payment.captured",
+		Payload:    []byte(`{"id":"` + id + `"}`),
+		Headers:    map[string]string{"Trace": "t-" + id},
+		OccurredAt: time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC),
+	}
+}
+
+func eventIDs(jobs []idem.QueueJob) []string {
+	out := make([]string, len(jobs))
+	for i, j := range jobs {
+		out[i] = j.Message.EventID
+	}
+	return out
+}
+
+func TestQueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := newStore(t, idempg.Config{})
+	lease := 30 * time.Second
+	fetch := func(t *testing.T, queue string, max int, now time.Time) []idem.QueueJob {
+		t.Helper()
+		jobs, err := store.QueueFetch(ctx, idem.QueueFetchParams{Queue: queue, Max: max, Lease: lease, Now: now})
+		require.NoError(t, err)
+		return jobs
+	}
+
+	t.Run("FetchAckFencing", func(t *testing.T) {
+		t.Parallel()
+		q := "fencing"
+		require.NoError(t, store.QueuePublish(ctx, q, msg("e1"), msg("e2"), msg("e3")))
+		now := time.Now().UTC()
+
+		first := fetch(t, q, 2, now)
+		require.Equal(t, []string{"e1", "e2"}, eventIDs(first))
+		require.Less(t, first[0].ID, first[1].ID)
+		for _, j := range first {
+			require.EqualValues(t, 1, j.Token)
+			require.Equal(t, 1, j.Message.Attempt)
+			want := msg(j.Message.EventID)
+			require.Equal(t, want.Tenant, j.Message.Tenant)
+			require.Equal(t, want.Type, j.Message.Type)
+			require.Equal(t, want.Payload, j.Message.Payload)
+			require.Equal(t, want.Headers, j.Message.Headers)
+			require.True(t, want.OccurredAt.Equal(j.Message.OccurredAt))
+			require.WithinDuration(t, now, j.Message.PublishedAt, time.Minute)
+		}
+		require.Equal(t, []string{"e3"}, eventIDs(fetch(t, q, 10, now)), "leased jobs are not fetched twice")
+		require.Empty(t, fetch(t, q, 10, now))
+
+		require.ErrorIs(t, store.QueueAck(ctx, first[0].ID, first[0].Token+1), idem.ErrLeaseLost)
+		require.NoError(t, store.QueueAck(ctx, first[0].ID, first[0].Token))
+		err := store.QueueAck(ctx, first[0].ID, first[0].Token)
+		require.ErrorIs(t, err, idem.ErrLeaseLost, "acked twice")
+		require.ErrorContains(t, err, fmt.Sprint(first[0].ID))
+
+		// The leases expire: the jobs go to a new worker with a new token, and the old worker's
+		// token is worthless.
+		again := fetch(t, q, 10, now.Add(lease))
+		require.Equal(t, []string{"e2", "e3"}, eventIDs(again))
+		require.EqualValues(t, 2, again[0].Token)
+		require.Equal(t, 2, again[0].Message.Attempt)
+		stale := first[1]
+		require.ErrorIs(t, store.QueueAck(ctx, stale.ID, stale.Token), idem.ErrLeaseLost)
+		require.ErrorIs(t, store.QueueNak(ctx, idem.QueueNakParams{ID: stale.ID, Token: stale.Token}), idem.ErrLeaseLost)
+		require.ErrorIs(t, store.QueueExtend(ctx, stale.ID, stale.Token, time.Hour), idem.ErrLeaseLost)
+
+		st, err := store.QueueStats(ctx, q)
+		require.NoError(t, err)
+		require.EqualValues(t, 2, st.Backlog)
+		require.WithinDuration(t, now, st.Oldest, time.Minute)
+	})
+
+	t.Run("NakDelay", func(t *testing.T) {
+		t.Parallel()
+		q := "nak"
+		require.NoError(t, store.QueuePublish(ctx, q, msg("e1")))
+		now := time.Now().UTC()
+		jobs := fetch(t, q, 1, now)
+		require.Len(t, jobs, 1)
+		require.NoError(t, store.QueueNak(ctx, idem.QueueNakParams{ID: jobs[0].ID, Token: jobs[0].Token,
+			Delay: time.Hour, Error: "downstream timeout", Now: now}))
+		require.ErrorIs(t, store.QueueNak(ctx, idem.QueueNakParams{ID: jobs[0].ID, Token: jobs[0].Token, Now: now}),
+			idem.ErrLeaseLost, "a nak releases the lease")
+		require.ErrorIs(t, store.QueueAck(ctx, jobs[0].ID, jobs[0].Token), idem.ErrLeaseLost, "nor ack after a nak")
+
+		require.Empty(t, fetch(t, q, 1, now), "not before the delay")
+		require.Empty(t, fetch(t, q, 1, now.Add(59*time.Minute)), "not before the delay")
+		again := fetch(t, q, 1, now.Add(time.Hour))
+		require.Len(t, again, 1)
+		require.Equal(t, 2, again[0].Message.Attempt)
+		require.EqualValues(t, 2, again[0].Token)
+
+		var lastErr string
+		require.NoError(t, store.Pool().QueryRow(ctx, `SELECT last_error FROM `+table(store, "queue")+` WHERE id = $1`,
+			jobs[0].ID).Scan(&lastErr))
+		require.Equal(t, "downstream timeout", lastErr)
+	})
+
+	t.Run("Extend", func(t *testing.T) {
+		t.Parallel()
+		q := "extend"
+		require.NoError(t, store.QueuePublish(ctx, q, msg("e1"), msg("e2")))
+		now := time.Now().UTC()
+		jobs := fetch(t, q, 1, now)
+		require.Len(t, jobs, 1)
+		require.NoError(t, store.QueueExtend(ctx, jobs[0].ID, jobs[0].Token, time.Hour))
+		require.ErrorIs(t, store.QueueExtend(ctx, jobs[0].ID, jobs[0].Token+1, time.Hour), idem.ErrLeaseLost)
+		require.Equal(t, []string{"e2"}, eventIDs(fetch(t, q, 10, now.Add(lease))), "the extended job stays leased")
+		require.NoError(t, store.QueueAck(ctx, jobs[0].ID, jobs[0].Token))
+
+		// A lease that already expired is not revived: someone may be taking it.
+		require.NoError(t, store.QueuePublish(ctx, q, msg("e3")))
+		old, err := store.QueueFetch(ctx, idem.QueueFetchParams{Queue: q, Max: 1, Lease: time.Millisecond, Now: time.Now()})
+		require.NoError(t, err)
+		require.Equal(t, []string{"e3"}, eventIDs(old))
+		time.Sleep(10 * time.Millisecond)
+		require.ErrorIs(t, store.QueueExtend(ctx, old[0].ID, old[0].Token, time.Hour), idem.ErrLeaseLost)
+	})
+
+	t.Run("AckTxAndPublishTxFollowTheTransaction", func(t *testing.T) {
+		t.Parallel()
+		q := "tx"
+		rollback := errors.New("roll back")
+		require.ErrorIs(t, store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			if err := store.QueuePublishTx(ctx, tx, q, msg("gone")); err != nil {
+				return err
+			}
+			return rollback
+		}), rollback)
+		require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			return store.QueuePublishTx(ctx, tx, q, msg("e1"))
+		}))
+		jobs := fetch(t, q, 10, time.Now())
+		require.Equal(t, []string{"e1"}, eventIDs(jobs))
+		j := jobs[0]
+
+		require.ErrorIs(t, store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			return store.QueueAckTx(ctx, tx, j.ID, j.Token+1)
+		}), idem.ErrLeaseLost)
+		require.ErrorIs(t, store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			if err := store.QueueAckTx(ctx, tx, j.ID, j.Token); err != nil {
+				return err
+			}
+			return rollback
+		}), rollback)
+		st, err := store.QueueStats(ctx, q)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, st.Backlog, "a rolled-back ack acks nothing")
+		require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			return store.QueueAckTx(ctx, tx, j.ID, j.Token)
+		}))
+		st, err = store.QueueStats(ctx, q)
+		require.NoError(t, err)
+		require.Equal(t, idem.QueueStats{}, st)
+	})
+
+	t.Run("ConcurrentFetchTakesEachJobOnce", func(t *testing.T) {
+		t.Parallel()
+		q := "concurrent"
+		const n = 60
+		msgs := make([]idem.Message, n)
+		for i := range msgs {
+			msgs[i] = msg(fmt.Sprintf("e%02d", i))
+		}
+		require.NoError(t, store.QueuePublish(ctx, q, msgs...))
+		now := time.Now().UTC()
+		var (
+			mu   sync.Mutex
+			seen = make(map[int64]int)
+			wg   sync.WaitGroup
+		)
+		errs := make(chan error, 4)
+		for range 4 {
+			wg.Go(func() {
+				for {
+					jobs, err := store.QueueFetch(ctx, idem.QueueFetchParams{Queue: q, Max: 3, Lease: lease, Now: now})
+					if err != nil {
+						errs <- err
+						return
+					}
+					if len(jobs) == 0 {
+						return
+					}
+					mu.Lock()
+					for _, j := range jobs {
+						seen[j.ID]++
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		require.Len(t, seen, n)
+		for id, c := range seen {
+			require.Equal(t, 1, c, "job %d fetched %d times", id, c)
+		}
+	})
+
+	t.Run("QueuesAreSeparate", func(t *testing.T) {
+		t.Parallel()
+		require.NoError(t, store.QueuePublish(ctx, "sep-a", msg("a1")))
+		require.NoError(t, store.QueuePublish(ctx, "sep-b", msg("b1")))
+		require.Equal(t, []string{"a1"}, eventIDs(fetch(t, "sep-a", 10, time.Now())))
+		require.Equal(t, []string{"b1"}, eventIDs(fetch(t, "sep-b", 10, time.Now())))
+	})
+
+	t.Run("InvalidInput", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			name string
+			err  error
+			want string
+		}{
+			{"publish without event id", store.QueuePublish(ctx, "bad", idem.Message{Type: "x"}), "without event id"},
+			{"publish to no queue", store.QueuePublish(ctx, "", msg("e")), "queue name is empty"},
+			{"fetch zero", func() error {
+				_, err := store.QueueFetch(ctx, idem.QueueFetchParams{Queue: "bad", Lease: lease})
+				return err
+			}(), "Max is 0"},
+			{"fetch without lease", func() error {
+				_, err := store.QueueFetch(ctx, idem.QueueFetchParams{Queue: "bad", Max: 1})
+				return err
+			}(), "Lease is 0s"},
+		} {
+			require.ErrorContains(t, tc.err, tc.want, tc.name)
+		}
+		st, err := store.QueueStats(ctx, "bad")
+		require.NoError(t, err)
+		require.Zero(t, st.Backlog, "a failed publish inserts nothing")
+	})
+}
+
+func TestQueueWait(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := newStore(t, idempg.Config{})
+	// A second Store on the same tables, as another process would have: its publishes reach
+	// the first Store's waiters through PostgreSQL, not through memory.
+	other, err := idempg.NewWithConfig(store.Pool(), store.Config())
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, other.Close()) })
+	// Let the listener connect; its first connection wakes every waiter once.
+	require.NoError(t, store.QueueWait(ctx, "warm-up", 200*time.Millisecond))
+
+	t.Run("WakesOnPublish", func(t *testing.T) {
+		q := "wake"
+		done := make(chan time.Duration, 1)
+		go func() {
+			start := time.Now()
+			err := store.QueueWait(ctx, q, time.Minute)
+			if err != nil {
+				t.Errorf("QueueWait: %v", err)
+			}
+			done <- time.Since(start)
+		}()
+		// The waiter may not be registered yet when the first publish notifies; keep publishing
+		// until it wakes.
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case took := <-done:
+				require.Less(t, took, 10*time.Second, "woken by the notification, not by max")
+				return
+			case <-tick.C:
+				require.Less(t, i, 100, "QueueWait never woke")
+				require.NoError(t, other.QueuePublish(ctx, q, msg(fmt.Sprintf("e%d", i))))
+			}
+		}
+	})
+
+	t.Run("OtherQueueDoesNotWake", func(t *testing.T) {
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				case <-time.After(50 * time.Millisecond):
+					if err := other.QueuePublish(ctx, "noisy", msg(fmt.Sprintf("n%d", i))); err != nil {
+						t.Errorf("publish: %v", err)
+						return
+					}
+				}
+			}
+		})
+		start := time.Now()
+		require.NoError(t, store.QueueWait(ctx, "quiet", 700*time.Millisecond))
+		close(stop)
+		wg.Wait()
+		require.GreaterOrEqual(t, time.Since(start), 700*time.Millisecond)
+	})
+
+	t.Run("ContextEnds", func(t *testing.T) {
+		t.Parallel()
+		cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		require.ErrorIs(t, store.QueueWait(cctx, "idle", time.Minute), context.DeadlineExceeded)
+		require.ErrorIs(t, store.OutboxWait(cctx, time.Minute), context.DeadlineExceeded, "already ended")
+	})
+
+	t.Run("MaxElapses", func(t *testing.T) {
+		t.Parallel()
+		start := time.Now()
+		require.NoError(t, store.QueueWait(ctx, "idle", 100*time.Millisecond))
+		require.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond)
+	})
+}
+
+// TestWaitPollsWithoutListener checks the polling fallback: a Store whose pool cannot connect
+// still waits max and returns nil, and Close stops its reconnecting listener.
+func TestWaitPollsWithoutListener(t *testing.T) {
+	t.Parallel()
+	testPool(t) // only runs where the other tests run
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=1")
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	store := idempg.New(pool)
+	t.Cleanup(func() { require.NoError(t, store.Close()) })
+	ctx := context.Background()
+	for _, wait := range []func() error{
+		func() error { return store.QueueWait(ctx, "q", 300*time.Millisecond) },
+		func() error { return store.OutboxWait(ctx, 300*time.Millisecond) },
+	} {
+		start := time.Now()
+		require.NoError(t, wait())
+		require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
+	}
+	require.NoError(t, store.Close())
+	start := time.Now()
+	require.NoError(t, store.QueueWait(ctx, "q", 100*time.Millisecond), "after Close a wait polls")
+	require.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond)
+}
+
+// TestListenerReconnects kills the listening connection's backend and checks that waiters are
+// still woken by publishes once the listener has reconnected.
+func TestListenerReconnects(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// A prefix of its own, so this store's LISTEN is the only one on its channel names.
+	store := newStore(t, idempg.Config{Prefix: "reconnect_"})
+	pool := store.Pool()
+	listenerPID := func() int32 {
+		var pid int32
+		err := pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE query = 'LISTEN "reconnect_outbox"'`).Scan(&pid)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return 0
+		}
+		require.NoError(t, err)
+		return pid
+	}
+	require.NoError(t, store.QueueWait(ctx, "q", 200*time.Millisecond)) // start the listener
+	var first int32
+	require.Eventually(t, func() bool { first = listenerPID(); return first != 0 }, 10*time.Second, 20*time.Millisecond)
+
+	var killed bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, first).Scan(&killed))
+	require.True(t, killed)
+	require.Eventually(t, func() bool {
+		pid := listenerPID()
+		return pid != 0 && pid != first
+	}, 15*time.Second, 50*time.Millisecond, "the listener did not reconnect")
+
+	done := make(chan error, 1)
+	go func() { done <- store.QueueWait(ctx, "q", time.Minute) }()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+			return
+		case <-tick.C:
+			require.Less(t, i, 100, "QueueWait never woke after the reconnect")
+			require.NoError(t, store.QueuePublish(ctx, "q", msg(fmt.Sprintf("e%d", i))))
+		}
+	}
+}

@@ -1,0 +1,296 @@
+package idempg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem"
+)
+
+// The Store implements these interfaces; the compiler checks it here.
+var (
+	_ idem.Store[pgx.Tx]        = (*Store)(nil)
+	_ idem.QueueTxStore[pgx.Tx] = (*Store)(nil)
+	_ idem.OutboxStore[pgx.Tx]  = (*Store)(nil)
+	_ idem.Migrator             = (*Store)(nil)
+)
+
+const (
+	// claimAttempts bounds how often ClaimTx retries when the claim it conflicted with vanished
+	// (garbage-collected) before it could read it.
+	claimAttempts = 3
+	// rollbackTimeout bounds the rollback after a failed or cancelled transaction.
+	rollbackTimeout = 5 * time.Second
+)
+
+// Store is idem's PostgreSQL store: it implements idem.Store, idem.QueueTxStore,
+// idem.OutboxStore and idem.Migrator over pgx.Tx. It is safe for concurrent use.
+//
+// Once something waits (QueueWait, OutboxWait), the Store takes one connection out of the pool
+// for LISTEN and keeps it until Close, so it may use one connection more than the pool's
+// MaxConns.
+type Store struct {
+	pool       *pgxpool.Pool
+	cfg        Config
+	q          queries
+	migrations []migration
+	// migrateLock is the pg_advisory_xact_lock key that serialises migrators of this schema and
+	// prefix.
+	migrateLock int64
+	// listen is the shared LISTEN connection behind QueueWait and OutboxWait.
+	listen *listener
+}
+
+// New returns a Store on pool with the default Config (schema "public", prefix "idem_").
+func New(pool *pgxpool.Pool) *Store {
+	s, err := NewWithConfig(pool, Config{})
+	if err != nil {
+		// The default Config is valid and the embedded migrations parse; this cannot happen.
+		panic(err)
+	}
+	return s
+}
+
+// NewWithConfig returns a Store on pool with cfg (zero fields take their defaults), or an error
+// naming the invalid field. The pool stays the caller's: Close does not close it.
+func NewWithConfig(pool *pgxpool.Pool, cfg Config) (*Store, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	migs, err := loadMigrations(cfg.Schema, cfg.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	q := buildQueries(cfg.Schema, cfg.Prefix)
+	return &Store{
+		pool:        pool,
+		cfg:         cfg,
+		q:           q,
+		migrations:  migs,
+		migrateLock: advisoryKey("idem migrate " + cfg.Schema + "." + cfg.Prefix),
+		listen:      newListener(pool, q),
+	}, nil
+}
+
+// Pool returns the pool the store works on.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Config returns the store's configuration with defaults applied.
+func (s *Store) Config() Config { return s.cfg }
+
+// Close stops the shared LISTEN connection behind QueueWait and OutboxWait, if it was started,
+// and wakes their waiters. It does not close the pool, which belongs to the caller. Close the
+// Store before the pool; waits after Close poll.
+func (s *Store) Close() error {
+	s.listen.close()
+	return nil
+}
+
+// Dialect returns "postgres".
+func (s *Store) Dialect() string { return "postgres" }
+
+// InTx runs fn in a new transaction, at the database's default isolation (normally READ
+// COMMITTED, which ClaimTx expects), and commits it when fn returns nil. An error from fn rolls
+// back and is returned as is; a panic rolls back and keeps panicking. The rollback runs even
+// when ctx has ended, so the connection goes back to the pool clean.
+func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("idempg: begin transaction: %w", err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			// fn failed or panicked (a panic goes on after this deferred call).
+			rollback(ctx, tx)
+		}
+	}()
+	if err := fn(ctx, tx); err != nil {
+		return err
+	}
+	done = true // Commit ends the transaction whatever it returns.
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("idempg: commit: %w", err)
+	}
+	return nil
+}
+
+// rollback rolls tx back on a context that survives ctx's end but not forever.
+func rollback(ctx context.Context, tx pgx.Tx) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	_ = tx.Rollback(rctx)
+}
+
+// fingerprintBytes passes a Fingerprint to pgx as a bytea and scans one back, without an
+// intermediate slice (pgtype.BytesValuer and pgtype.BytesScanner).
+type fingerprintBytes struct {
+	fp idem.Fingerprint
+}
+
+// BytesValue implements pgtype.BytesValuer.
+func (f *fingerprintBytes) BytesValue() ([]byte, error) { return f.fp[:], nil }
+
+// ScanBytes implements pgtype.BytesScanner.
+func (f *fingerprintBytes) ScanBytes(v []byte) error {
+	if len(v) != len(f.fp) {
+		return fmt.Errorf("stored fingerprint has %d bytes, want %d", len(v), len(f.fp))
+	}
+	copy(f.fp[:], v)
+	return nil
+}
+
+var (
+	_ pgtype.BytesValuer  = (*fingerprintBytes)(nil)
+	_ pgtype.BytesScanner = (*fingerprintBytes)(nil)
+)
+
+// claimCall holds one ClaimTx's arguments and scan targets in a single allocation. pgx gets
+// pointers to pgtype values, which go into interfaces without allocating and encode and scan
+// without pgx's reflection wrappers; plain strings and a time.Time would cost an allocation
+// each.
+type claimCall struct {
+	tenant, consumer, eventID pgtype.Text
+	fp                        fingerprintBytes
+	now                       pgtype.Timestamptz
+	args                      [5]any
+
+	inserted  bool
+	stored    fingerprintBytes
+	createdAt pgtype.Timestamptz
+	dest      [3]any
+}
+
+func newClaimCall(p idem.ClaimParams, now time.Time) *claimCall {
+	c := &claimCall{
+		tenant:   pgtype.Text{String: p.Key.Tenant, Valid: true},
+		consumer: pgtype.Text{String: p.Key.Consumer, Valid: true},
+		eventID:  pgtype.Text{String: p.Key.EventID, Valid: true},
+		fp:       fingerprintBytes{fp: p.Fingerprint},
+		now:      pgtype.Timestamptz{Time: now, Valid: true},
+	}
+	c.args = [5]any{&c.tenant, &c.consumer, &c.eventID, &c.fp, &c.now}
+	c.dest = [3]any{&c.inserted, &c.stored, &c.createdAt}
+	return c
+}
+
+// ClaimTx claims p.Key inside tx in one round trip: INSERT … ON CONFLICT DO NOTHING RETURNING,
+// with the existing claim read by the same statement. Concurrent claims of one key serialise
+// on the primary key. When the claim that won committed while this statement waited for it,
+// the statement's snapshot cannot see it, and a second statement (READ COMMITTED: a new
+// snapshot) reads it. If that finds nothing, the claim was garbage-collected in between and the
+// insert is tried again.
+//
+// Under REPEATABLE READ or SERIALIZABLE, PostgreSQL reports that race as a serialization
+// failure (SQLSTATE 40001), which idem.Classify treats as transient.
+func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p idem.ClaimParams) (idem.ClaimResult, error) {
+	if p.Key.EventID == "" {
+		return idem.ClaimResult{}, fmt.Errorf("idempg: claim %s: event id is empty", p.Key)
+	}
+	now := p.Now
+	if now.IsZero() {
+		now = time.Now().UTC()
+	}
+	c := newClaimCall(p, now)
+	for range claimAttempts {
+		err := tx.QueryRow(ctx, s.q.claim, c.args[:]...).Scan(c.dest[:]...)
+		if err == nil {
+			if c.inserted {
+				return idem.ClaimResult{Status: idem.ClaimNew}, nil
+			}
+			return claimFound(p, c.stored.fp, c.createdAt), nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return idem.ClaimResult{}, fmt.Errorf("idempg: claim event %s (key %s): %w", p.Key.EventID, p.Key, err)
+		}
+		err = tx.QueryRow(ctx, s.q.claimSelect, c.args[:3]...).Scan(c.dest[1:]...)
+		if err == nil {
+			return claimFound(p, c.stored.fp, c.createdAt), nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return idem.ClaimResult{}, fmt.Errorf("idempg: read claim of event %s (key %s): %w", p.Key.EventID, p.Key, err)
+		}
+		// The claim we waited for is gone again: deleted by garbage collection. Claim anew.
+	}
+	return idem.ClaimResult{}, fmt.Errorf("idempg: claim event %s (key %s): the existing claim vanished %d times in a row",
+		p.Key.EventID, p.Key, claimAttempts)
+}
+
+// claimFound reports an existing claim as a duplicate or, with another fingerprint, a conflict.
+func claimFound(p idem.ClaimParams, existing idem.Fingerprint, at pgtype.Timestamptz) idem.ClaimResult {
+	res := idem.ClaimResult{Status: idem.ClaimDuplicate, Existing: existing, ClaimedAt: timeOf(at)}
+	if existing != p.Fingerprint {
+		res.Status = idem.ClaimConflict
+	}
+	return res
+}
+
+// DeleteExpiredClaims deletes up to p.Limit claims created before p.Before (of p.Consumer, or of
+// every consumer when it is empty) in one statement, and reports how many it deleted.
+func (s *Store) DeleteExpiredClaims(ctx context.Context, p idem.DeleteExpiredClaimsParams) (int, error) {
+	if p.Limit <= 0 {
+		return 0, fmt.Errorf("idempg: delete expired claims: Limit is %d, want more than 0", p.Limit)
+	}
+	var (
+		tag pgconn.CommandTag
+		err error
+	)
+	if p.Consumer == "" {
+		tag, err = s.pool.Exec(ctx, s.q.claimDeleteAll, p.Before, p.Limit)
+	} else {
+		tag, err = s.pool.Exec(ctx, s.q.claimDeleteConsumer, p.Before, p.Consumer, p.Limit)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("idempg: delete claims of consumer %q before %s: %w",
+			p.Consumer, p.Before.UTC().Format(time.RFC3339), err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// ClassifyError reports pgx's own connection failures as transient: a failed connect, an error
+// pgx guarantees happened before anything reached the server, a timeout inside pgconn, and a
+// connection that was already closed. SQLSTATEs are left to idem.Classify; anything else is
+// idem.ClassUnknown.
+func (s *Store) ClassifyError(err error) idem.Class {
+	if err == nil {
+		return idem.ClassUnknown
+	}
+	var ce *pgconn.ConnectError
+	switch {
+	case errors.As(err, &ce),
+		pgconn.SafeToRetry(err),
+		pgconn.Timeout(err),
+		errors.Is(err, pgconn.ErrConnClosed):
+		return idem.ClassTransient
+	}
+	return idem.ClassUnknown
+}
+
+// orNow returns t, or the current time in UTC when t is zero.
+func orNow(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Now().UTC()
+	}
+	return t
+}
+
+// nullTime stores a zero time as NULL.
+func nullTime(t time.Time) pgtype.Timestamptz {
+	return pgtype.Timestamptz{Time: t, Valid: !t.IsZero()}
+}
+
+// timeOf reads a nullable timestamp back, NULL as the zero time.
+func timeOf(t pgtype.Timestamptz) time.Time {
+	if !t.Valid || t.InfinityModifier != pgtype.Finite {
+		return time.Time{}
+	}
+	return t.Time.UTC()
+}

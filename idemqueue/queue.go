@@ -1,0 +1,204 @@
+// Package idemqueue is the queue-table transport: a Source and a Sink over the queue table that
+// lives in the application's own database (idempg, idemsqlite). It is the embedded default
+// broker: nothing to run besides the database, and a producer can enqueue in the same
+// transaction as its business write.
+//
+// Each fetched job carries a fencing token. The consumer acks a job inside the transaction that
+// holds its claim (Delivery.AckTx), so a worker that lost its lease to another cannot commit:
+// its ack finds a newer token, fails with idem.ErrLeaseLost, and its effect rolls back.
+package idemqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Defaults for SourceConfig.
+const (
+	// LeaseDefault is how long a fetched job stays invisible to other workers; the consumer
+	// extends it at a third while the handler runs.
+	LeaseDefault = 30 * time.Second
+	// MaxWaitDefault bounds one idle wait between fetches; notifications usually end it sooner.
+	MaxWaitDefault = time.Second
+)
+
+// SourceConfig configures a queue-table Source.
+type SourceConfig struct {
+	// Queue is the queue name (required).
+	Queue string
+	// Lease is the visibility timeout of a fetched job (default LeaseDefault).
+	Lease time.Duration
+	// MaxWait bounds one idle wait for new jobs (default MaxWaitDefault).
+	MaxWait time.Duration
+	// Now returns the current time (default time.Now).
+	Now func() time.Time
+}
+
+func (c SourceConfig) withDefaults() SourceConfig {
+	if c.Lease == 0 {
+		c.Lease = LeaseDefault
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = MaxWaitDefault
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+func (c SourceConfig) validate() error {
+	var errs []error
+	if c.Queue == "" {
+		errs = append(errs, errors.New("Queue is empty"))
+	}
+	if c.Lease < 3*time.Millisecond {
+		errs = append(errs, fmt.Errorf("Lease is %v, want at least 3ms", c.Lease))
+	}
+	if c.MaxWait < 0 {
+		errs = append(errs, fmt.Errorf("MaxWait is %v, want >= 0", c.MaxWait))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("idemqueue: source config: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// Source receives jobs from one queue of the queue table.
+type Source[TTx any] struct {
+	store idem.QueueTxStore[TTx]
+	cfg   SourceConfig
+}
+
+var _ idem.Source = (*Source[any])(nil)
+
+// NewSource returns a Source over store's queue table.
+func NewSource[TTx any](store idem.QueueTxStore[TTx], cfg SourceConfig) (*Source[TTx], error) {
+	if store == nil {
+		return nil, errors.New("idemqueue: NewSource: store is nil")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Source[TTx]{store: store, cfg: cfg}, nil
+}
+
+// Name returns "queue:" and the queue name.
+func (s *Source[TTx]) Name() string { return "queue:" + s.cfg.Queue }
+
+// Lease returns the configured lease.
+func (s *Source[TTx]) Lease() time.Duration { return s.cfg.Lease }
+
+// Close does nothing: jobs not acked become visible again when their lease ends.
+func (s *Source[TTx]) Close() error { return nil }
+
+// Receive leases up to max available jobs, waiting (LISTEN/NOTIFY on PostgreSQL, polling on
+// SQLite) until at least one is there or ctx ends.
+func (s *Source[TTx]) Receive(ctx context.Context, max int) ([]idem.Delivery, error) {
+	if max < 1 {
+		max = 1
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		jobs, err := s.store.QueueFetch(ctx, idem.QueueFetchParams{Queue: s.cfg.Queue, Max: max, Lease: s.cfg.Lease, Now: s.cfg.Now()})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("idemqueue: fetch from %s: %w", s.cfg.Queue, err)
+		}
+		if len(jobs) > 0 {
+			out := make([]idem.Delivery, len(jobs))
+			for i, j := range jobs {
+				out[i] = &Delivery[TTx]{src: s, job: j}
+			}
+			return out, nil
+		}
+		if err := s.store.QueueWait(ctx, s.cfg.Queue, s.cfg.MaxWait); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// Delivery is one leased job.
+type Delivery[TTx any] struct {
+	src *Source[TTx]
+	job idem.QueueJob
+}
+
+var (
+	_ idem.Delivery          = (*Delivery[any])(nil)
+	_ idem.TxAcker[struct{}] = (*Delivery[struct{}])(nil)
+)
+
+// Message returns the job's message; Attempt counts fetches of this job.
+func (d *Delivery[TTx]) Message() idem.Message { return d.job.Message }
+
+// Job returns the leased row (id and fencing token).
+func (d *Delivery[TTx]) Job() idem.QueueJob { return d.job }
+
+// Ack deletes the job if this delivery still holds its lease.
+func (d *Delivery[TTx]) Ack(ctx context.Context) error {
+	return d.wrap("ack", d.src.store.QueueAck(ctx, d.job.ID, d.job.Token))
+}
+
+// AckTx deletes the job inside the consumer's transaction, fenced by the lease token.
+func (d *Delivery[TTx]) AckTx(ctx context.Context, tx TTx) error {
+	return d.wrap("ack", d.src.store.QueueAckTx(ctx, tx, d.job.ID, d.job.Token))
+}
+
+// Nak makes the job available again after delay.
+func (d *Delivery[TTx]) Nak(ctx context.Context, delay time.Duration) error {
+	return d.wrap("nak", d.src.store.QueueNak(ctx, idem.QueueNakParams{ID: d.job.ID, Token: d.job.Token, Delay: delay, Now: d.src.cfg.Now()}))
+}
+
+// Extend pushes the lease out by the source's lease time.
+func (d *Delivery[TTx]) Extend(ctx context.Context) error {
+	return d.wrap("extend", d.src.store.QueueExtend(ctx, d.job.ID, d.job.Token, d.src.cfg.Lease))
+}
+
+// Term deletes the job: it is in the dead-letter queue now.
+func (d *Delivery[TTx]) Term(ctx context.Context) error {
+	return d.wrap("terminate", d.src.store.QueueAck(ctx, d.job.ID, d.job.Token))
+}
+
+func (d *Delivery[TTx]) wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("idemqueue: %s job %d (event %s): %w", op, d.job.ID, d.job.Message.EventID, err)
+}
+
+// Sink publishes to queues of the queue table, each call in a transaction of its own. To
+// publish with a business write, call the store's QueuePublishTx inside your transaction.
+type Sink struct {
+	store idem.QueueStore
+}
+
+var _ idem.Sink = (*Sink)(nil)
+
+// NewSink returns a Sink over store's queue table.
+func NewSink(store idem.QueueStore) *Sink { return &Sink{store: store} }
+
+// Publish inserts msgs into queue topic; once it returns they are committed.
+func (s *Sink) Publish(ctx context.Context, topic string, msgs ...idem.Message) error {
+	for _, m := range msgs {
+		if m.EventID == "" {
+			return fmt.Errorf("idemqueue: publish to %s: a message has an empty event id", topic)
+		}
+	}
+	if err := s.store.QueuePublish(ctx, topic, msgs...); err != nil {
+		return fmt.Errorf("idemqueue: publish %d messages to %s: %w", len(msgs), topic, err)
+	}
+	return nil
+}
+
+// Close does nothing; the store's owner closes the database.
+func (s *Sink) Close() error { return nil }

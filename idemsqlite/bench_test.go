@@ -1,0 +1,54 @@
+package idemsqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemsqlite"
+)
+
+// BenchmarkClaim measures the claim path: one InTx with one ClaimTx per iteration, for a new key
+// (the INSERT commits a row) and for a duplicate (the INSERT finds the key, the SELECT reads it).
+func BenchmarkClaim(b *testing.B) {
+	claim := func(b *testing.B, s *idemsqlite.Store, p idem.ClaimParams, want idem.ClaimStatus) {
+		err := s.InTx(context.Background(), func(ctx context.Context, tx *sql.Tx) error {
+			res, err := s.ClaimTx(ctx, tx, p)
+			if err == nil && res.Status != want {
+				b.Fatalf("claim %s: got %s, want %s", p.Key, res.Status, want)
+			}
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+
+	b.Run("new", func(b *testing.B) {
+		tb := setup(b, idemsqlite.Config{})
+		keys := make([]idem.Key, b.N)
+		for i := range keys {
+			keys[i] = idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-" + strconv.Itoa(i)}
+		}
+		at := time.Now()
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := range b.N {
+			claim(b, tb.store, idem.ClaimParams{Key: keys[i], Fingerprint: fp(1), Now: at}, idem.ClaimNew)
+		}
+	})
+
+	b.Run("duplicate", func(b *testing.B) {
+		tb := setup(b, idemsqlite.Config{})
+		p := idem.ClaimParams{Key: idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-dup"}, Fingerprint: fp(1), Now: time.Now()}
+		claim(b, tb.store, p, idem.ClaimNew)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for range b.N {
+			claim(b, tb.store, p, idem.ClaimDuplicate)
+		}
+	})
+}

@@ -1,0 +1,213 @@
+package idemsqlite
+
+import (
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// queries holds every SQL statement with the table prefix filled in, built once by New so that
+// no call formats SQL (lists of ids go in as one JSON array read with json_each).
+type queries struct {
+	claimInsert         string
+	claimSelect         string
+	claimDeleteAll      string
+	claimDeleteConsumer string
+
+	dlInsert       string
+	dlGet          string
+	dlList         string // followed by a WHERE clause built from the filter
+	dlSetStatus    string
+	auditInsert    string
+	dlRecover      string
+	auditList      string
+	dlStatsPending string
+
+	queueInsert string
+	queueFetch  string
+	queueAck    string
+	queueNak    string
+	queueExtend string
+	queueStats  string
+
+	outboxInsert        string
+	outboxFetch         string
+	outboxMarkPublished string
+	outboxMarkFailed    string
+	outboxDelete        string
+	outboxStats         string
+
+	leaseAcquire string
+	leaseRelease string
+	leaseList    string
+}
+
+// dlColumns are the dead-letter columns in the order scanDeadLetter reads them.
+const dlColumns = `id, consumer, tenant, event_id, type, payload, headers, published_at, occurred_at,
+	fingerprint, reason, error, attempts, first_failed_at, last_failed_at, status, source, recovered_at`
+
+// queueReturning are the queue columns in the order QueueFetch reads them.
+const queueReturning = `id, token, attempts, event_id, tenant, type, payload, headers, occurred_at, enqueued_at`
+
+// outboxColumns are the outbox columns in the order scanOutbox reads them.
+const outboxColumns = `id, "partition", event_id, tenant, topic, ordering_key, type, payload, headers,
+	occurred_at, created_at, attempts, last_error, next_attempt_at`
+
+func buildQueries(prefix string) queries {
+	p := func(s string) string { return strings.ReplaceAll(s, "{p}", prefix) }
+	return queries{
+		claimInsert: p(`INSERT INTO {p}claims (tenant, consumer, event_id, fingerprint, created_at)
+			VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING created_at`),
+		claimSelect: p(`SELECT fingerprint, created_at FROM {p}claims
+			WHERE tenant = ? AND consumer = ? AND event_id = ?`),
+		claimDeleteAll: p(`DELETE FROM {p}claims WHERE rowid IN
+			(SELECT rowid FROM {p}claims WHERE created_at < ? LIMIT ?)`),
+		claimDeleteConsumer: p(`DELETE FROM {p}claims WHERE rowid IN
+			(SELECT rowid FROM {p}claims WHERE created_at < ? AND consumer = ? LIMIT ?)`),
+
+		dlInsert: p(`INSERT INTO {p}dead_letters (consumer, tenant, event_id, type, payload, headers,
+				published_at, occurred_at, fingerprint, reason, error, attempts, first_failed_at,
+				last_failed_at, status, source)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)
+			ON CONFLICT (consumer, tenant, event_id, fingerprint) WHERE status = 'pending' DO UPDATE SET
+				attempts = excluded.attempts,
+				error = excluded.error,
+				last_failed_at = excluded.last_failed_at,
+				reason = excluded.reason
+			RETURNING ` + dlColumns),
+		dlGet:  p(`SELECT ` + dlColumns + ` FROM {p}dead_letters WHERE id = ?`),
+		dlList: p(`SELECT ` + dlColumns + ` FROM {p}dead_letters`),
+		dlSetStatus: p(`UPDATE {p}dead_letters SET status = ?
+			WHERE id IN (SELECT value FROM json_each(?)) AND status = 'pending'
+			RETURNING id, event_id`),
+		auditInsert: p(`INSERT INTO {p}audit (at, actor, action, dead_letter_id, event_id, reason)
+			VALUES (?, ?, ?, ?, ?, ?)`),
+		dlRecover: p(`UPDATE {p}dead_letters SET recovered_at = ?
+			WHERE consumer = ? AND tenant = ? AND event_id = ? AND status = 'replayed' AND recovered_at IS NULL
+			RETURNING first_failed_at`),
+		auditList: p(`SELECT id, at, actor, action, dead_letter_id, event_id, reason FROM {p}audit
+			ORDER BY id DESC LIMIT ?`),
+		dlStatsPending: p(`SELECT reason, count(*), min(first_failed_at) FROM {p}dead_letters
+			WHERE status = 'pending' GROUP BY reason`),
+
+		queueInsert: p(`INSERT INTO {p}queue (queue, event_id, tenant, type, payload, headers, occurred_at,
+			enqueued_at, available_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		queueFetch: p(`UPDATE {p}queue SET lease_until = ?1, token = token + 1, attempts = attempts + 1
+			WHERE id IN (SELECT id FROM {p}queue
+				WHERE queue = ?2 AND available_at <= ?3 AND (lease_until IS NULL OR lease_until <= ?3)
+				ORDER BY id LIMIT ?4)
+			RETURNING ` + queueReturning),
+		queueAck: p(`DELETE FROM {p}queue WHERE id = ? AND token = ?`),
+		queueNak: p(`UPDATE {p}queue SET available_at = ?, lease_until = NULL, last_error = ?
+			WHERE id = ? AND token = ?`),
+		queueExtend: p(`UPDATE {p}queue SET lease_until = ?1
+			WHERE id = ?2 AND token = ?3 AND lease_until > ?4`),
+		queueStats: p(`SELECT count(*), min(enqueued_at) FROM {p}queue WHERE queue = ?`),
+
+		outboxInsert: p(`INSERT INTO {p}outbox ("partition", event_id, tenant, topic, ordering_key, type,
+			payload, headers, occurred_at, created_at, next_attempt_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		outboxFetch: p(`SELECT ` + outboxColumns + ` FROM {p}outbox
+			WHERE "partition" IN (SELECT value FROM json_each(?)) AND published_at IS NULL AND NOT dead
+			ORDER BY id LIMIT ?`),
+		outboxMarkPublished: p(`UPDATE {p}outbox SET published_at = ?
+			WHERE id IN (SELECT value FROM json_each(?))`),
+		outboxMarkFailed: p(`UPDATE {p}outbox SET attempts = ?, last_error = ?, next_attempt_at = ?, dead = ?
+			WHERE id = ?`),
+		outboxDelete: p(`DELETE FROM {p}outbox WHERE rowid IN
+			(SELECT rowid FROM {p}outbox WHERE published_at IS NOT NULL AND published_at < ? LIMIT ?)`),
+		outboxStats: p(`SELECT count(*), min(created_at) FROM {p}outbox
+			WHERE published_at IS NULL AND NOT dead`),
+
+		// The SET expressions all read the old row, so the CASE sees the previous owner.
+		leaseAcquire: p(`INSERT INTO {p}leases (name, owner, token, lease_until) VALUES (?1, ?2, 1, ?3)
+			ON CONFLICT (name) DO UPDATE SET
+				token = CASE WHEN {p}leases.owner = excluded.owner THEN {p}leases.token ELSE {p}leases.token + 1 END,
+				owner = excluded.owner,
+				lease_until = excluded.lease_until
+			WHERE {p}leases.owner = excluded.owner OR {p}leases.lease_until <= ?4
+			RETURNING token`),
+		// A released lease keeps its row and token (so the next owner's token is larger) but loses
+		// its owner, so that even its old owner gets a new token when it comes back.
+		leaseRelease: p(`UPDATE {p}leases SET owner = '', lease_until = ?
+			WHERE name = ? AND owner = ?`),
+		leaseList: p(`SELECT name, owner, token, lease_until FROM {p}leases
+			WHERE substr(name, 1, length(?1)) = ?1 AND lease_until > ?2 AND owner <> ''
+			ORDER BY name`),
+	}
+}
+
+// fromMicros converts stored unix microseconds to a UTC time.
+func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+// fromNullMicros converts a nullable timestamp column; NULL is the zero time.
+func fromNullMicros(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return fromMicros(v.Int64)
+}
+
+// nullMicros stores the zero time as NULL and anything else as unix microseconds.
+func nullMicros(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixMicro()
+}
+
+// encodeHeaders stores headers as a JSON object ("{}" when there are none).
+func encodeHeaders(h map[string]string) (string, error) {
+	if len(h) == 0 {
+		return "{}", nil
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// decodeHeaders reads a stored JSON object back; an empty object is nil.
+func decodeHeaders(s string) (map[string]string, error) {
+	if s == "" || s == "{}" {
+		return nil, nil
+	}
+	var h map[string]string
+	if err := json.Unmarshal([]byte(s), &h); err != nil {
+		return nil, fmt.Errorf("headers %q: %w", s, err)
+	}
+	if len(h) == 0 {
+		return nil, nil
+	}
+	return h, nil
+}
+
+// int64List formats ids as a JSON array for json_each.
+func int64List(ids []int64) string {
+	b := make([]byte, 0, 2+len(ids)*8)
+	b = append(b, '[')
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, id, 10)
+	}
+	return string(append(b, ']'))
+}
+
+// intList formats ints as a JSON array for json_each.
+func intList(xs []int) string {
+	b := make([]byte, 0, 2+len(xs)*3)
+	b = append(b, '[')
+	for i, x := range xs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(x), 10)
+	}
+	return string(append(b, ']'))
+}

@@ -1,0 +1,343 @@
+// Package connect turns the --store and --broker URLs of the idem command into open stores and
+// transports. Parsing is separate from opening so that it can be tested and fuzzed without
+// services, and every error names the URL with its password masked.
+package connect
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemnats"
+	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/idemqueue"
+	"github.com/idemkit/idem/idemsqlite"
+)
+
+// Store kinds.
+const (
+	KindSQLite   = "sqlite"
+	KindPostgres = "postgres"
+)
+
+// StoreURL is a parsed --store value.
+type StoreURL struct {
+	Kind string
+	// Path is the SQLite database file.
+	Path string
+	// URL is the PostgreSQL connection string (postgres://…), passed to pgx as is.
+	URL string
+	// Schema is the PostgreSQL schema for idem's tables (query parameter idem_schema, default public).
+	Schema string
+}
+
+// String returns the URL with any password masked, for messages.
+func (s StoreURL) String() string {
+	if s.Kind == KindSQLite {
+		return "sqlite://" + s.Path
+	}
+	return idem.RedactURL(s.URL)
+}
+
+// ParseStore parses sqlite://PATH (relative or absolute: sqlite:///var/lib/idem.db) and
+// postgres://… or postgresql://… URLs.
+func ParseStore(raw string) (StoreURL, error) {
+	raw = strings.TrimSpace(raw)
+	if raw == "" {
+		return StoreURL{}, errors.New("store URL is empty: use sqlite://PATH or postgres://USER@HOST:PORT/DB")
+	}
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return StoreURL{}, fmt.Errorf("store URL %q has no scheme: use sqlite://PATH or postgres://USER@HOST:PORT/DB", idem.RedactURL(raw))
+	}
+	switch strings.ToLower(scheme) {
+	case "sqlite", "sqlite3", "file":
+		path := rest
+		if i := strings.IndexByte(path, '?'); i >= 0 {
+			path = path[:i]
+		}
+		if path == "" {
+			return StoreURL{}, fmt.Errorf("store URL %q has no file path: use sqlite://PATH", raw)
+		}
+		if strings.ContainsRune(path, 0) {
+			return StoreURL{}, fmt.Errorf("store URL %q: file path contains a NUL byte", raw)
+		}
+		return StoreURL{Kind: KindSQLite, Path: filepath.Clean(path)}, nil
+	case "postgres", "postgresql":
+		u, err := url.Parse(raw)
+		if err != nil {
+			return StoreURL{}, fmt.Errorf("store URL %q is not a valid URL: %v", idem.RedactURL(raw), redactErr(err))
+		}
+		if u.Host == "" && u.Query().Get("host") == "" {
+			return StoreURL{}, fmt.Errorf("store URL %q has no host", idem.RedactURL(raw))
+		}
+		q := u.Query()
+		schema := q.Get("idem_schema")
+		q.Del("idem_schema")
+		u.RawQuery = q.Encode()
+		return StoreURL{Kind: KindPostgres, URL: u.String(), Schema: schema}, nil
+	default:
+		return StoreURL{}, fmt.Errorf("store URL %q: unknown scheme %q (want sqlite or postgres)", idem.RedactURL(raw), scheme)
+	}
+}
+
+// redactErr masks passwords that url.Parse errors repeat.
+func redactErr(err error) string { return idem.RedactURL(err.Error()) }
+
+// Broker kinds.
+const (
+	// BrokerSQL is the queue table in the store (--broker sql).
+	BrokerSQL = "sql"
+	// BrokerNATS is NATS JetStream (--broker nats://HOST:PORT).
+	BrokerNATS = "nats"
+)
+
+// BrokerURL is a parsed --broker value.
+type BrokerURL struct {
+	// Kind is BrokerSQL (the queue table in the store) or BrokerNATS.
+	Kind string
+	// URL is the NATS server URL, or a comma-separated list of them, as given.
+	URL string
+}
+
+// String returns the broker with any password or token masked, for messages.
+func (b BrokerURL) String() string {
+	if b.Kind == BrokerSQL {
+		return BrokerSQL
+	}
+	return idem.RedactURL(b.URL)
+}
+
+// ParseBroker parses "sql" and nats://HOST:PORT (also tls://, and a comma-separated list of
+// servers of one cluster, as the NATS client accepts).
+func ParseBroker(raw string) (BrokerURL, error) {
+	raw = strings.TrimSpace(raw)
+	switch {
+	case raw == BrokerSQL || raw == "sql://":
+		return BrokerURL{Kind: BrokerSQL}, nil
+	case raw == "":
+		return BrokerURL{}, errors.New("broker URL is empty: use sql (the queue table in the store) or nats://HOST:PORT")
+	}
+	for _, one := range strings.Split(raw, ",") {
+		one = strings.TrimSpace(one)
+		if !strings.Contains(one, "://") {
+			return BrokerURL{}, fmt.Errorf("broker URL %q has no scheme: use sql or nats://HOST:PORT", idem.RedactURL(raw))
+		}
+		u, err := url.Parse(one)
+		if err != nil {
+			return BrokerURL{}, fmt.Errorf("broker URL %q is not a valid URL: %v", idem.RedactURL(raw), redactErr(err))
+		}
+		switch strings.ToLower(u.Scheme) {
+		case "nats", "tls":
+			if u.Host == "" {
+				return BrokerURL{}, fmt.Errorf("broker URL %q has no host: use nats://HOST:PORT", idem.RedactURL(raw))
+			}
+		default:
+			return BrokerURL{}, fmt.Errorf("broker URL %q: unknown scheme %q (want sql or nats)", idem.RedactURL(raw), u.Scheme)
+		}
+	}
+	return BrokerURL{Kind: BrokerNATS, URL: raw}, nil
+}
+
+// Stores is an open store of either kind, with the interfaces the command needs.
+type Stores struct {
+	URL StoreURL
+	// Exactly one of SQLite and Postgres is set.
+	SQLite   *idemsqlite.Store
+	Postgres *idempg.Store
+
+	DeadLetters idem.DeadLetterStore
+	Queue       idem.QueueStore
+	Outbox      idem.OutboxRelayStore
+	Migrator    idem.Migrator
+	GC          idem.ClaimGarbageCollector
+
+	closers []func()
+}
+
+// Close closes the store and its connections.
+func (s *Stores) Close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+}
+
+// Options tunes OpenStore.
+type Options struct {
+	// MaxConns bounds the PostgreSQL pool (default 16).
+	MaxConns int32
+	// MustExist refuses to create a missing SQLite file (for commands that only read).
+	MustExist bool
+}
+
+// OpenStore parses raw and opens the store, checking that the database answers.
+func OpenStore(ctx context.Context, raw string, opts Options) (*Stores, error) {
+	su, err := ParseStore(raw)
+	if err != nil {
+		return nil, err
+	}
+	s := &Stores{URL: su}
+	switch su.Kind {
+	case KindSQLite:
+		if opts.MustExist {
+			if _, err := os.Stat(su.Path); err != nil {
+				return nil, fmt.Errorf("store %s: database file does not exist (run idem migrate first?)", su)
+			}
+		}
+		db, err := idemsqlite.Open(su.Path)
+		if err != nil {
+			return nil, fmt.Errorf("store %s: %w", su, err)
+		}
+		if err := pingSQL(ctx, db); err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("store %s: %w", su, err)
+		}
+		st := idemsqlite.New(db)
+		s.SQLite = st
+		s.DeadLetters, s.Queue, s.Outbox, s.Migrator, s.GC = st, st, st, st, st
+		s.closers = append(s.closers, func() { _ = db.Close() }, func() { _ = st.Close() })
+	case KindPostgres:
+		cfg, err := pgxpool.ParseConfig(su.URL)
+		if err != nil {
+			return nil, fmt.Errorf("store %s: %s", su, redactErr(err))
+		}
+		cfg.MaxConns = 16
+		if opts.MaxConns > 0 {
+			cfg.MaxConns = opts.MaxConns
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("store %s: %s", su, redactErr(err))
+		}
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := pool.Ping(pctx); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("store %s is unreachable: %s", su, redactErr(err))
+		}
+		st, err := idempg.NewWithConfig(pool, idempg.Config{Schema: su.Schema})
+		if err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("store %s: %w", su, err)
+		}
+		s.Postgres = st
+		s.DeadLetters, s.Queue, s.Outbox, s.Migrator, s.GC = st, st, st, st, st
+		s.closers = append(s.closers, pool.Close, func() { _ = st.Close() })
+	}
+	return s, nil
+}
+
+func pingSQL(ctx context.Context, db *sql.DB) error {
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return db.PingContext(pctx)
+}
+
+// MigrationSQL returns the SQL of the store's migrations without connecting to it (and, for
+// SQLite, without creating the file): `idem migrate --print` works before the database exists.
+func MigrationSQL(raw string) (string, error) {
+	su, err := ParseStore(raw)
+	if err != nil {
+		return "", err
+	}
+	switch su.Kind {
+	case KindSQLite:
+		// sql.Open does not connect; MigrationSQL only formats the embedded migrations.
+		db, err := sql.Open("sqlite", "file::memory:")
+		if err != nil {
+			return "", fmt.Errorf("store %s: %w", su, err)
+		}
+		defer db.Close()
+		st := idemsqlite.New(db)
+		defer st.Close()
+		return st.MigrationSQL(), nil
+	default:
+		st, err := idempg.NewWithConfig(nil, idempg.Config{Schema: su.Schema})
+		if err != nil {
+			return "", fmt.Errorf("store %s: %w", su, err)
+		}
+		return st.MigrationSQL(), nil
+	}
+}
+
+// Broker is an open --broker: the sink that publishes to it, and the JetStream client when it
+// is NATS.
+type Broker struct {
+	URL  BrokerURL
+	Sink idem.Sink
+	// JetStream is set for BrokerNATS.
+	JetStream jetstream.JetStream
+
+	closers []func()
+}
+
+// Close closes the sink and the broker connection.
+func (b *Broker) Close() {
+	for i := len(b.closers) - 1; i >= 0; i-- {
+		b.closers[i]()
+	}
+}
+
+// BrokerOptions tunes OpenBroker.
+type BrokerOptions struct {
+	// Name is the client name the NATS server shows for the connection (default "idem").
+	Name string
+	// Reconnect keeps reconnecting forever after a lost connection, for daemons; one-shot
+	// commands leave it off and fail instead.
+	Reconnect bool
+}
+
+// OpenBroker parses raw and opens the broker it names: BrokerSQL publishes into the queue table
+// of stores (which must be open), BrokerNATS connects to the server and publishes to JetStream.
+func OpenBroker(ctx context.Context, raw string, stores *Stores, opts BrokerOptions) (*Broker, error) {
+	bu, err := ParseBroker(raw)
+	if err != nil {
+		return nil, err
+	}
+	b := &Broker{URL: bu}
+	switch bu.Kind {
+	case BrokerSQL:
+		if stores == nil || stores.Queue == nil {
+			return nil, errors.New("broker sql needs an open store (its queue table)")
+		}
+		sink := idemqueue.NewSink(stores.Queue)
+		b.Sink = sink
+		b.closers = append(b.closers, func() { _ = sink.Close() })
+	case BrokerNATS:
+		name := opts.Name
+		if name == "" {
+			name = "idem"
+		}
+		nopts := []nats.Option{nats.Name(name), nats.Timeout(5 * time.Second)}
+		if opts.Reconnect {
+			nopts = append(nopts, nats.MaxReconnects(-1))
+		}
+		if dl, ok := ctx.Deadline(); ok {
+			nopts = append(nopts, nats.Timeout(time.Until(dl)))
+		}
+		nc, err := nats.Connect(bu.URL, nopts...)
+		if err != nil {
+			return nil, fmt.Errorf("broker %s is unreachable: %s", bu, redactErr(err))
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("broker %s: JetStream: %s", bu, redactErr(err))
+		}
+		sink := idemnats.NewSink(js)
+		b.Sink, b.JetStream = sink, js
+		b.closers = append(b.closers, nc.Close, func() { _ = sink.Close() })
+	}
+	return b, nil
+}

@@ -1,0 +1,125 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem"
+)
+
+// ExerciseBatch runs the batched path (Consumer.ProcessBatch) against stores built by factory,
+// which must implement idem.BatchStore: every semantic of the single-event path must hold when
+// many events share one transaction.
+func ExerciseBatch[TTx any](t *testing.T, factory Factory[TTx]) {
+	t.Helper()
+	ctx := context.Background()
+	run := func(name string, fn func(s *suite[TTx])) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			fn(&suite[TTx]{t: t, b: factory(t), ctx: ctx})
+		})
+	}
+	batched := func(cfg *idem.ConsumerConfig[TTx]) { cfg.Batch = idem.BatchConfig{Enabled: true} }
+
+	run("MixedBatchTakesEachPath", func(s *suite[TTx]) {
+		s.wallet("w1")
+		c := s.consumer("ledger@v1", func(cfg *idem.ConsumerConfig[TTx]) {
+			batched(cfg)
+			inner := cfg.Handler
+			cfg.Handler = func(ctx context.Context, tx TTx, msg idem.Message) error {
+				switch msg.EventID {
+				case "fail":
+					if err := inner(ctx, tx, msg); err != nil { // written, then rolled back alone
+						return err
+					}
+					return errors.New("downstream timeout")
+				case "panic":
+					panic("bug")
+				}
+				return inner(ctx, tx, msg)
+			}
+		})
+		_, err := c.Process(s.ctx, PaymentMessage("acme", "old", Payment{Wallet: "w1", Amount: 1}))
+		require.NoError(s.t, err)
+		msgs := []idem.Message{
+			PaymentMessage("acme", "a", Payment{Wallet: "w1", Amount: 10}),
+			PaymentMessage("acme", "old", Payment{Wallet: "w1", Amount: 1}),    // duplicate
+			PaymentMessage("acme", "old", Payment{Wallet: "w1", Amount: 99}),   // same key twice in a batch, and key reuse
+			PaymentMessage("acme", "fail", Payment{Wallet: "w1", Amount: 100}), // rolls back alone
+			PaymentMessage("acme", "panic", Payment{Wallet: "w1", Amount: 100}),
+			PaymentMessage("acme", "nowallet", Payment{Wallet: "missing", Amount: 100}), // precondition
+			{EventID: "", Tenant: "acme", Payload: []byte(`{}`)},                        // invalid
+			PaymentMessage("acme", "b", Payment{Wallet: "w1", Amount: 20}),
+		}
+		rs := c.ProcessBatch(s.ctx, msgs)
+		require.Len(s.t, rs, len(msgs))
+		want := []idem.Outcome{idem.OutcomeProcessed, idem.OutcomeDuplicate, idem.OutcomeKeyReuse, idem.OutcomeFailed,
+			idem.OutcomeFailed, idem.OutcomeFailed, idem.OutcomeFailed, idem.OutcomeProcessed}
+		for i, r := range rs {
+			require.Equal(s.t, want[i], r.Outcome, "message %d (%s): %v", i, msgs[i].EventID, r.Err)
+		}
+		require.Equal(s.t, idem.ClassTransient, rs[3].Class)
+		require.Equal(s.t, idem.ReasonHandlerPanic, rs[4].Reason)
+		require.ErrorIs(s.t, rs[5].Err, idem.ErrNoRows)
+		require.Equal(s.t, idem.ReasonInvalidPayload, rs[6].Reason)
+		for id, n := range map[string]int64{"a": 1, "old": 1, "fail": 0, "panic": 0, "nowallet": 0, "b": 1} {
+			require.EqualValues(s.t, n, s.ledger(id), "ledger rows of %s", id)
+			require.EqualValues(s.t, n, s.claims(idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: id}), "claims of %s", id)
+		}
+		require.EqualValues(s.t, 31, s.balance("w1"))
+
+		// The failed one applies once when redelivered.
+		c2 := s.consumer("ledger@v1", batched)
+		rs = c2.ProcessBatch(s.ctx, []idem.Message{PaymentMessage("acme", "fail", Payment{Wallet: "w1", Amount: 100}), PaymentMessage("acme", "a", Payment{Wallet: "w1", Amount: 10})})
+		require.Equal(s.t, idem.OutcomeProcessed, rs[0].Outcome)
+		require.Equal(s.t, idem.OutcomeDuplicate, rs[1].Outcome)
+		require.EqualValues(s.t, 131, s.balance("w1"))
+	})
+
+	run("ConcurrentOverlappingBatchesApplyOnce", func(s *suite[TTx]) {
+		s.wallet("w1")
+		c := s.consumer("ledger@v1", batched)
+		const events, workers = 60, 4
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		processed := 0
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// Each worker delivers every event, in its own order, in batches of 15.
+				msgs := make([]idem.Message, 0, events)
+				for i := range events {
+					j := (i*7 + w*13) % events
+					msgs = append(msgs, PaymentMessage("acme", fmt.Sprintf("evt-%d", j), Payment{Wallet: "w1", Amount: 1}))
+				}
+				for start := 0; start < events; start += 15 {
+					batch := msgs[start : start+15]
+					for k, r := range c.ProcessBatch(s.ctx, batch) {
+						for try := 0; r.Outcome == idem.OutcomeFailed && r.Class == idem.ClassTransient && try < 5; try++ {
+							// A deadlock between overlapping batches: retried, as Run would.
+							r = c.ProcessBatch(s.ctx, []idem.Message{batch[k]})[0]
+						}
+						mu.Lock()
+						if r.Outcome == idem.OutcomeProcessed {
+							processed++
+						}
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		bal := s.balance("w1")
+		require.EqualValues(s.t, events, bal, "every event applied")
+		for i := range events {
+			require.LessOrEqual(s.t, s.ledger(fmt.Sprintf("evt-%d", i)), int64(1), "evt-%d applied at most once", i)
+		}
+		require.EqualValues(s.t, processed, bal, "every processed outcome is exactly one effect")
+	})
+}
