@@ -17,6 +17,8 @@ type Consumer[TTx any] struct {
 	store    Store[TTx]
 	cfg      ConsumerConfig[TTx]
 	redactor *Redactor
+	// bucket is the store's claim bucket (0 for a plain inbox).
+	bucket time.Duration
 }
 
 // NewConsumer validates cfg (after WithDefaults) and returns a consumer over store.
@@ -31,7 +33,11 @@ func NewConsumer[TTx any](store Store[TTx], cfg ConsumerConfig[TTx]) (*Consumer[
 	if _, ok := store.(BatchStore[TTx]); cfg.Batch.Enabled && !ok {
 		return nil, fmt.Errorf("idem: consumer config: %w", errNotBatchStore)
 	}
-	return &Consumer[TTx]{store: store, cfg: cfg, redactor: NewRedactor(cfg.Redact)}, nil
+	c := &Consumer[TTx]{store: store, cfg: cfg, redactor: NewRedactor(cfg.Redact)}
+	if b, ok := store.(BucketedStore); ok {
+		c.bucket = b.ClaimBucket()
+	}
+	return c, nil
 }
 
 // Name returns the consumer's full name with effect version.
@@ -53,6 +59,9 @@ type Result struct {
 	Class Class
 	// Reason is the dead-letter reason Err calls for when it is permanent.
 	Reason Reason
+
+	// bucket is the claim's time bucket on a partitioned inbox.
+	bucket time.Time
 }
 
 // Process runs one delivery of msg through the core path and reports the outcome. It does not
@@ -129,6 +138,13 @@ func (c *Consumer[TTx]) prepare(ctx context.Context, msg Message, now time.Time)
 		return fail(Permanent(fmt.Errorf("%w: event %s from %s is older than retention %v", ErrTooOld, msg.EventID, t.UTC().Format(time.RFC3339), c.cfg.Retention)), ReasonTooOld)
 	}
 
+	if c.bucket > 0 {
+		if msg.OccurredAt.IsZero() {
+			return fail(Permanent(fmt.Errorf("%w: event %s has no occurrence time, which the partitioned inbox needs to place its claim", ErrInvalidPayload, msg.EventID)), ReasonInvalidPayload)
+		}
+		res.bucket = msg.OccurredAt.UTC().Truncate(c.bucket)
+	}
+
 	fp, err := ComputeFingerprint(msg, c.cfg.Fingerprint)
 	if err != nil {
 		return fail(Permanent(err), ReasonInvalidPayload)
@@ -154,7 +170,7 @@ func (c *Consumer[TTx]) process(ctx context.Context, msg Message, settle func(ct
 	}
 	var status ClaimStatus
 	err := c.store.InTx(ctx, func(ctx context.Context, tx TTx) (err error) {
-		cr, err := c.store.ClaimTx(ctx, tx, ClaimParams{Key: res.Key, Fingerprint: res.Fingerprint, Now: now})
+		cr, err := c.store.ClaimTx(ctx, tx, ClaimParams{Key: res.Key, Fingerprint: res.Fingerprint, Now: now, Bucket: res.bucket})
 		if err != nil {
 			return fmt.Errorf("idem: claim %s: %w", res.Key, err)
 		}

@@ -17,6 +17,19 @@ import (
 // many events share one transaction.
 func ExerciseBatch[TTx any](t *testing.T, factory Factory[TTx]) {
 	t.Helper()
+	for _, savepoints := range []bool{false, true} {
+		name := "Optimistic"
+		if savepoints {
+			name = "Savepoints"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			exerciseBatch(t, factory, savepoints)
+		})
+	}
+}
+
+func exerciseBatch[TTx any](t *testing.T, factory Factory[TTx], savepoints bool) {
 	ctx := context.Background()
 	run := func(name string, fn func(s *suite[TTx])) {
 		t.Run(name, func(t *testing.T) {
@@ -24,7 +37,9 @@ func ExerciseBatch[TTx any](t *testing.T, factory Factory[TTx]) {
 			fn(&suite[TTx]{t: t, b: factory(t), ctx: ctx})
 		})
 	}
-	batched := func(cfg *idem.ConsumerConfig[TTx]) { cfg.Batch = idem.BatchConfig{Enabled: true} }
+	batched := func(cfg *idem.ConsumerConfig[TTx]) {
+		cfg.Batch = idem.BatchConfig{Enabled: true, Savepoints: savepoints}
+	}
 
 	run("MixedBatchTakesEachPath", func(s *suite[TTx]) {
 		s.wallet("w1")

@@ -1,0 +1,193 @@
+package idemrelay
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/retry"
+)
+
+// Defaults for Config.
+const (
+	// BatchSizeDefault is how many outbox rows one round fetches, and the most one Publish call
+	// carries.
+	BatchSizeDefault = 100
+	// PollIntervalDefault bounds an idle wait when no notification arrives (SQLite has none, and
+	// a PostgreSQL notification can be lost with its connection).
+	PollIntervalDefault = time.Second
+	// LeaseTTLDefault is how long a partition or membership lease lasts without renewal; it is
+	// renewed at a third, so a dead relay's partitions are taken over within about this long.
+	LeaseTTLDefault = 10 * time.Second
+	// LeaseTTLMin keeps the renewal period (a third of the TTL) above timer and database noise.
+	LeaseTTLMin = 30 * time.Millisecond
+	// RetentionDefault is how long published rows are kept (for inspection) before deletion.
+	RetentionDefault = 24 * time.Hour
+	// GCBatchDefault bounds one delete of published rows, so that a large backlog never holds
+	// long locks.
+	GCBatchDefault = 1000
+	// GCIntervalDefault is how often published rows older than the retention are deleted.
+	GCIntervalDefault = time.Minute
+)
+
+// Names the relay writes into shared tables.
+const (
+	// ConsumerName is the consumer name of the relay's dead letters, so operators can list them
+	// apart from the consumers' (`idem dlq list --consumer relay`).
+	ConsumerName = "relay"
+	// MemberLeasePrefix starts the name of each relay's membership lease ("relay/member/<ID>");
+	// the relays count the live ones to compute their fair share of partitions.
+	MemberLeasePrefix = "relay/member/"
+	// PartitionLeasePrefix starts the name of each partition's lease ("relay/partition/<k>");
+	// whoever holds it is the only relay publishing that partition's rows.
+	PartitionLeasePrefix = "relay/partition/"
+	// SourcePrefix starts the Source of the relay's dead letters: "outbox:<outbox topic>".
+	SourcePrefix = "outbox:"
+)
+
+// maxIDLen bounds Config.ID, which is stored in lease names and owners.
+const maxIDLen = 200
+
+// Observer receives the relay's outcomes, for metrics. Implementations must be safe for
+// concurrent use and must not block.
+type Observer interface {
+	// Published is called after n rows were published and marked published; lag is how long
+	// the oldest of them waited in the outbox.
+	Published(n int, lag time.Duration)
+	// Failed is called once per row whose publish failed; class is how the error was classified
+	// and dead reports that the row was dead-lettered rather than scheduled for another attempt.
+	Failed(topic string, class idem.Class, dead bool)
+}
+
+// Config configures a Relay. Zero fields take the documented defaults (see WithDefaults);
+// validation names the field of every error.
+type Config struct {
+	// ID identifies this relay in its leases (default "<hostname>-<pid>-<random hex>"). It must
+	// be unique among the relays sharing a database: two processes with one ID would both
+	// believe they own the same partitions.
+	ID string
+	// BatchSize is how many rows one round fetches (default BatchSizeDefault). When rows held
+	// back behind a not-yet-due row fill a whole batch, the relay fetches more next round (up to
+	// 64 times as many) so that the other keys of those partitions are not starved.
+	BatchSize int
+	// PollInterval bounds an idle wait between rounds (default PollIntervalDefault).
+	PollInterval time.Duration
+	// LeaseTTL is the lifetime of the partition and membership leases (default LeaseTTLDefault,
+	// at least LeaseTTLMin); they are renewed every LeaseTTL/3. A publish must finish within the
+	// lease it started under (at least two thirds of LeaseTTL after a renewal): a slower one is
+	// cut off and counts as a transient failure, so raise LeaseTTL for slow sinks.
+	LeaseTTL time.Duration
+	// Retry bounds publish retries of one row, counted from its creation: after the budget, or
+	// at once on a permanent error, the row is marked dead and a dead letter is written
+	// (consumer ConsumerName, reason retries_exhausted or permanent_error).
+	Retry retry.Policy
+	// Retention is how long published rows are kept before they are deleted (default
+	// RetentionDefault).
+	Retention time.Duration
+	// GCBatch bounds one delete of published rows (default GCBatchDefault).
+	GCBatch int
+	// GCInterval is how often published rows are deleted, starting at Run (default
+	// GCIntervalDefault).
+	GCInterval time.Duration
+	// Topic maps an outbox row to the sink topic it is published to (default: its Topic). An
+	// empty result is a permanent error for that row.
+	Topic func(idem.Outgoing) string
+	// Redact configures the masking of secrets in dead-letter errors and logs.
+	Redact idem.RedactConfig
+	// Logger receives the relay's log lines (default slog.Default()).
+	Logger *slog.Logger
+	// Observer, when set, receives publish and failure counts.
+	Observer Observer
+	// Now returns the current time (default time.Now). Lease times are computed from it, so all
+	// relays of a database need reasonably synchronised clocks.
+	Now func() time.Time
+	// Rand is the retry jitter source (default a private math/rand/v2 source per decision).
+	Rand retry.Rand
+}
+
+// WithDefaults returns a copy of c with its zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.ID == "" {
+		c.ID = defaultID()
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = BatchSizeDefault
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = PollIntervalDefault
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = LeaseTTLDefault
+	}
+	c.Retry = c.Retry.WithDefaults()
+	if c.Retention == 0 {
+		c.Retention = RetentionDefault
+	}
+	if c.GCBatch == 0 {
+		c.GCBatch = GCBatchDefault
+	}
+	if c.GCInterval == 0 {
+		c.GCInterval = GCIntervalDefault
+	}
+	if c.Topic == nil {
+		c.Topic = func(o idem.Outgoing) string { return o.Topic }
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Validate reports every invalid field of a config that WithDefaults has filled in.
+func (c Config) Validate() error {
+	var errs []error
+	if c.ID == "" || len(c.ID) > maxIDLen {
+		errs = append(errs, fmt.Errorf("ID %q: want 1 to %d bytes", c.ID, maxIDLen))
+	}
+	if c.BatchSize < 1 {
+		errs = append(errs, fmt.Errorf("BatchSize is %d, want > 0", c.BatchSize))
+	}
+	if c.PollInterval <= 0 {
+		errs = append(errs, fmt.Errorf("PollInterval is %v, want > 0", c.PollInterval))
+	}
+	if c.LeaseTTL < LeaseTTLMin {
+		errs = append(errs, fmt.Errorf("LeaseTTL is %v, want at least %v", c.LeaseTTL, LeaseTTLMin))
+	}
+	if err := c.Retry.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("Retry: %w", err))
+	}
+	if c.Retention <= 0 {
+		errs = append(errs, fmt.Errorf("Retention is %v, want > 0", c.Retention))
+	}
+	if c.GCBatch < 1 {
+		errs = append(errs, fmt.Errorf("GCBatch is %d, want > 0", c.GCBatch))
+	}
+	if c.GCInterval <= 0 {
+		errs = append(errs, fmt.Errorf("GCInterval is %v, want > 0", c.GCInterval))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("idemrelay: config: %w", errors.Join(errs...))
+}
+
+// defaultID is "<hostname>-<pid>-<8 random hex digits>": readable in lease tables, and unique
+// even when two relays start in one container image with the same hostname and pid.
+func defaultID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "relay"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
+}

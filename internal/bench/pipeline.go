@@ -1,0 +1,211 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemnats"
+	"github.com/idemkit/idem/idemqueue"
+)
+
+// latencies is an idem.Observer that records, for each processed event, the time from its
+// publish to the consumer's commit, and counts processed events.
+type latencies struct {
+	mu        sync.Mutex
+	published map[string]time.Time
+	lat       []time.Duration
+	processed atomic.Int64
+	done      chan struct{}
+	want      int64
+}
+
+func (l *latencies) publishedAt(id string, t time.Time) {
+	l.mu.Lock()
+	l.published[id] = t
+	l.mu.Unlock()
+}
+
+func (l *latencies) Observe(ev idem.Event) {
+	if ev.Outcome != idem.OutcomeProcessed {
+		return
+	}
+	now := time.Now()
+	l.mu.Lock()
+	if t, ok := l.published[ev.EventID]; ok {
+		l.lat = append(l.lat, now.Sub(t))
+	}
+	l.mu.Unlock()
+	if l.processed.Add(1) == l.want {
+		close(l.done)
+	}
+}
+
+func (l *latencies) Paused(string) {}
+
+// pipeline publishes n events through sink (in chunks, as a producer would) while a consumer
+// with workers runs over src, and measures throughput, latency and the steady-state heap.
+func (e *env) pipeline(ctx context.Context, name string, workers, batch int, src idem.Source, publish func(ctx context.Context, msgs []idem.Message) error) (Result, error) {
+	n := e.opts.Events
+	lat := &latencies{published: make(map[string]time.Time, n), done: make(chan struct{}), want: int64(n)}
+	cfg := idem.ConsumerConfig[pgx.Tx]{
+		Name:    "pipeline@v1",
+		Workers: workers,
+		Handler: func(ctx context.Context, tx pgx.Tx, msg idem.Message) error {
+			return e.credit(ctx, tx, msg.EventID, walletOf(msg, e.opts.Wallets))
+		},
+		Observer: lat,
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	if batch > 1 {
+		cfg.Batch = idem.BatchConfig{Enabled: true, Size: batch}
+	}
+	c, err := idem.NewConsumer(e.store, cfg)
+	if err != nil {
+		return Result{}, err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	runErr := make(chan error, 1)
+	go func() { runErr <- c.Run(runCtx, src) }()
+
+	var heapSum, heapN uint64
+	sampleDone := make(chan struct{})
+	go func() {
+		defer close(sampleDone)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		var ms runtime.MemStats
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-t.C:
+				runtime.ReadMemStats(&ms)
+				heapSum += ms.HeapInuse
+				heapN++
+			}
+		}
+	}()
+
+	msgs := e.messages(n)
+	start := time.Now()
+	for i := 0; i < n; i += 200 {
+		part := msgs[i:min(i+200, n)]
+		now := time.Now()
+		for _, m := range part {
+			lat.publishedAt(m.EventID, now)
+		}
+		if err := publish(ctx, part); err != nil {
+			return Result{}, fmt.Errorf("%s: publish: %w", name, err)
+		}
+	}
+	select {
+	case <-lat.done:
+	case err := <-runErr:
+		return Result{}, fmt.Errorf("%s: consumer stopped: %v", name, err)
+	case <-time.After(5 * time.Minute):
+		return Result{}, fmt.Errorf("%s: %d of %d events processed after 5 minutes", name, lat.processed.Load(), n)
+	}
+	d := time.Since(start)
+	goroutines := runtime.NumGoroutine()
+	stop()
+	<-runErr
+	<-sampleDone
+	r := result(name, workers, batch, n, d)
+	lat.mu.Lock()
+	r.P50MS, r.P99MS = percentiles(lat.lat)
+	lat.mu.Unlock()
+	if heapN > 0 {
+		r.HeapMiB = float64(heapSum/heapN) / (1 << 20)
+	}
+	r.Goroutines = goroutines
+	return r, nil
+}
+
+func (e *env) pipelineQueue(ctx context.Context, workers, batch int) (Result, error) {
+	queue := "bench_" + randHex(4)
+	src, err := idemqueue.NewSource(e.store, idemqueue.SourceConfig{Queue: queue})
+	if err != nil {
+		return Result{}, err
+	}
+	return e.pipeline(ctx, "pipeline_queue", workers, batch, src, func(ctx context.Context, msgs []idem.Message) error {
+		return e.store.QueuePublish(ctx, queue, msgs...)
+	})
+}
+
+func (e *env) pipelineJetStream(ctx context.Context, workers, batch int) (Result, error) {
+	nc, err := nats.Connect(e.opts.NATSURL)
+	if err != nil {
+		return Result{}, fmt.Errorf("pipeline_jetstream: connect to %s: %w", idem.RedactURL(e.opts.NATSURL), err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return Result{}, err
+	}
+	id := randHex(4)
+	stream, subject := "IDEMBENCH_"+strings.ToUpper(id), "idembench."+id
+	if _, err := idemnats.EnsureStream(ctx, js, jetstream.StreamConfig{Name: stream, Subjects: []string{subject}, Storage: jetstream.FileStorage}); err != nil {
+		return Result{}, err
+	}
+	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), stream) }()
+	src, err := idemnats.NewSource(ctx, js, idemnats.SourceConfig{Stream: stream, Durable: "bench", MaxWait: time.Second})
+	if err != nil {
+		return Result{}, err
+	}
+	defer func() { _ = src.Close() }()
+	sink := idemnats.NewSink(js)
+	return e.pipeline(ctx, "pipeline_jetstream", workers, batch, src, func(ctx context.Context, msgs []idem.Message) error {
+		return sink.Publish(ctx, subject, msgs...)
+	})
+}
+
+// largeInbox measures the per-event and batched paths on an empty inbox, then again after
+// preloading LargeInboxClaims claims, in the same schema.
+func (e *env) largeInbox(ctx context.Context) ([]Result, error) {
+	var out []Result
+	measure := func(claims int) error {
+		r, err := e.perEvent(ctx, 8, "large_inbox")
+		if err != nil {
+			return err
+		}
+		r.Inbox, r.Claims = "plain", claims
+		out = append(out, r)
+		r, err = e.batched(ctx, 8, 100, "large_inbox")
+		if err != nil {
+			return err
+		}
+		r.Inbox, r.Claims = "plain", claims
+		out = append(out, r)
+		return nil
+	}
+	if err := measure(0); err != nil {
+		return out, err
+	}
+	n := e.opts.LargeInboxClaims
+	e.opts.Logf("large_inbox: preloading %d claims…", n)
+	for done := 0; done < n; done += 1_000_000 {
+		step := min(1_000_000, n-done)
+		if _, err := e.pool.Exec(ctx, `INSERT INTO `+e.schema+`.idem_claims (tenant, consumer, event_id, fingerprint, created_at)
+			SELECT 'bench', 'ledger@v1', 'pre-' || g, decode(md5(g::text) || md5(g::text), 'hex'), now()
+			FROM generate_series($1::bigint, $2::bigint) g`, done, done+step-1); err != nil {
+			return out, fmt.Errorf("large_inbox: preload: %w", err)
+		}
+	}
+	if _, err := e.pool.Exec(ctx, `VACUUM ANALYZE `+e.schema+`.idem_claims`); err != nil {
+		return out, err
+	}
+	return out, measure(n)
+}
