@@ -44,6 +44,10 @@ type Options struct {
 	Cases []string
 	// LargeInboxClaims is how many claims the large_inbox case preloads (default 10,000,000).
 	LargeInboxClaims int
+	// OfferedRate is the outbox_e2e case's fixed offered rate in events/s (default 500), held for
+	// OfferedSeconds (default 10).
+	OfferedRate    int
+	OfferedSeconds float64
 	// Wallets spreads balance updates so that row locks do not serialise workers (default 1000).
 	Wallets int
 	// Logf reports progress (default discards).
@@ -62,10 +66,16 @@ func (o Options) WithDefaults() Options {
 		o.BatchSizes = []int{10, 100, 500}
 	}
 	if len(o.Cases) == 0 {
-		o.Cases = []string{"baseline", "ceiling", "per_event", "batched", "pipeline_queue", "pipeline_jetstream", "memory"}
+		o.Cases = []string{"baseline", "ceiling", "per_event", "batched", "pipeline_queue", "pipeline_jetstream", "outbox_e2e", "memory"}
 	}
 	if o.LargeInboxClaims == 0 {
 		o.LargeInboxClaims = 10_000_000
+	}
+	if o.OfferedRate == 0 {
+		o.OfferedRate = 500
+	}
+	if o.OfferedSeconds == 0 {
+		o.OfferedSeconds = 10
 	}
 	if o.Wallets == 0 {
 		o.Wallets = 1000
@@ -94,10 +104,10 @@ func (o Options) Validate() error {
 			return fmt.Errorf("bench: batch size %d: want 1..10000", b)
 		}
 	}
-	known := map[string]bool{"baseline": true, "ceiling": true, "per_event": true, "batched": true, "pipeline_queue": true, "pipeline_jetstream": true, "memory": true, "large_inbox": true}
+	known := map[string]bool{"baseline": true, "ceiling": true, "per_event": true, "batched": true, "pipeline_queue": true, "pipeline_jetstream": true, "outbox_e2e": true, "memory": true, "large_inbox": true}
 	for _, c := range o.Cases {
 		if !known[c] {
-			return fmt.Errorf("bench: unknown case %q (known: baseline, ceiling, per_event, batched, large_inbox, pipeline_queue, pipeline_jetstream, memory)", c)
+			return fmt.Errorf("bench: unknown case %q (known: baseline, ceiling, per_event, batched, large_inbox, pipeline_queue, pipeline_jetstream, outbox_e2e, memory)", c)
 		}
 	}
 	return nil
@@ -139,6 +149,8 @@ type env struct {
 	store  *idempg.Store
 	opts   Options
 	seq    atomic.Int64
+	// pace, when set, makes pipeline offer one event per pace instead of publishing in bulk.
+	pace time.Duration
 }
 
 func randHex(n int) string {
@@ -333,6 +345,11 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 			if err := add(e.pipelineJetStream(ctx, 8, batch)); err != nil {
 				return out, err
 			}
+		}
+	}
+	if want("outbox_e2e") && opts.NATSURL != "" {
+		if err := add(e.outboxE2E(ctx, opts.OfferedRate, opts.OfferedSeconds)); err != nil {
+			return out, err
 		}
 	}
 	if want("large_inbox") {

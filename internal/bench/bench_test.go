@@ -19,9 +19,9 @@ func TestSmoke(t *testing.T) {
 	rs, err := Run(ctx, Options{
 		PostgresURL: testenv.Postgres(t), NATSURL: testenv.NATS(t),
 		Events: 200, Concurrency: []int{1, 8}, BatchSizes: []int{10, 100},
-		Cases:            []string{"baseline", "ceiling", "per_event", "batched", "pipeline_queue", "pipeline_jetstream", "memory", "large_inbox"},
-		LargeInboxClaims: 20000,
-		Logf:             t.Logf,
+		Cases:            []string{"baseline", "ceiling", "per_event", "batched", "pipeline_queue", "pipeline_jetstream", "outbox_e2e", "memory", "large_inbox"},
+		LargeInboxClaims: 20000, OfferedRate: 100, OfferedSeconds: 2,
+		Logf: t.Logf,
 	})
 	require.NoError(t, err)
 	cases := map[string]bool{}
@@ -29,7 +29,7 @@ func TestSmoke(t *testing.T) {
 		cases[r.Case] = true
 		require.Positive(t, r.EventsPerS, "%+v", r)
 	}
-	for _, c := range []string{"baseline", "ceiling", "per_event", "batched", "pipeline_queue", "pipeline_jetstream", "memory_batched", "large_inbox"} {
+	for _, c := range []string{"baseline", "ceiling", "per_event", "batched", "pipeline_queue", "pipeline_jetstream", "outbox_e2e", "memory_batched", "large_inbox"} {
 		require.True(t, cases[c], "case %s ran", c)
 	}
 	names := map[string]bool{}

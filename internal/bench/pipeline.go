@@ -56,8 +56,11 @@ func (l *latencies) Paused(string) {}
 
 // pipeline publishes n events through sink (in chunks, as a producer would) while a consumer
 // with workers runs over src, and measures throughput, latency and the steady-state heap.
-func (e *env) pipeline(ctx context.Context, name string, workers, batch int, src idem.Source, publish func(ctx context.Context, msgs []idem.Message) error) (Result, error) {
+func (e *env) pipeline(ctx context.Context, name string, workers, batch int, src idem.Source, publish func(ctx context.Context, msgs []idem.Message) error, events ...int) (Result, error) {
 	n := e.opts.Events
+	if len(events) > 0 {
+		n = events[0]
+	}
 	lat := &latencies{published: make(map[string]time.Time, n), done: make(chan struct{}), want: int64(n)}
 	cfg := idem.ConsumerConfig[pgx.Tx]{
 		Name:    "pipeline@v1",
@@ -101,11 +104,27 @@ func (e *env) pipeline(ctx context.Context, name string, workers, batch int, src
 
 	msgs := e.messages(n)
 	start := time.Now()
+	nextAt := start
 	for i := 0; i < n; i += 200 {
 		part := msgs[i:min(i+200, n)]
 		now := time.Now()
 		for _, m := range part {
 			lat.publishedAt(m.EventID, now)
+		}
+		if e.pace > 0 {
+			// A fixed offered rate: each event's clock starts when its producer transaction
+			// begins.
+			for _, m := range part {
+				if d := time.Until(nextAt); d > 0 {
+					time.Sleep(d)
+				}
+				nextAt = nextAt.Add(e.pace)
+				lat.publishedAt(m.EventID, time.Now())
+				if err := publish(ctx, []idem.Message{m}); err != nil {
+					return Result{}, fmt.Errorf("%s: publish: %w", name, err)
+				}
+			}
+			continue
 		}
 		if err := publish(ctx, part); err != nil {
 			return Result{}, fmt.Errorf("%s: publish: %w", name, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/idemkit/idem/internal/testenv"
@@ -20,7 +21,9 @@ func TestFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range Ratios(rs) {
-		t.Logf("%-45s %8.2f  target %s%.2f  ok=%v", r.Name, r.Value, map[bool]string{true: ">=", false: "<="}[r.Min], r.Target, r.OK)
+	var b strings.Builder
+	if err := WriteTable(&b, rs, Ratios(rs)); err != nil {
+		t.Fatal(err)
 	}
+	t.Log("\n" + b.String())
 }
