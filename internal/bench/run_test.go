@@ -2,10 +2,12 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem/internal/testenv"
 )
@@ -26,4 +28,36 @@ func TestFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log("\n" + b.String())
+}
+
+// TestSoak runs the soak when IDEM_SOAK=1:
+// IDEM_SOAK=1 IDEM_SOAK_DURATION=10m go test -run TestSoak -v -timeout 30m ./internal/bench
+func TestSoak(t *testing.T) {
+	if os.Getenv("IDEM_SOAK") != "1" {
+		t.Skip("set IDEM_SOAK=1 (and IDEM_SOAK_DURATION) to run the soak")
+	}
+	d, err := time.ParseDuration(os.Getenv("IDEM_SOAK_DURATION"))
+	if err != nil {
+		d = time.Minute
+	}
+	rep, err := Soak(context.Background(), SoakOptions{PostgresURL: testenv.Postgres(t), NATSURL: testenv.NATS(t), Duration: d, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := json.MarshalIndent(rep, "", "  ")
+	t.Logf("%s", out)
+	if !rep.BooksBalance {
+		t.Fatalf("books do not balance: double %d lost %d", rep.DoubleApply, rep.Lost)
+	}
+}
+
+func TestSoakShort(t *testing.T) {
+	t.Parallel()
+	rep, err := Soak(context.Background(), SoakOptions{PostgresURL: testenv.Postgres(t), NATSURL: testenv.NATS(t), Rate: 100, Duration: 3 * time.Second, Sample: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.BooksBalance || rep.Events < 200 || len(rep.Samples) < 3 {
+		t.Fatalf("short soak: %+v", rep)
+	}
 }
