@@ -94,3 +94,22 @@ func ComputeFingerprint(msg Message, cfg FingerprintConfig) (Fingerprint, error)
 // errEmptyEventID is returned for a message without an event id: without identity there is no
 // way to recognise its redelivery.
 var errEmptyEventID = errors.New("event id is empty")
+
+// rawFingerprint hashes the type and the payload bytes as they are. The runtime uses it for a
+// dead letter rejected before its fingerprint was computed (no event id, too large, not
+// authenticated), so that two different rejected messages never share a pending dead letter.
+func rawFingerprint(msg Message) Fingerprint {
+	h := sha256.New()
+	for _, s := range []string{fpTagRaw, msg.Type, string(msg.Payload)} {
+		var n [8]byte
+		l := uint64(len(s))
+		for i := range n {
+			n[i] = byte(l >> (8 * i))
+		}
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	var fp Fingerprint
+	h.Sum(fp[:0])
+	return fp
+}

@@ -24,7 +24,7 @@ const truncatedMarker = "…(truncated)"
 // (so "X-Api-Key", "api_key" and "apiKey" all match "apikey").
 var defaultSecretNames = []string{"authorization", "cookie", "set-cookie", "password", "passwd",
 	"secret", "token", "api_key", "apikey", "access_token", "refresh_token", "client_secret",
-	"card_number", "cvv", "private_key", "signature"}
+	"card_number", "cvv", "private_key"}
 
 // DefaultSecretNames returns a copy of the names masked when RedactConfig.Names is nil, so that a
 // caller can extend or trim the list without touching the defaults.

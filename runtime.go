@@ -354,10 +354,14 @@ func (r *runner[TTx]) deadLetter(ctx context.Context, d Delivery, msg Message, r
 	if res.Err != nil {
 		errText = r.c.redactor.Text(res.Err.Error())
 	}
+	fp := res.Fingerprint
+	if fp.IsZero() {
+		fp = rawFingerprint(msg)
+	}
 	dl := DeadLetter{
 		Consumer:    cfg.Name,
 		Message:     msg,
-		Fingerprint: res.Fingerprint,
+		Fingerprint: fp,
 		Reason:      reason,
 		Error:       errText,
 		Attempts:    msg.Attempt,

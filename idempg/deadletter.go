@@ -26,9 +26,9 @@ const listLimitDefault = 100
 // same statement (INSERT … ON CONFLICT … DO UPDATE), keeping its first failure time. A zero
 // FirstFailed is now, a zero LastFailed is FirstFailed.
 func (s *Store) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.DeadLetter, error) {
-	if dl.Message.EventID == "" {
-		return idem.DeadLetter{}, fmt.Errorf("idempg: insert dead letter of consumer %s: event id is empty", dl.Consumer)
-	}
+	// An empty event id is allowed: a message that arrived without one is exactly what the
+	// dead-letter queue must keep. Its fingerprint (of the raw content) keeps it apart from other
+	// such messages.
 	if dl.Consumer == "" {
 		return idem.DeadLetter{}, fmt.Errorf("idempg: insert dead letter of event %s: consumer is empty", dl.Message.EventID)
 	}

@@ -22,9 +22,9 @@ const listLimitDefault = 100
 // as stored. Zero failure times default to each other, or to now.
 func (s *Store) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.DeadLetter, error) {
 	m := dl.Message
-	if m.EventID == "" {
-		return idem.DeadLetter{}, fmt.Errorf("idemsqlite: insert dead letter (consumer %q): event id is empty", dl.Consumer)
-	}
+	// An empty event id is allowed: a message that arrived without one is exactly what the
+	// dead-letter queue must keep. Its fingerprint (of the raw content) keeps it apart from other
+	// such messages.
 	if dl.Consumer == "" {
 		return idem.DeadLetter{}, fmt.Errorf("idemsqlite: insert dead letter of event %s: Consumer is empty", m.EventID)
 	}

@@ -1,0 +1,228 @@
+package idemauth
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/idemkit/idem"
+)
+
+// HeaderSignature is the message header that carries the signature.
+const HeaderSignature = "Idem-Signature"
+
+// MaxSignatureHeaderLen bounds the header ParseSignature reads: a real one is under 250 bytes,
+// and a bound keeps a hostile header from costing more than a real one.
+const MaxSignatureHeaderLen = 1024
+
+// macDomain starts every MAC input; a new scheme gets a new tag (and a new "v" field).
+const macDomain = "idem-signature-v1"
+
+// maxUnix is the last second RFC 3339 can write (9999-12-31T23:59:59Z); timestamps have at most
+// 12 digits, so parsing never overflows.
+const maxUnix = 253402300799
+
+// Signature is a parsed signature header.
+type Signature struct {
+	// KeyID names the key that made the signature (unverified until the MAC is checked).
+	KeyID string
+	// Timestamp is when the producer signed, to the second.
+	Timestamp time.Time
+	// MAC is the HMAC-SHA256 from the v1 field.
+	MAC [sha256.Size]byte
+}
+
+// String formats s as a header value, "kid=<id>,t=<unix>,v1=<hex>".
+func (s Signature) String() string {
+	return "kid=" + s.KeyID + ",t=" + strconv.FormatInt(s.Timestamp.Unix(), 10) + ",v1=" + hex.EncodeToString(s.MAC[:])
+}
+
+// ParseSignature parses a signature header value: comma-separated key=value fields (spaces
+// around a field are ignored) with exactly one kid, one t (decimal unix seconds without sign or
+// leading zeros, so one instant has one spelling) and one v1 (64 hex digits). Unknown fields are
+// ignored, so that a later scheme can add one beside v1. It never panics and reads at most
+// MaxSignatureHeaderLen bytes; its errors wrap ErrMalformedSignature and quote only a bounded
+// part of the input.
+func ParseSignature(header string) (Signature, error) {
+	s, err := parseSignature(header)
+	if err != nil {
+		return Signature{}, fmt.Errorf("%w: %w", ErrMalformedSignature, err)
+	}
+	return s, nil
+}
+
+func parseSignature(header string) (Signature, error) {
+	var s Signature
+	if header == "" {
+		return s, errors.New("header is empty")
+	}
+	if len(header) > MaxSignatureHeaderLen {
+		return s, fmt.Errorf("header is %d bytes, limit %d", len(header), MaxSignatureHeaderLen)
+	}
+	var haveKID, haveT, haveV1 bool
+	for i, f := range strings.Split(header, ",") {
+		f = strings.Trim(f, " \t")
+		k, v, ok := strings.Cut(f, "=")
+		if !ok || k == "" {
+			return s, fmt.Errorf("field %d %s is not key=value", i+1, quoteTrunc(f))
+		}
+		seen := func(have *bool) error {
+			if *have {
+				return fmt.Errorf("field %s appears twice", k)
+			}
+			*have = true
+			return nil
+		}
+		switch k {
+		case "kid":
+			if err := seen(&haveKID); err != nil {
+				return s, err
+			}
+			if !validKeyID(v) {
+				return s, fmt.Errorf("kid %s is not a key id (1 to %d letters, digits, '.', '_' or '-')", quoteTrunc(v), KeyIDMaxLen)
+			}
+			s.KeyID = v
+		case "t":
+			if err := seen(&haveT); err != nil {
+				return s, err
+			}
+			unix, err := parseUnix(v)
+			if err != nil {
+				return s, fmt.Errorf("t %s %w", quoteTrunc(v), err)
+			}
+			s.Timestamp = time.Unix(unix, 0).UTC()
+		case "v1":
+			if err := seen(&haveV1); err != nil {
+				return s, err
+			}
+			if len(v) != 2*sha256.Size {
+				return s, fmt.Errorf("v1 has %d characters, want %d hex digits", len(v), 2*sha256.Size)
+			}
+			if _, err := hex.Decode(s.MAC[:], []byte(v)); err != nil {
+				return s, errors.New("v1 is not hex")
+			}
+		}
+	}
+	switch {
+	case !haveKID:
+		return s, errors.New("field kid is missing")
+	case !haveT:
+		return s, errors.New("field t is missing")
+	case !haveV1:
+		return s, errors.New("field v1 is missing")
+	}
+	return s, nil
+}
+
+// parseUnix parses unix seconds written as Sign writes them: digits only, no leading zero, at
+// most the year 9999.
+func parseUnix(v string) (int64, error) {
+	if v == "" || len(v) > 12 {
+		return 0, errors.New("is not unix seconds (1 to 12 digits)")
+	}
+	if len(v) > 1 && v[0] == '0' {
+		return 0, errors.New("has a leading zero")
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, errors.New("is not unix seconds (digits only)")
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if n > maxUnix {
+		return 0, errors.New("is after the year 9999")
+	}
+	return n, nil
+}
+
+// Sign returns the signature header value for msg signed with key at now (see the package
+// documentation for what the MAC covers). It refuses an invalid key, a key expired at now, a
+// message without EventID, a message whose Tenant is set to another tenant than the key's (a
+// producer bug that the consumer would refuse anyway) and a time before 1970 or after 9999.
+func Sign(key Key, msg idem.Message, now time.Time) (string, error) {
+	if err := key.validate(0); err != nil {
+		return "", fmt.Errorf("idemauth: sign event %s: %w", msg.EventID, err)
+	}
+	switch {
+	case msg.EventID == "":
+		return "", fmt.Errorf("idemauth: sign (type %q): EventID is empty", msg.Type)
+	case msg.Tenant != "" && msg.Tenant != key.Tenant:
+		return "", fmt.Errorf("idemauth: sign event %s: Tenant %s differs from the tenant %q of key %q", msg.EventID, quoteTrunc(msg.Tenant), key.Tenant, key.ID)
+	case key.expiredAt(now):
+		return "", fmt.Errorf("idemauth: sign event %s: key %q expired at %s", msg.EventID, key.ID, key.NotAfter.UTC().Format(time.RFC3339))
+	case now.Unix() < 0 || now.Unix() > maxUnix:
+		return "", fmt.Errorf("idemauth: sign event %s: time %s is outside 1970-9999", msg.EventID, now.UTC().Format(time.RFC3339))
+	}
+	s := Signature{KeyID: key.ID, Timestamp: time.Unix(now.Unix(), 0).UTC()}
+	s.MAC = computeMAC(key, s.Timestamp.Unix(), msg)
+	return s.String(), nil
+}
+
+// SignMessage signs *msg with key at now: it sets msg.Tenant to the key's tenant and the
+// HeaderSignature header. It copies msg.Headers before adding to it, so a header map shared with
+// other messages is not changed.
+func SignMessage(key Key, msg *idem.Message, now time.Time) error {
+	m := *msg
+	m.Tenant = key.Tenant
+	sig, err := Sign(key, m, now)
+	if err != nil {
+		return err
+	}
+	h := make(map[string]string, len(m.Headers)+1)
+	for k, v := range m.Headers {
+		h[k] = v
+	}
+	h[HeaderSignature] = sig
+	m.Headers = h
+	*msg = m
+	return nil
+}
+
+// computeMAC is HMAC-SHA256 under key.Secret over the length-prefixed fields of the package
+// documentation. The tenant is always the key's: that is what binds a signature to a tenant.
+func computeMAC(key Key, unix int64, msg idem.Message) [sha256.Size]byte {
+	sum := sha256.Sum256(msg.Payload)
+	m := hmac.New(sha256.New, key.Secret)
+	writeField(m, []byte(macDomain))
+	writeField(m, []byte(strconv.FormatInt(unix, 10)))
+	writeField(m, []byte(key.ID))
+	writeField(m, []byte(msg.EventID))
+	writeField(m, []byte(key.Tenant))
+	writeField(m, []byte(msg.Type))
+	writeField(m, sum[:])
+	var out [sha256.Size]byte
+	m.Sum(out[:0])
+	return out
+}
+
+// writeField writes b preceded by its length as 8 bytes, big-endian.
+func writeField(h hash.Hash, b []byte) {
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+	h.Write(n[:])
+	h.Write(b)
+}
+
+// quoteTrunc quotes s for an error message, cut to 64 bytes at a rune boundary: values in errors
+// come from untrusted input and end up in dead letters and logs.
+func quoteTrunc(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return strconv.Quote(s)
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + "…"
+}

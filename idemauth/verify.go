@@ -1,0 +1,226 @@
+package idemauth
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Why a message was refused. Authenticate's errors wrap idem.ErrUnauthenticated and one of
+// these, so a caller (or a test) can tell the reasons apart with errors.Is. None of their texts
+// contains a secret or a MAC.
+var (
+	// ErrNotSigned: the message has no HeaderSignature header.
+	ErrNotSigned = errors.New("idemauth: message is not signed")
+	// ErrMalformedSignature: the header does not parse (see ParseSignature).
+	ErrMalformedSignature = errors.New("idemauth: malformed signature header")
+	// ErrUnknownKey: the header names a key the Keyring does not hold (never added, or retired).
+	ErrUnknownKey = errors.New("idemauth: unknown signing key")
+	// ErrBadSignature: the MAC does not match: the message was changed after signing, or signed
+	// with another secret.
+	ErrBadSignature = errors.New("idemauth: signature does not match the message")
+	// ErrKeyExpired: the signature was made after its key's NotAfter.
+	ErrKeyExpired = errors.New("idemauth: signing key expired")
+	// ErrStaleSignature: the signature's timestamp is further than the tolerance from when the
+	// message was published: a captured message replayed later, or a badly skewed clock.
+	ErrStaleSignature = errors.New("idemauth: signature timestamp outside the tolerance")
+	// ErrTenantMismatch: the transport or the payload claims a tenant other than the key's.
+	ErrTenantMismatch = errors.New("idemauth: tenant not allowed for the signing key")
+)
+
+// HeaderTenant is the header in which a transport reports a tenant claimed by the producer that
+// differs from the one it assigned (idemnats does this for a source bound to a tenant). The
+// Verifier refuses such a message.
+const HeaderTenant = "Idem-Tenant"
+
+// ToleranceDefault is VerifierConfig.Tolerance when unset: it absorbs clock skew and a slow
+// producer without keeping a captured message replayable for long.
+const ToleranceDefault = 5 * time.Minute
+
+// VerifierConfig configures a Verifier. Zero fields take the documented defaults.
+type VerifierConfig struct {
+	// Tolerance is how far a signature's timestamp may lie from the moment the broker accepted
+	// the message (Message.PublishedAt; now when the transport does not report it), in either
+	// direction (default ToleranceDefault). Measuring from the publish time rather than from now
+	// keeps a message that waited in a backlog or for a retry valid, while a captured message
+	// published again later is refused.
+	Tolerance time.Duration
+	// Now returns the current time (default time.Now).
+	Now func() time.Time
+	// TenantField, when set, names a top-level JSON field of the payload that claims a tenant
+	// ("tenant_id"). If the payload has it (matched case-insensitively, the way encoding/json
+	// fills struct fields) with a value other than the key's tenant, the message is refused: a
+	// key may only speak for its own tenant. A payload that is not a JSON object is left to the
+	// Validator.
+	TenantField string
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c VerifierConfig) WithDefaults() VerifierConfig {
+	if c.Tolerance == 0 {
+		c.Tolerance = ToleranceDefault
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// validate reports every invalid field of a config that WithDefaults has filled in.
+func (c VerifierConfig) validate() error {
+	var errs []error
+	if c.Tolerance < 0 {
+		errs = append(errs, fmt.Errorf("Tolerance is %v, want > 0", c.Tolerance))
+	}
+	if c.TenantField != strings.TrimSpace(c.TenantField) {
+		errs = append(errs, fmt.Errorf("TenantField %q has surrounding spaces", c.TenantField))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("idemauth: verifier config: %w", err)
+	}
+	return nil
+}
+
+// Verifier is an idem.Authenticator that checks HMAC signatures against a Keyring and sets each
+// message's tenant to the tenant of the key that verified it. It is safe for concurrent use.
+type Verifier struct {
+	ring *Keyring
+	cfg  VerifierConfig
+}
+
+var _ idem.Authenticator = (*Verifier)(nil)
+
+// NewVerifier returns a Verifier over ring; cfg's errors name the field.
+func NewVerifier(ring *Keyring, cfg VerifierConfig) (*Verifier, error) {
+	if ring == nil {
+		return nil, errors.New("idemauth: NewVerifier: keyring is nil")
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Verifier{ring: ring, cfg: cfg}, nil
+}
+
+// Authenticate verifies msg's signature and, on success, sets msg.Tenant to the key's tenant.
+// It refuses — with an error wrapping idem.ErrUnauthenticated and one of this package's reasons,
+// naming the event id but never a secret or a MAC — a missing or malformed header, an unknown
+// key, a MAC that does not match, a signature made after its key's NotAfter or outside the
+// tolerance, and a tenant claimed by the transport (msg.Tenant, the Idem-Tenant header) or by
+// the payload's TenantField that is not the key's. The MAC is checked before the times, so that
+// a time is only reported for a signature that is genuine.
+func (v *Verifier) Authenticate(_ context.Context, msg *idem.Message) error {
+	refuse := func(reason error, format string, args ...any) error {
+		if format == "" {
+			return fmt.Errorf("%w: event %s: %w", idem.ErrUnauthenticated, msg.EventID, reason)
+		}
+		return fmt.Errorf("%w: event %s: %w %s", idem.ErrUnauthenticated, msg.EventID, reason, fmt.Sprintf(format, args...))
+	}
+
+	header := msg.Header(HeaderSignature)
+	if header == "" {
+		return refuse(ErrNotSigned, "(no %s header)", HeaderSignature)
+	}
+	sig, err := ParseSignature(header)
+	if err != nil {
+		return fmt.Errorf("%w: event %s: %w", idem.ErrUnauthenticated, msg.EventID, err)
+	}
+	key, ok := v.ring.Key(sig.KeyID)
+	if !ok {
+		return refuse(ErrUnknownKey, "%q (not in the keyring: never added, or retired)", sig.KeyID)
+	}
+	want := computeMAC(key, sig.Timestamp.Unix(), *msg)
+	if !hmac.Equal(sig.MAC[:], want[:]) {
+		return refuse(ErrBadSignature, "(key %q): the message was changed after signing, or signed with another secret", key.ID)
+	}
+	if key.expiredAt(sig.Timestamp) {
+		return refuse(ErrKeyExpired, "(key %q expired at %s, signed at %s)", key.ID,
+			key.NotAfter.UTC().Format(time.RFC3339), sig.Timestamp.Format(time.RFC3339))
+	}
+	now := v.cfg.Now()
+	ref, refName := msg.PublishedAt, "published"
+	if ref.IsZero() {
+		ref, refName = now, "received"
+	}
+	tol := v.cfg.Tolerance
+	switch d := ref.Sub(sig.Timestamp); {
+	case d > tol:
+		return refuse(ErrStaleSignature, "(signed at %s, %v before the message was %s; tolerance ±%v): a replayed or long-delayed message",
+			sig.Timestamp.Format(time.RFC3339), d.Round(time.Second), refName, tol)
+	case d < -tol || sig.Timestamp.Sub(now) > tol:
+		return refuse(ErrStaleSignature, "(signed at %s, in the future; tolerance ±%v): the producer's clock is wrong",
+			sig.Timestamp.Format(time.RFC3339), tol)
+	}
+	if msg.Tenant != "" && msg.Tenant != key.Tenant {
+		return refuse(ErrTenantMismatch, "(the transport says tenant %s, key %q speaks for tenant %q)", quoteTrunc(msg.Tenant), key.ID, key.Tenant)
+	}
+	if t := msg.Header(HeaderTenant); t != "" && t != key.Tenant {
+		return refuse(ErrTenantMismatch, "(header %s claims tenant %s, key %q speaks for tenant %q)", HeaderTenant, quoteTrunc(t), key.ID, key.Tenant)
+	}
+	if v.cfg.TenantField != "" {
+		if claim, ok := payloadTenantMismatch(msg.Payload, v.cfg.TenantField, key.Tenant); ok {
+			return refuse(ErrTenantMismatch, "(payload field %q claims tenant %s, key %q speaks for tenant %q)", v.cfg.TenantField, claim, key.ID, key.Tenant)
+		}
+	}
+	msg.Tenant = key.Tenant
+	return nil
+}
+
+// payloadTenantMismatch looks for field (case-insensitively) among the top-level members of a
+// JSON object payload and reports the first claim that is not tenant, quoted for an error. Every
+// occurrence is checked, so a duplicated field cannot hide a claim from a parser that keeps the
+// first or the last. A string claims its value and a number its text; null claims nothing (it
+// leaves a Go string field empty); any other value is a mismatch. Where the payload stops being
+// JSON the search ends: claims found so far still count, and the Validator refuses the rest.
+func payloadTenantMismatch(payload []byte, field, tenant string) (claim string, mismatch bool) {
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.UseNumber()
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return "", false
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		name, _ := tok.(string)
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return "", false
+		}
+		if !strings.EqualFold(name, field) {
+			continue
+		}
+		var val any
+		d := json.NewDecoder(bytes.NewReader(raw))
+		d.UseNumber()
+		if err := d.Decode(&val); err != nil {
+			return "", false
+		}
+		switch x := val.(type) {
+		case nil:
+		case string:
+			if x != tenant {
+				return quoteTrunc(x), true
+			}
+		case json.Number:
+			if string(x) != tenant {
+				return quoteTrunc(string(x)), true
+			}
+		case bool:
+			return "(a boolean, not a string)", true
+		case []any:
+			return "(an array, not a string)", true
+		default:
+			return "(an object, not a string)", true
+		}
+	}
+	return "", false
+}
