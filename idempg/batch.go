@@ -31,6 +31,10 @@ func (s *Store) ClaimBatchTx(ctx context.Context, tx pgx.Tx, ps []idem.ClaimPara
 	slices.SortFunc(order, func(a, b int) int { return compareKeys(ps[a].Key, ps[b].Key) })
 	tenants, consumers, ids := make([]string, n), make([]string, n), make([]string, n)
 	fps, nows := make([][]byte, n), make([]time.Time, n)
+	var buckets []time.Time
+	if s.bucket != 0 {
+		buckets = make([]time.Time, n)
+	}
 	for j, i := range order {
 		p := ps[i]
 		if p.Key.EventID == "" {
@@ -44,6 +48,12 @@ func (s *Store) ClaimBatchTx(ctx context.Context, tx pgx.Tx, ps []idem.ClaimPara
 			now = time.Now().UTC()
 		}
 		tenants[j], consumers[j], ids[j], fps[j], nows[j] = p.Key.Tenant, p.Key.Consumer, p.Key.EventID, p.Fingerprint[:], now
+		if buckets != nil {
+			if p.Bucket.IsZero() {
+				return nil, fmt.Errorf("idempg: claim batch: %w", errZeroBucket(p.Key))
+			}
+			buckets[j] = p.Bucket.UTC().Truncate(s.bucket)
+		}
 	}
 	index := make(map[idem.Key]int, n)
 	for i, p := range ps {
@@ -51,9 +61,15 @@ func (s *Store) ClaimBatchTx(ctx context.Context, tx pgx.Tx, ps []idem.ClaimPara
 	}
 	results := make([]idem.ClaimResult, n)
 
-	rows, err := tx.Query(ctx, s.q.claimBatch, tenants, consumers, ids, fps, nows)
+	var rows pgx.Rows
+	var err error
+	if buckets != nil {
+		rows, err = tx.Query(ctx, s.q.claimBatch, tenants, consumers, ids, buckets, fps, nows)
+	} else {
+		rows, err = tx.Query(ctx, s.q.claimBatch, tenants, consumers, ids, fps, nows)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("idempg: claim batch of %d: %w", n, err)
+		return nil, s.claimBatchError(n, err)
 	}
 	inserted := 0
 	var k idem.Key
@@ -68,13 +84,17 @@ func (s *Store) ClaimBatchTx(ctx context.Context, tx pgx.Tx, ps []idem.ClaimPara
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("idempg: claim batch of %d: %w", n, err)
+		return nil, s.claimBatchError(n, err)
 	}
 	if inserted == n {
 		return results, nil
 	}
 
-	rows, err = tx.Query(ctx, s.q.claimBatchSelect, tenants, consumers, ids)
+	if buckets != nil {
+		rows, err = tx.Query(ctx, s.q.claimBatchSelect, tenants, consumers, ids, buckets)
+	} else {
+		rows, err = tx.Query(ctx, s.q.claimBatchSelect, tenants, consumers, ids)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("idempg: read existing claims of a batch of %d: %w", n, err)
 	}
@@ -110,6 +130,17 @@ func (s *Store) ClaimBatchTx(ctx context.Context, tx pgx.Tx, ps []idem.ClaimPara
 		}
 	}
 	return results, nil
+}
+
+// claimBatchError describes a failed batch insert; one row without a partition fails it all.
+func (s *Store) claimBatchError(n int, err error) error {
+	if s.bucket != 0 && isMissingPartition(err) {
+		return s.missingPartition(err, fmt.Sprintf("claim batch of %d", n), time.Time{})
+	}
+	if s.bucket == 0 && isPartitionedTable(err) {
+		err = fmt.Errorf("%w: %w", errPartitionedTable, err)
+	}
+	return fmt.Errorf("idempg: claim batch of %d: %w", n, err)
 }
 
 func compareKeys(a, b idem.Key) int {
@@ -162,9 +193,19 @@ func (s *Store) SavepointTx(ctx context.Context, tx pgx.Tx, fn func(ctx context.
 
 // ReleaseClaimTx deletes a claim made earlier in tx, for an event whose handler failed inside
 // a batch.
+//
+// On a partitioned store the key arrives without its bucket, so it deletes the claim of key that
+// tx itself inserted, in whichever partition, and never a committed claim of the same event id
+// in another bucket. That claim must have been made at tx's top level (ClaimBatchTx is), not in
+// a savepoint: finding none is an error, which rolls the batch back rather than commit an
+// effect-less claim.
 func (s *Store) ReleaseClaimTx(ctx context.Context, tx pgx.Tx, key idem.Key) error {
-	if _, err := tx.Exec(ctx, s.q.claimRelease, key.Tenant, key.Consumer, key.EventID); err != nil {
+	tag, err := tx.Exec(ctx, s.q.claimRelease, key.Tenant, key.Consumer, key.EventID)
+	if err != nil {
 		return fmt.Errorf("idempg: release claim of event %s (key %s): %w", key.EventID, key, err)
+	}
+	if s.bucket != 0 && tag.RowsAffected() == 0 {
+		return fmt.Errorf("idempg: release claim of event %s (key %s): this transaction made no such claim at its top level", key.EventID, key)
 	}
 	return nil
 }

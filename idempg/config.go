@@ -2,6 +2,7 @@ package idempg
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/idemkit/idem"
 )
@@ -14,8 +15,19 @@ const (
 	// uses, so idem's tables sit beside the application's without clashing.
 	PrefixDefault = "idem_"
 	// identMaxLen bounds Schema and Prefix: a prefix of this length plus the longest suffix the
-	// store appends still fits PostgreSQL's 63-byte identifiers, so no name is truncated.
+	// store appends ("claims_p2026113013", "claims_bucket_hour") still fits PostgreSQL's 63-byte
+	// identifiers, so no name is truncated.
 	identMaxLen = 41
+
+	// PartitionAheadDayDefault is how far ahead day partitions exist when Partition.Ahead is 0.
+	PartitionAheadDayDefault = 7 * 24 * time.Hour
+	// PartitionAheadHourDefault is how far ahead hour partitions exist when Partition.Ahead is 0.
+	PartitionAheadHourDefault = 48 * time.Hour
+	// PartitionLockTimeoutDefault bounds how long one partition statement waits for a lock.
+	PartitionLockTimeoutDefault = 10 * time.Second
+	// partitionsMax bounds the partitions one configuration keeps: every claim that cannot be
+	// pruned to one partition (a release in a batch) visits them all.
+	partitionsMax = 5000
 )
 
 // Config configures a Store. Zero fields take the documented defaults (see WithDefaults).
@@ -32,6 +44,41 @@ type Config struct {
 	// idem.OutboxPartitionsDefault). It is fixed per database: changing it re-hashes ordering
 	// keys and breaks per-key order for rows already enqueued.
 	OutboxPartitions int
+	// Partition chooses the partitioned inbox layout; the zero value keeps the plain claims table.
+	Partition PartitionConfig
+}
+
+// PartitionConfig turns the claims table into one range-partitioned by the event's time bucket:
+// its producer-assigned occurrence time (idem.Message.OccurredAt) truncated to Bucket, in UTC.
+// The bucket is part of the claim's primary key, so every delivery of an event lands in the
+// same partition and concurrent deliveries still serialise on one key; retention then drops
+// whole partitions (DropExpiredPartitions) instead of deleting rows, and partitions are created
+// ahead of time (EnsurePartitions).
+//
+// The layout is fixed when Migrate creates the table: Migrate refuses a database whose claims
+// table has another layout or bucket width than this config.
+//
+// An event's occurrence time becomes part of its identity. The outbox keeps it across
+// republishes and replays; a producer that stamps a redelivery of the same event id with
+// another time in another bucket makes it a new key, applied again.
+type PartitionConfig struct {
+	// Bucket is the partition width: 0 keeps the plain table (the default), time.Hour or
+	// 24*time.Hour partitions it. Anything else is refused.
+	Bucket time.Duration
+	// Ahead is how far past now partitions exist (default PartitionAheadDayDefault for day
+	// buckets, PartitionAheadHourDefault for hour buckets; at least one Bucket). A claim for a
+	// bucket without a partition fails with ErrPartitionMissing, which is transient.
+	Ahead time.Duration
+	// Retention is required when Bucket is set: partitions whose upper bound is at or before
+	// now - Retention are dropped, and Migrate creates partitions back to that horizon. It must
+	// be at least the Retention of every consumer of the store (plus any clock skew between the
+	// hosts), since a consumer only refuses an event as too_old once it is older than its own
+	// Retention.
+	Retention time.Duration
+	// LockTimeout bounds how long one partition statement (attach, detach, drop) waits for a
+	// lock, so maintenance never queues behind a long transaction indefinitely (default
+	// PartitionLockTimeoutDefault). A detach that times out is finished by the next run.
+	LockTimeout time.Duration
 }
 
 // WithDefaults returns c with its zero fields set to their defaults.
@@ -44,6 +91,19 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.OutboxPartitions == 0 {
 		c.OutboxPartitions = idem.OutboxPartitionsDefault
+	}
+	if p := &c.Partition; p.Bucket != 0 {
+		if p.Ahead == 0 {
+			switch p.Bucket {
+			case 24 * time.Hour:
+				p.Ahead = PartitionAheadDayDefault
+			case time.Hour:
+				p.Ahead = PartitionAheadHourDefault
+			}
+		}
+		if p.LockTimeout == 0 {
+			p.LockTimeout = PartitionLockTimeoutDefault
+		}
 	}
 	return c
 }
@@ -61,6 +121,37 @@ func (c Config) validate() error {
 	}
 	if c.OutboxPartitions < 1 {
 		return fmt.Errorf("idempg: Config.OutboxPartitions is %d, want at least 1", c.OutboxPartitions)
+	}
+	return c.Partition.validate()
+}
+
+// validate reports the first invalid Partition field, naming it.
+func (p PartitionConfig) validate() error {
+	if p.Bucket == 0 {
+		if p != (PartitionConfig{}) {
+			return fmt.Errorf("idempg: Config.Partition has Ahead %v, Retention %v, LockTimeout %v but Bucket 0, "+
+				"which keeps the plain claims table: set Partition.Bucket to time.Hour or 24*time.Hour to partition it",
+				p.Ahead, p.Retention, p.LockTimeout)
+		}
+		return nil
+	}
+	if p.Bucket != time.Hour && p.Bucket != 24*time.Hour {
+		return fmt.Errorf("idempg: Config.Partition.Bucket is %v, want 0 (the plain claims table), 1h or 24h", p.Bucket)
+	}
+	if p.Retention <= 0 {
+		return fmt.Errorf("idempg: Config.Partition.Retention is %v, want the claims' retention "+
+			"(at least every consumer's Retention) when Partition.Bucket is set", p.Retention)
+	}
+	if p.Ahead < p.Bucket {
+		return fmt.Errorf("idempg: Config.Partition.Ahead is %v, want at least Partition.Bucket (%v) "+
+			"so the next partition exists before it is needed", p.Ahead, p.Bucket)
+	}
+	if p.LockTimeout < 0 {
+		return fmt.Errorf("idempg: Config.Partition.LockTimeout is %v, want > 0", p.LockTimeout)
+	}
+	if n := (p.Retention+p.Ahead)/p.Bucket + 2; n > partitionsMax {
+		return fmt.Errorf("idempg: Config.Partition.Retention (%v) + Ahead (%v) in %v buckets is %d partitions, want at most %d "+
+			"(use day buckets for a long retention)", p.Retention, p.Ahead, p.Bucket, n, partitionsMax)
 	}
 	return nil
 }

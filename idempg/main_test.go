@@ -105,7 +105,12 @@ func table(s *idempg.Store, name string) string {
 // single.
 func factory(tb testing.TB) storetest.Bundle[pgx.Tx] {
 	tb.Helper()
-	store := newStore(tb, idempg.Config{})
+	return bundle(tb, newStore(tb, idempg.Config{}))
+}
+
+// bundle adds the suite's business tables to a migrated store in a schema of its own.
+func bundle(tb testing.TB, store *idempg.Store) storetest.Bundle[pgx.Tx] {
+	tb.Helper()
 	pool := store.Pool()
 	schema := `"` + store.Config().Schema + `"`
 	_, err := pool.Exec(context.Background(), `

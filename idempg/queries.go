@@ -9,9 +9,13 @@ type queries struct {
 	// Migrations.
 	schemaExists, createSchema, createMigrations, migrationApplied, migrationRecord string
 
-	// Claims.
+	// Claims. On a partitioned store, claim, claimSelect, claimBatch, claimBatchSelect and
+	// claimRelease are the partitioned variants, and the claimDelete statements are unused.
 	claim, claimSelect, claimDeleteAll, claimDeleteConsumer string
 	claimBatch, claimBatchSelect, claimRelease              string
+
+	// The claims table's layout, and the partitions of a partitioned one.
+	claimsLayout, partitionList string
 
 	// Dead letters and audit.
 	dlInsert, dlGet, dlList, dlSetStatus, dlRecover, dlStats, auditList string
@@ -38,8 +42,9 @@ const (
 )
 
 // buildQueries substitutes the schema and prefix into every statement. Both were validated as
-// plain identifiers, and table names are quoted, so their case is kept.
-func buildQueries(schema, prefix string) queries {
+// plain identifiers, and table names are quoted, so their case is kept. partitioned picks the
+// claim statements of the partitioned inbox, whose key includes the bucket.
+func buildQueries(schema, prefix string, partitioned bool) queries {
 	table := func(name string) string { return `"` + schema + `"."` + prefix + name + `"` }
 	r := strings.NewReplacer(
 		"{{claims}}", table("claims"),
@@ -184,6 +189,63 @@ func buildQueries(schema, prefix string) queries {
 		listenQueue:   `LISTEN "` + prefix + `queue"`,
 		listenOutbox:  `LISTEN "` + prefix + `outbox"`,
 	}
+
+	// The claims table's kind, its columns in order, the column it is range-partitioned by, and
+	// which of the bucket-width constraints ($3) it has; no row when it does not exist.
+	q.claimsLayout = `SELECT c.relkind = 'p',
+			coalesce((SELECT string_agg(a.attname, ',' ORDER BY a.attnum) FROM pg_attribute a
+				WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), ''),
+			coalesce((SELECT string_agg(a.attname, ',') FROM pg_partitioned_table pt
+				JOIN pg_attribute a ON a.attrelid = pt.partrelid AND a.attnum = ANY (pt.partattrs::int2[])
+				WHERE pt.partrelid = c.oid AND pt.partstrat = 'r'), ''),
+			coalesce((SELECT string_agg(conname, ',') FROM pg_constraint
+				WHERE conrelid = c.oid AND contype = 'c' AND conname = ANY ($3)), '')
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = $2`
+	// Every table of the schema named like a partition (from $2 = "{prefix}claims_p" up to $3 =
+	// "{prefix}claims_q": a range on pg_class's name index, as a catalog bloated by DDL churn
+	// makes a scan slow), whether it is attached to some table and to the claims table ($4), and
+	// whether a concurrent detach of it is pending.
+	q.partitionList = `SELECT c.relname, i.inhparent IS NOT NULL, i.inhparent = (SELECT to_regclass($4)),
+			coalesce(i.inhdetachpending, false)
+		FROM pg_class c
+		LEFT JOIN pg_inherits i ON i.inhrelid = c.oid
+		WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = $1)
+		  AND c.relname >= $2::name AND c.relname < $3::name AND c.relkind = 'r'
+		ORDER BY c.relname`
+
+	if partitioned {
+		// As claim, with the bucket in the key ($4). A bucket without a partition fails the
+		// INSERT (SQLSTATE 23514, no constraint name), which ClaimTx reports as ErrPartitionMissing.
+		q.claim = `WITH ins AS (
+			INSERT INTO {{claims}} (tenant, consumer, event_id, bucket, fingerprint, created_at)
+			VALUES ($1, $2, $3, $4, $5, $6)
+			ON CONFLICT (tenant, consumer, event_id, bucket) DO NOTHING
+			RETURNING fingerprint, created_at
+		)
+		SELECT true, fingerprint, created_at FROM ins
+		UNION ALL
+		SELECT false, fingerprint, created_at FROM {{claims}}
+		WHERE tenant = $1 AND consumer = $2 AND event_id = $3 AND bucket = $4 AND NOT EXISTS (SELECT FROM ins)`
+		q.claimSelect = `SELECT fingerprint, created_at FROM {{claims}}
+			WHERE tenant = $1 AND consumer = $2 AND event_id = $3 AND bucket = $4`
+		q.claimBatch = `INSERT INTO {{claims}} (tenant, consumer, event_id, bucket, fingerprint, created_at)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::bytea[], $6::timestamptz[])
+			ON CONFLICT DO NOTHING
+			RETURNING tenant, consumer, event_id`
+		q.claimBatchSelect = `SELECT c.tenant, c.consumer, c.event_id, c.fingerprint, c.created_at
+			FROM {{claims}} c
+			JOIN unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) AS k(tenant, consumer, event_id, bucket)
+			  ON c.tenant = k.tenant AND c.consumer = k.consumer AND c.event_id = k.event_id AND c.bucket = k.bucket`
+		// ReleaseClaimTx gets the key without its bucket, so it deletes the claim this very
+		// transaction inserted (xmin is the inserting transaction), whatever its bucket, and
+		// never a committed claim of the same event id in another bucket. It visits every
+		// partition's primary key; it runs only after a handler failed in a batch.
+		q.claimRelease = `DELETE FROM {{claims}}
+			WHERE tenant = $1 AND consumer = $2 AND event_id = $3 AND xmin = pg_current_xact_id()::xid`
+		q.claimDeleteAll, q.claimDeleteConsumer = "", ""
+	}
+
 	for _, s := range []*string{
 		&q.createSchema, &q.createMigrations, &q.migrationApplied, &q.migrationRecord,
 		&q.claim, &q.claimSelect, &q.claimDeleteAll, &q.claimDeleteConsumer,

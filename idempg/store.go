@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -46,6 +47,15 @@ type Store struct {
 	migrateLock int64
 	// listen is the shared LISTEN connection behind QueueWait and OutboxWait.
 	listen *listener
+
+	// bucket is Config.Partition.Bucket: 0 for the plain claims table.
+	bucket time.Duration
+	// partitionLock is the advisory lock key that serialises partition maintenance.
+	partitionLock int64
+	// onDemand creates missing partitions in the background after a claim found none.
+	onDemand *onDemand
+	// plainChecked records that DeleteExpiredClaims found a plain claims table, as configured.
+	plainChecked atomic.Bool
 }
 
 // New returns a Store on pool with the default Config (schema "public", prefix "idem_").
@@ -65,18 +75,21 @@ func NewWithConfig(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	migs, err := loadMigrations(cfg.Schema, cfg.Prefix)
+	migs, err := loadMigrations(cfg.Schema, cfg.Prefix, cfg.Partition.Bucket)
 	if err != nil {
 		return nil, err
 	}
-	q := buildQueries(cfg.Schema, cfg.Prefix)
+	q := buildQueries(cfg.Schema, cfg.Prefix, cfg.Partition.Bucket != 0)
 	return &Store{
-		pool:        pool,
-		cfg:         cfg,
-		q:           q,
-		migrations:  migs,
-		migrateLock: advisoryKey("idem migrate " + cfg.Schema + "." + cfg.Prefix),
-		listen:      newListener(pool, q),
+		pool:          pool,
+		cfg:           cfg,
+		q:             q,
+		migrations:    migs,
+		migrateLock:   advisoryKey("idem migrate " + cfg.Schema + "." + cfg.Prefix),
+		listen:        newListener(pool, q),
+		bucket:        cfg.Partition.Bucket,
+		partitionLock: advisoryKey("idem partitions " + cfg.Schema + "." + cfg.Prefix),
+		onDemand:      newOnDemand(),
 	}, nil
 }
 
@@ -87,10 +100,12 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 func (s *Store) Config() Config { return s.cfg }
 
 // Close stops the shared LISTEN connection behind QueueWait and OutboxWait, if it was started,
-// and wakes their waiters. It does not close the pool, which belongs to the caller. Close the
-// Store before the pool; waits after Close poll.
+// and wakes their waiters, and stops a background partition creation (ErrPartitionMissing). It
+// does not close the pool, which belongs to the caller. Close the Store before the pool; waits
+// after Close poll.
 func (s *Store) Close() error {
 	s.listen.close()
+	s.onDemand.close()
 	return nil
 }
 
@@ -160,8 +175,13 @@ var (
 type claimCall struct {
 	tenant, consumer, eventID pgtype.Text
 	fp                        fingerprintBytes
-	now                       pgtype.Timestamptz
-	args                      [5]any
+	now, bucket               pgtype.Timestamptz
+	// args is (tenant, consumer, event_id, fingerprint, now) for the plain table and
+	// (tenant, consumer, event_id, bucket, fingerprint, now) for the partitioned one, so the
+	// key is always a prefix of it.
+	args []any
+	key  []any
+	buf  [6]any
 
 	inserted  bool
 	stored    fingerprintBytes
@@ -169,7 +189,8 @@ type claimCall struct {
 	dest      [3]any
 }
 
-func newClaimCall(p idem.ClaimParams, now time.Time) *claimCall {
+// newClaimCall prepares the claim of p at now, in bucket when the table is partitioned.
+func newClaimCall(p idem.ClaimParams, now time.Time, partitioned bool, bucket time.Time) *claimCall {
 	c := &claimCall{
 		tenant:   pgtype.Text{String: p.Key.Tenant, Valid: true},
 		consumer: pgtype.Text{String: p.Key.Consumer, Valid: true},
@@ -177,7 +198,14 @@ func newClaimCall(p idem.ClaimParams, now time.Time) *claimCall {
 		fp:       fingerprintBytes{fp: p.Fingerprint},
 		now:      pgtype.Timestamptz{Time: now, Valid: true},
 	}
-	c.args = [5]any{&c.tenant, &c.consumer, &c.eventID, &c.fp, &c.now}
+	if !partitioned {
+		c.buf = [6]any{&c.tenant, &c.consumer, &c.eventID, &c.fp, &c.now}
+		c.args, c.key = c.buf[:5], c.buf[:3]
+	} else {
+		c.bucket = pgtype.Timestamptz{Time: bucket, Valid: true}
+		c.buf = [6]any{&c.tenant, &c.consumer, &c.eventID, &c.bucket, &c.fp, &c.now}
+		c.args, c.key = c.buf[:6], c.buf[:4]
+	}
 	c.dest = [3]any{&c.inserted, &c.stored, &c.createdAt}
 	return c
 }
@@ -189,6 +217,10 @@ func newClaimCall(p idem.ClaimParams, now time.Time) *claimCall {
 // snapshot) reads it. If that finds nothing, the claim was garbage-collected in between and the
 // insert is tried again.
 //
+// On a partitioned store the key includes p.Bucket, truncated to the bucket width (so every
+// bucket is stored as its start); a zero p.Bucket is refused. A bucket without a partition
+// fails with an error wrapping ErrPartitionMissing, which is transient.
+//
 // Under REPEATABLE READ or SERIALIZABLE, PostgreSQL reports that race as a serialization
 // failure (SQLSTATE 40001), which idem.Classify treats as transient.
 func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p idem.ClaimParams) (idem.ClaimResult, error) {
@@ -199,9 +231,16 @@ func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p idem.ClaimParams) (ide
 	if now.IsZero() {
 		now = time.Now().UTC()
 	}
-	c := newClaimCall(p, now)
+	var bucket time.Time
+	if s.bucket != 0 {
+		if p.Bucket.IsZero() {
+			return idem.ClaimResult{}, errZeroBucket(p.Key)
+		}
+		bucket = p.Bucket.UTC().Truncate(s.bucket)
+	}
+	c := newClaimCall(p, now, s.bucket != 0, bucket)
 	for range claimAttempts {
-		err := tx.QueryRow(ctx, s.q.claim, c.args[:]...).Scan(c.dest[:]...)
+		err := tx.QueryRow(ctx, s.q.claim, c.args...).Scan(c.dest[:]...)
 		if err == nil {
 			if c.inserted {
 				return idem.ClaimResult{Status: idem.ClaimNew}, nil
@@ -209,9 +248,15 @@ func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p idem.ClaimParams) (ide
 			return claimFound(p, c.stored.fp, c.createdAt), nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
+			if s.bucket != 0 && isMissingPartition(err) {
+				return idem.ClaimResult{}, s.missingPartition(err, fmt.Sprintf("claim event %s (key %s)", p.Key.EventID, p.Key), bucket)
+			}
+			if s.bucket == 0 && isPartitionedTable(err) {
+				err = fmt.Errorf("%w: %w", errPartitionedTable, err)
+			}
 			return idem.ClaimResult{}, fmt.Errorf("idempg: claim event %s (key %s): %w", p.Key.EventID, p.Key, err)
 		}
-		err = tx.QueryRow(ctx, s.q.claimSelect, c.args[:3]...).Scan(c.dest[1:]...)
+		err = tx.QueryRow(ctx, s.q.claimSelect, c.key...).Scan(c.dest[1:]...)
 		if err == nil {
 			return claimFound(p, c.stored.fp, c.createdAt), nil
 		}
@@ -222,6 +267,12 @@ func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p idem.ClaimParams) (ide
 	}
 	return idem.ClaimResult{}, fmt.Errorf("idempg: claim event %s (key %s): the existing claim vanished %d times in a row",
 		p.Key.EventID, p.Key, claimAttempts)
+}
+
+// errZeroBucket refuses a claim without a bucket on a partitioned store.
+func errZeroBucket(k idem.Key) error {
+	return fmt.Errorf("idempg: claim event %s (key %s): Bucket is zero, but the claims table is partitioned by the "+
+		"event's time bucket: set the event's OccurredAt (idem.Consumer derives the bucket from it)", k.EventID, k)
 }
 
 // claimFound reports an existing claim as a duplicate or, with another fingerprint, a conflict.
@@ -235,9 +286,27 @@ func claimFound(p idem.ClaimParams, existing idem.Fingerprint, at pgtype.Timesta
 
 // DeleteExpiredClaims deletes up to p.Limit claims created before p.Before (of p.Consumer, or of
 // every consumer when it is empty) in one statement, and reports how many it deleted.
+//
+// On a partitioned store retention is by partition and store-wide. It drops the partitions
+// expired both by p.Before and by Config.Partition.Retention, for every consumer (a partition
+// holds them all), and reports how many claims they held, which may exceed p.Limit; the next
+// call finds none left, which ends idem.CollectGarbage's loop. It then creates the partitions
+// ahead (EnsurePartitions), so a deployment's periodic garbage collection keeps the inbox ready.
+//
+// A plain store refuses (once it has checked) a claims table that is partitioned: its batched
+// delete addresses rows by ctid, which is unique per partition only.
 func (s *Store) DeleteExpiredClaims(ctx context.Context, p idem.DeleteExpiredClaimsParams) (int, error) {
 	if p.Limit <= 0 {
 		return 0, fmt.Errorf("idempg: delete expired claims: Limit is %d, want more than 0", p.Limit)
+	}
+	if s.bucket != 0 {
+		return s.deletePartitionedClaims(ctx, p)
+	}
+	if !s.plainChecked.Load() {
+		if err := s.checkLayout(ctx); err != nil {
+			return 0, fmt.Errorf("idempg: delete expired claims: %w", err)
+		}
+		s.plainChecked.Store(true)
 	}
 	var (
 		tag pgconn.CommandTag
@@ -257,15 +326,19 @@ func (s *Store) DeleteExpiredClaims(ctx context.Context, p idem.DeleteExpiredCla
 
 // ClassifyError reports pgx's own connection failures as transient: a failed connect, an error
 // pgx guarantees happened before anything reached the server, a timeout inside pgconn, and a
-// connection that was already closed. SQLSTATEs are left to idem.Classify; anything else is
-// idem.ClassUnknown.
+// connection that was already closed. A claim without a partition (ErrPartitionMissing) is
+// transient too, although its SQLSTATE (23514) is a permanent class: the partition is created
+// ahead of time or on demand, and the retry finds it. So is a plain store's claim on a
+// partitioned claims table: a configuration to fix, better retried meanwhile than every event
+// dead-lettered. Other SQLSTATEs are left to idem.Classify; anything else is idem.ClassUnknown.
 func (s *Store) ClassifyError(err error) idem.Class {
 	if err == nil {
 		return idem.ClassUnknown
 	}
 	var ce *pgconn.ConnectError
 	switch {
-	case errors.As(err, &ce),
+	case errors.Is(err, ErrPartitionMissing), errors.Is(err, errPartitionedTable),
+		errors.As(err, &ce),
 		pgconn.SafeToRetry(err),
 		pgconn.Timeout(err),
 		errors.Is(err, pgconn.ErrConnClosed):
