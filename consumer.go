@@ -34,8 +34,11 @@ func NewConsumer[TTx any](store Store[TTx], cfg ConsumerConfig[TTx]) (*Consumer[
 		return nil, fmt.Errorf("idem: consumer config: %w", errNotBatchStore)
 	}
 	c := &Consumer[TTx]{store: store, cfg: cfg, redactor: NewRedactor(cfg.Redact)}
-	if b, ok := store.(BucketedStore); ok {
+	if b, ok := store.(BucketedStore); ok && b.ClaimBucket() > 0 {
 		c.bucket = b.ClaimBucket()
+		if r := b.ClaimRetention(); cfg.Retention > r {
+			return nil, fmt.Errorf("idem: consumer config: Retention (%v) is longer than the store's partition retention (%v): an event could be accepted after its claim's partition was dropped", cfg.Retention, r)
+		}
 	}
 	return c, nil
 }

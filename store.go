@@ -52,6 +52,9 @@ type ClaimParams struct {
 type BucketedStore interface {
 	// ClaimBucket is the bucket width (an hour or a day); 0 means the inbox is not partitioned.
 	ClaimBucket() time.Duration
+	// ClaimRetention is how long the store keeps partitions; a consumer's Retention may not
+	// exceed it.
+	ClaimRetention() time.Duration
 }
 
 // ClaimStatus is what a claim attempt found.

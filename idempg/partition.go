@@ -57,6 +57,10 @@ var _ idem.BucketedStore = (*Store)(nil)
 // its bucket with every claim.
 func (s *Store) ClaimBucket() time.Duration { return s.bucket }
 
+// ClaimRetention is how long partitions are kept (Config.Partition.Retention); a consumer whose
+// retention is longer is refused, since it could accept an event whose claim was dropped.
+func (s *Store) ClaimRetention() time.Duration { return s.cfg.Partition.Retention }
+
 // The expected columns of the claims table in each layout.
 const (
 	plainClaimColumns       = "tenant,consumer,event_id,fingerprint,created_at"

@@ -369,6 +369,7 @@ func TestPartitionClaim(t *testing.T) {
 
 		// The consumer retries it; nothing is applied, and no partition is made for it.
 		c, err := idem.NewConsumer(store, idem.ConsumerConfig[pgx.Tx]{Name: "ledger@v1",
+			Retention: store.ClaimRetention(), RedeliveryWindow: time.Hour,
 			Handler: func(context.Context, pgx.Tx, idem.Message) error { return errors.New("must not run") }})
 		require.NoError(t, err)
 		r, err := c.Process(ctx, idem.Message{EventID: "evt-future", Payload: []byte(`{}`), OccurredAt: far.Add(time.Hour)})

@@ -59,6 +59,11 @@ type suite[TTx any] struct {
 func (s *suite[TTx]) consumer(name string, mod func(*idem.ConsumerConfig[TTx])) *idem.Consumer[TTx] {
 	s.t.Helper()
 	cfg := idem.ConsumerConfig[TTx]{Name: name, Handler: CreditHandler(s.b)}
+	if bs, ok := s.b.Store.(idem.BucketedStore); ok && bs.ClaimBucket() > 0 {
+		// A partitioned inbox keeps claims for its partition retention; the consumer's may not
+		// be longer.
+		cfg.Retention, cfg.RedeliveryWindow = bs.ClaimRetention(), time.Hour
+	}
 	if mod != nil {
 		mod(&cfg)
 	}

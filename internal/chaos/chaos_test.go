@@ -1,0 +1,120 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/internal/testenv"
+)
+
+// buildRoleBinary builds testdata/chaosbin, the binary whose `chaos-role` runs a role, into
+// the test's temporary directory. It is built without the race detector: the roles are
+// ordinary programs here, and the harness (this process) is the one under test.
+func buildRoleBinary(t *testing.T) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	exe := filepath.Join(t.TempDir(), "chaosbin")
+	cmd := exec.Command(goBin, "build", "-o", exe, "./testdata/chaosbin")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "build the role binary: %s", out)
+	return exe
+}
+
+// logWriter writes each whole line to the test log.
+type logWriter struct {
+	t   *testing.T
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (w *logWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		w.t.Log(string(w.buf[:i]))
+		w.buf = w.buf[i+1:]
+	}
+}
+
+// runChaos runs the harness for d against IDEM_POSTGRES_URL and checks what every run must
+// show: no violation, and chaos that actually happened.
+func runChaos(t *testing.T, d time.Duration, timeout time.Duration) Report {
+	t.Helper()
+	pg := testenv.Postgres(t)
+	exe := buildRoleBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	start := time.Now()
+	r, err := Run(ctx, Options{
+		PostgresURL: pg,
+		Duration:    d,
+		Executable:  exe,
+		Out:         &logWriter{t: t},
+		// A run that does not drain fails within the CI budget rather than after minutes.
+		DrainTimeout: time.Minute,
+		Logf:         t.Logf,
+		Verbose:      os.Getenv("IDEM_CHAOS_VERBOSE") == "1",
+	})
+	require.NoError(t, err)
+	t.Logf("run took %v", time.Since(start).Round(time.Millisecond))
+	require.True(t, r.OK, "violations: %q", r.Violations)
+	require.Empty(t, r.Violations)
+	require.Zero(t, r.DoubleApplied)
+	require.Zero(t, r.Lost)
+	require.Zero(t, r.UnexpectedExits)
+	// The chaos happened, and so did the misbehaviour it is meant to meet.
+	require.GreaterOrEqual(t, r.Kills, int(d/(3*time.Second)), "kills")
+	require.GreaterOrEqual(t, r.Cuts+r.Stalls, 2, "database faults")
+	require.GreaterOrEqual(t, r.NATSRestarts, 1, "NATS restarts")
+	require.Greater(t, r.Events, 0)
+	require.Positive(t, r.DuplicatesInjected)
+	require.Positive(t, r.DuplicatesIgnored)
+	require.Positive(t, r.TransientInjected)
+	require.Positive(t, r.Retries)
+	require.Positive(t, r.DeadLetters["invalid_payload"])
+	require.Positive(t, r.DeadLetters["key_reuse"])
+	return r
+}
+
+// TestChaosShort is the CI variant: 30 s of chaos (a SIGKILL every 1–3 s, so at least ten; a
+// database cut or stall every 3–7 s; two NATS restarts) on PostgreSQL and an embedded NATS,
+// then the drain and the verdict. It takes about a minute.
+func TestChaosShort(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("skipping the chaos run in -short mode")
+	}
+	r := runChaos(t, 30*time.Second, 3*time.Minute)
+	require.GreaterOrEqual(t, r.Kills, 10)
+}
+
+// TestChaosLong is the long run, by hand: IDEM_CHAOS_LONG=1 IDEM_CHAOS_DURATION=10m.
+func TestChaosLong(t *testing.T) {
+	if os.Getenv("IDEM_CHAOS_LONG") != "1" {
+		t.Skip("set IDEM_CHAOS_LONG=1 (and IDEM_CHAOS_DURATION, default 10m) for the long chaos run")
+	}
+	d := 10 * time.Minute
+	if s := os.Getenv("IDEM_CHAOS_DURATION"); s != "" {
+		var err error
+		d, err = time.ParseDuration(s)
+		require.NoError(t, err, "IDEM_CHAOS_DURATION")
+	}
+	runChaos(t, d, d+10*time.Minute)
+}

@@ -1,0 +1,147 @@
+package chaos
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+)
+
+// Report is what a chaos run did and what the database proves about it. The guarantee fields
+// (DoubleApplied, Lost, …, Violations) come from the database alone (see verdict.go); the
+// chaos counters from the harness; the delivery counters from the roles' stat lines, which a
+// SIGKILL may cut short by a line or two, so they are a lower bound.
+type Report struct {
+	RunID  string `json:"run_id"`
+	Schema string `json:"schema"`
+	Seed   int64  `json:"seed"`
+	// ChaosMS is how long the chaos phase ran; DrainMS how long the system took to drain after.
+	ChaosMS int64 `json:"chaos_ms"`
+	DrainMS int64 `json:"drain_ms"`
+
+	// Events is the number of orders the producer committed (demo_orders rows); Valid of them
+	// valid, Poison by kind.
+	Events int            `json:"events"`
+	Valid  int            `json:"valid"`
+	Poison map[string]int `json:"poison"`
+	// DuplicatesInjected counts second copies enqueued in the outbox.
+	DuplicatesInjected int `json:"duplicates_injected"`
+	// TransientInjected counts first attempts the handler failed on purpose.
+	TransientInjected int `json:"transient_injected"`
+
+	// Kills counts SIGKILLs sent, by role in KillsByRole; Restarts the role processes started
+	// again after one.
+	Kills       int            `json:"kills"`
+	KillsByRole map[string]int `json:"kills_by_role"`
+	Restarts    int            `json:"restarts"`
+	// Cuts counts drops of every database connection; Stalls the times the proxy stopped
+	// copying bytes for a while.
+	Cuts   int `json:"cuts"`
+	Stalls int `json:"stalls"`
+	// NATSRestarts counts restarts of the NATS server.
+	NATSRestarts int `json:"nats_restarts"`
+	// UnexpectedExits counts role processes that exited without being killed.
+	UnexpectedExits int `json:"unexpected_exits"`
+
+	// Processed, DuplicatesIgnored, Retries and Abandoned count deliveries by outcome, as the
+	// consumers reported them.
+	Processed         int `json:"processed"`
+	DuplicatesIgnored int `json:"duplicates_ignored"`
+	Retries           int `json:"retries"`
+	Abandoned         int `json:"abandoned"`
+	// DeadLetters counts dead letters by reason, from the dead-letter table; the relay's are
+	// keyed "relay:<reason>".
+	DeadLetters map[string]int `json:"dead_letters"`
+
+	// DoubleApplied counts events with more than one ledger row.
+	DoubleApplied int `json:"double_applied"`
+	// Lost counts valid events with neither a ledger row nor a dead letter.
+	Lost int `json:"lost"`
+	// DeadLetteredValid counts valid events dead-lettered instead of applied.
+	DeadLetteredValid int `json:"dead_lettered_valid"`
+	// WrongLedger counts ledger rows that match no valid order (a poison message applied).
+	WrongLedger int `json:"wrong_ledger"`
+	// BadBalances counts wallets whose balance is not the sum of their valid orders.
+	BadBalances int `json:"bad_balances"`
+	// BadPoison counts poison orders without exactly one dead letter of the right reason.
+	BadPoison int `json:"bad_poison"`
+	// StrayDeadLetters counts dead letters that match no poison order.
+	StrayDeadLetters int `json:"stray_dead_letters"`
+	// Unpublished counts outbox rows never published (dead ones included).
+	Unpublished int `json:"unpublished"`
+	// ClaimsWithoutEffect counts claims of the consumer with no ledger row; EffectsWithoutClaim
+	// ledger rows with no claim.
+	ClaimsWithoutEffect int `json:"claims_without_effect"`
+	EffectsWithoutClaim int `json:"effects_without_claim"`
+
+	// OK: no violation.
+	OK bool `json:"ok"`
+	// Violations says what broke, one sentence each.
+	Violations []string `json:"violations,omitempty"`
+	// Notes explain results that are not violations.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// WriteTable writes r as an aligned table ending with "verdict: ok" or "verdict: FAILED" and
+// the violations, one per line.
+func (r Report) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, f string, args ...any) { fmt.Fprintf(tw, "%s\t"+f+"\n", append([]any{k}, args...)...) }
+	row("run", "%s (seed %d, schema %s)", r.RunID, r.Seed, r.Schema)
+	row("duration", "%.1f s of chaos, %.1f s to drain", float64(r.ChaosMS)/1000, float64(r.DrainMS)/1000)
+	row("events", "%d (%d valid, poison: %s)", r.Events, r.Valid, countText(r.Poison))
+	row("injected", "%d duplicates, %d transient failures", r.DuplicatesInjected, r.TransientInjected)
+	row("kills", "%d (%s), %d restarts", r.Kills, countText(r.KillsByRole), r.Restarts)
+	row("database", "%d cuts, %d stalls", r.Cuts, r.Stalls)
+	row("nats restarts", "%d", r.NATSRestarts)
+	row("unexpected exits", "%d", r.UnexpectedExits)
+	row("processed", "%d", r.Processed)
+	row("duplicates ignored", "%d", r.DuplicatesIgnored)
+	row("retries", "%d", r.Retries)
+	row("abandoned", "%d", r.Abandoned)
+	row("dead letters", "%s", countText(r.DeadLetters))
+	row("double applied", "%d", r.DoubleApplied)
+	row("lost", "%d", r.Lost)
+	row("balances", "%s", okText(r.BadBalances == 0))
+	row("poison", "%s", okText(r.BadPoison == 0 && r.StrayDeadLetters == 0))
+	row("outbox unpublished", "%d", r.Unpublished)
+	row("claims w/o effect", "%d", r.ClaimsWithoutEffect)
+	row("effects w/o claim", "%d", r.EffectsWithoutClaim)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var b strings.Builder
+	for _, n := range r.Notes {
+		b.WriteString("note: " + n + "\n")
+	}
+	if r.OK {
+		b.WriteString("verdict: ok\n")
+	} else {
+		b.WriteString("verdict: FAILED\n")
+		for _, v := range r.Violations {
+			b.WriteString("  - " + v + "\n")
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func okText(ok bool) string {
+	if ok {
+		return "ok"
+	}
+	return "FAILED"
+}
+
+func countText(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%d %s", m[k], k))
+	}
+	return strings.Join(parts, ", ")
+}

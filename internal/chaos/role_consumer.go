@@ -1,0 +1,158 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemnats"
+	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/retry"
+)
+
+// consumerRetry is generous on purpose: transient failures, kills, cuts and broker restarts
+// must never spend an event's budget, or a valid event would end as retries_exhausted.
+var consumerRetry = retry.Policy{MaxAttempts: 1000, MaxElapsed: 6 * time.Hour, Base: 20 * time.Millisecond, Cap: time.Second}
+
+// runConsumer runs ledger@v1 over the run's shared durable until ctx ends.
+func runConsumer(ctx context.Context, a RoleArgs, st *stats) error {
+	if a.Workers <= 0 {
+		a.Workers = WorkersDefault
+	}
+	pool, err := openPool(ctx, a.PostgresURL, int32(a.Workers)+2)
+	if err != nil {
+		return fmt.Errorf("chaos: consumer: %w", err)
+	}
+	defer pool.Close()
+	store, err := idempg.NewWithConfig(pool, idempg.Config{Schema: a.Schema})
+	if err != nil {
+		return fmt.Errorf("chaos: consumer: %w", err)
+	}
+	defer store.Close()
+	nc, err := connectNATS(a.NATSURL, a.Name)
+	if err != nil {
+		return fmt.Errorf("chaos: consumer: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("chaos: consumer: %w", err)
+	}
+
+	t := newTables(a.Schema)
+	h := &ledgerHandler{
+		seed: a.Seed, transient: a.Transient, stats: st,
+		insertLedger: t.sql(`INSERT INTO {ledger} (run_id, event_id, wallet_id, amount_cents) VALUES ($1, $2, $3, $4)`),
+		creditWallet: t.sql(`UPDATE {wallets} SET balance_cents = balance_cents + $1 WHERE run_id = $2 AND id = $3`),
+		runID:        a.RunID,
+	}
+	consumer, err := idem.NewConsumer(store, idem.ConsumerConfig[pgx.Tx]{
+		Name:             consumerName,
+		Handler:          h.credit,
+		Validator:        idem.ValidatorFunc(validatePayment),
+		Retry:            consumerRetry,
+		RedeliveryWindow: max(streamMaxAge, streamDuplicates),
+		Workers:          a.Workers,
+		ShutdownTimeout:  5 * time.Second,
+		Logger:           a.Logger,
+		Observer:         statsObserver{st},
+	})
+	if err != nil {
+		return fmt.Errorf("chaos: consumer: %w", err)
+	}
+
+	// The broker may be down (restarting) when the process starts: keep trying.
+	var src *idemnats.Source
+	for failures := 1; ; failures++ {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		src, err = idemnats.NewSource(sctx, js, idemnats.SourceConfig{
+			Stream:     a.Stream,
+			Subject:    a.Subject,
+			Durable:    a.Durable,
+			AckWait:    ackWait,
+			MaxDeliver: -1, // the retry policy decides; the broker never gives up silently
+			MaxWait:    500 * time.Millisecond,
+		})
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		a.Logger.LogAttrs(ctx, slog.LevelWarn, "chaos: consumer: open source", slog.String("error", err.Error()))
+		if !sleepCtx(ctx, backoff(failures)) {
+			return nil
+		}
+	}
+	defer src.Close()
+	if err := consumer.Run(ctx, src); err != nil {
+		return fmt.Errorf("chaos: consumer: %w", err)
+	}
+	return nil
+}
+
+// ledgerHandler is ledger@v1: one ledger row and the wallet's balance, in the transaction that
+// holds the event's claim. Chosen events fail their first attempt on purpose.
+type ledgerHandler struct {
+	seed                       int64
+	transient                  float64
+	stats                      *stats
+	runID                      string
+	insertLedger, creditWallet string
+}
+
+func (h *ledgerHandler) credit(ctx context.Context, tx pgx.Tx, msg idem.Message) error {
+	if msg.Attempt == 1 && injectTransient(h.seed, h.transient, msg.EventID) {
+		h.stats.add("transient", 1)
+		return idem.Transient(errors.New("payment provider unavailable (injected transient failure)"))
+	}
+	var p payment
+	if err := json.Unmarshal(msg.Payload, &p); err != nil || p.WalletID == nil || p.AmountCents == nil {
+		return idem.Permanent(fmt.Errorf("%w: event %s: not a payment", idem.ErrInvalidPayload, msg.EventID))
+	}
+	if _, err := tx.Exec(ctx, h.insertLedger, h.runID, msg.EventID, *p.WalletID, *p.AmountCents); err != nil {
+		return fmt.Errorf("insert ledger row: %w", err)
+	}
+	tag, err := tx.Exec(ctx, h.creditWallet, *p.AmountCents, h.runID, *p.WalletID)
+	if err != nil {
+		return fmt.Errorf("credit wallet %s: %w", *p.WalletID, err)
+	}
+	return idem.ExpectRows(tag.RowsAffected(), 1)
+}
+
+// validatePayment is the consumer's Validator, the demo's: the payload must be a
+// payment.captured with every field the handler uses.
+func validatePayment(_ context.Context, msg idem.Message) error {
+	if msg.Type != eventType {
+		return fmt.Errorf("%w: type %q, want %q", idem.ErrInvalidPayload, msg.Type, eventType)
+	}
+	var p payment
+	if err := json.Unmarshal(msg.Payload, &p); err != nil {
+		return fmt.Errorf("%w: payload is not JSON: %v", idem.ErrInvalidPayload, err)
+	}
+	switch {
+	case p.OrderID == nil:
+		return fmt.Errorf("%w: order_id is missing", idem.ErrInvalidPayload)
+	case p.WalletID == nil || *p.WalletID == "":
+		return fmt.Errorf("%w: wallet_id is missing", idem.ErrInvalidPayload)
+	case p.AmountCents == nil:
+		return fmt.Errorf("%w: amount_cents is missing", idem.ErrInvalidPayload)
+	case *p.AmountCents <= 0:
+		return fmt.Errorf("%w: amount_cents is %d, want > 0", idem.ErrInvalidPayload, *p.AmountCents)
+	}
+	return nil
+}
+
+// statsObserver writes one counter line per settled delivery.
+type statsObserver struct{ s *stats }
+
+func (o statsObserver) Observe(ev idem.Event) { o.s.add(string(ev.Outcome), 1) }
+func (o statsObserver) Paused(string)         { o.s.add("paused", 1) }

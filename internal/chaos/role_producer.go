@@ -1,0 +1,269 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemnats"
+	"github.com/idemkit/idem/idempg"
+)
+
+const (
+	// produceTick is how often the producer catches up with its rate.
+	produceTick = 20 * time.Millisecond
+	// produceBatchMax bounds the orders of one transaction.
+	produceBatchMax = 100
+)
+
+// producer writes orders and their events, in one transaction per batch, at the offered rate.
+// It keeps no state the database does not have: after a SIGKILL it starts again from the
+// highest order index in the orders table, and an error of any kind (a commit whose outcome is
+// unknown included) makes it read that index again before going on.
+type producer struct {
+	a     RoleArgs
+	pool  *pgxpool.Pool
+	store *idempg.Store
+	t     tables
+	plan  *planner
+	stats *stats
+	log   *slog.Logger
+
+	// next is the next order index to consider; reuse holds key-reuse orders (below next)
+	// waiting until the order whose event id they reuse is applied.
+	next  int
+	reuse []int
+}
+
+func runProducer(ctx context.Context, a RoleArgs, st *stats) error {
+	pool, err := openPool(ctx, a.PostgresURL, 4)
+	if err != nil {
+		return fmt.Errorf("chaos: producer: %w", err)
+	}
+	defer pool.Close()
+	store, err := idempg.NewWithConfig(pool, idempg.Config{Schema: a.Schema})
+	if err != nil {
+		return fmt.Errorf("chaos: producer: %w", err)
+	}
+	defer store.Close()
+	p := &producer{
+		a: a, pool: pool, store: store, t: newTables(a.Schema), stats: st, log: a.Logger,
+		plan: newPlanner(a.Seed, rates{a.Duplicates, a.Transient, a.Poison}),
+	}
+	if a.Rate <= 0 {
+		return fmt.Errorf("chaos: producer: rate is %d, want > 0", a.Rate)
+	}
+	return p.run(ctx)
+}
+
+func (p *producer) run(ctx context.Context) error {
+	failures := 0
+	for !p.resync(ctx) {
+		failures++
+		if !sleepCtx(ctx, backoff(failures)) {
+			return nil
+		}
+	}
+	start, produced := time.Now(), 0
+	t := time.NewTicker(produceTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		due := int(time.Since(start).Seconds()*float64(p.a.Rate)) - produced
+		for due > 0 && ctx.Err() == nil {
+			n := min(due, produceBatchMax)
+			if err := p.write(ctx, n); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				failures++
+				p.log.LogAttrs(ctx, slog.LevelWarn, "chaos: producer: write failed", slog.String("error", err.Error()))
+				// The commit may have happened: read the state back before going on.
+				for !sleepCtx(ctx, backoff(failures)) || !p.resync(ctx) {
+					if ctx.Err() != nil {
+						return nil
+					}
+					failures++
+				}
+				// Do not make up for the time lost: that would be a burst, not the offered rate.
+				start, produced, due = time.Now(), 0, 0
+				break
+			}
+			failures = 0
+			produced += n
+			due -= n
+		}
+	}
+}
+
+// backoff is a capped exponential delay for the n-th failure in a row.
+func backoff(n int) time.Duration {
+	return min(50*time.Millisecond<<min(n, 6), 2*time.Second)
+}
+
+// resync reads the next order index from the database, and which key-reuse orders below it
+// are still to be written. It reports false when the database cannot be read.
+func (p *producer) resync(ctx context.Context) bool {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var next int
+	if err := p.pool.QueryRow(rctx, p.t.sql(`SELECT COALESCE(max(id) + 1, 0) FROM {orders} WHERE run_id = $1`), p.a.RunID).Scan(&next); err != nil {
+		p.log.LogAttrs(ctx, slog.LevelWarn, "chaos: producer: read progress", slog.String("error", err.Error()))
+		return false
+	}
+	var want []int64
+	for i := range next {
+		if p.plan.at(i).poison == poisonKeyReuse {
+			want = append(want, int64(i))
+		}
+	}
+	written := map[int]bool{}
+	if len(want) > 0 {
+		rows, err := p.pool.Query(rctx, p.t.sql(`SELECT id FROM {orders} WHERE run_id = $1 AND id = ANY($2)`), p.a.RunID, want)
+		if err != nil {
+			p.log.LogAttrs(ctx, slog.LevelWarn, "chaos: producer: read key-reuse orders", slog.String("error", err.Error()))
+			return false
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			p.log.LogAttrs(ctx, slog.LevelWarn, "chaos: producer: read key-reuse orders", slog.String("error", err.Error()))
+			return false
+		}
+		for _, id := range ids {
+			written[int(id)] = true
+		}
+	}
+	p.next, p.reuse = next, p.reuse[:0]
+	for _, i := range want {
+		if !written[int(i)] {
+			p.reuse = append(p.reuse, int(i))
+		}
+	}
+	return true
+}
+
+// write commits the next n order indices in one transaction: the valid orders and the invalid
+// ones, each with its event (and a second copy for a duplicate), plus the waiting key-reuse
+// orders whose target is applied by now. A key-reuse order is deferred until then, because
+// sent earlier the two messages would race and either could be applied. State moves on only
+// after the commit.
+func (p *producer) write(ctx context.Context, n int) error {
+	idxs := make([]int, 0, n)
+	reuse := append([]int(nil), p.reuse...)
+	for i := p.next; i < p.next+n; i++ {
+		if p.plan.at(i).poison == poisonKeyReuse {
+			reuse = append(reuse, i)
+		} else {
+			idxs = append(idxs, i)
+		}
+	}
+	var pending []int
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	err := pgx.BeginFunc(wctx, p.pool, func(tx pgx.Tx) error {
+		ready, rest, err := p.readyReuse(wctx, tx, reuse)
+		if err != nil {
+			return err
+		}
+		pending = rest
+		all := append(idxs, ready...)
+		if len(all) == 0 {
+			return nil
+		}
+		return p.insert(wctx, tx, all)
+	})
+	if err != nil {
+		return fmt.Errorf("orders %d to %d: %w", p.next, p.next+n-1, err)
+	}
+	p.stats.add("produced", len(idxs)+len(reuse)-len(pending))
+	p.next += n
+	p.reuse = pending
+	return nil
+}
+
+// readyReuse splits the key-reuse orders into those whose target has its ledger row and the rest.
+func (p *producer) readyReuse(ctx context.Context, tx pgx.Tx, reuse []int) (ready, rest []int, err error) {
+	if len(reuse) == 0 {
+		return nil, nil, nil
+	}
+	ids := make([]string, len(reuse))
+	for k, i := range reuse {
+		ids[k] = p.plan.at(i).eventID(p.a.RunID)
+	}
+	rows, err := tx.Query(ctx, p.t.sql(`SELECT DISTINCT event_id FROM {ledger} WHERE run_id = $1 AND event_id = ANY($2)`), p.a.RunID, ids)
+	if err != nil {
+		return nil, nil, fmt.Errorf("look up applied targets: %w", err)
+	}
+	applied, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, nil, fmt.Errorf("look up applied targets: %w", err)
+	}
+	done := map[string]bool{}
+	for _, id := range applied {
+		done[id] = true
+	}
+	for k, i := range reuse {
+		if done[ids[k]] {
+			ready = append(ready, i)
+		} else {
+			rest = append(rest, i)
+		}
+	}
+	return ready, rest, nil
+}
+
+// insert writes the order rows of idxs and enqueues their events.
+func (p *producer) insert(ctx context.Context, tx pgx.Tx, idxs []int) error {
+	now := time.Now()
+	var b strings.Builder
+	b.WriteString(p.t.sql(`INSERT INTO {orders} (id, run_id, event_id, wallet_id, amount_cents, valid, poison) VALUES `))
+	args := make([]any, 0, 7*len(idxs))
+	outs := make([]idem.Outgoing, 0, len(idxs)+len(idxs)/8)
+	for k, i := range idxs {
+		o := p.plan.at(i)
+		id := o.eventID(p.a.RunID)
+		if k > 0 {
+			b.WriteString(", ")
+		}
+		n := len(args)
+		fmt.Fprintf(&b, "($%d, $%d, $%d, $%d, $%d, $%d, $%d)", n+1, n+2, n+3, n+4, n+5, n+6, n+7)
+		args = append(args, i, p.a.RunID, id, walletID(o.wallet), o.amount, o.valid(), o.poison)
+		out := idem.Outgoing{
+			EventID:    id,
+			Topic:      p.a.Subject,
+			Type:       eventType,
+			Payload:    o.payload(),
+			Headers:    map[string]string{"Chaos-Order": strconv.Itoa(i)},
+			OccurredAt: now,
+		}
+		if o.poison == poisonKeyReuse {
+			// JetStream would drop this message as a republish of the original (same
+			// Nats-Msg-Id within the Duplicates window) and no consumer would ever see the
+			// reuse: give it a broker message id of its own, as a producer that reuses an id
+			// by mistake would have (it does not know the first use).
+			out.Headers[idemnats.HeaderBrokerMsgID] = id + "/reuse-" + strconv.Itoa(i)
+		}
+		outs = append(outs, out)
+		if o.duplicate {
+			// The same event again under its own broker message id, so that JetStream's
+			// deduplication lets it through and the consumers see a true duplicate.
+			out.Headers = map[string]string{"Chaos-Order": strconv.Itoa(i), idemnats.HeaderBrokerMsgID: id + "/dup-" + strconv.Itoa(i)}
+			outs = append(outs, out)
+		}
+	}
+	if _, err := tx.Exec(ctx, b.String(), args...); err != nil {
+		return fmt.Errorf("insert orders: %w", err)
+	}
+	return p.store.EnqueueTx(ctx, tx, outs...)
+}

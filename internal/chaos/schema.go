@@ -1,0 +1,96 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/idempg"
+)
+
+// tables names the tables of one run's schema: idem's (default prefix) and the scenario's,
+// which have the demo's shapes. Statements are written with {orders}, {ledger}, {wallets},
+// {claims}, {dead_letters} and {outbox}; sql qualifies them.
+type tables struct {
+	schema string
+	names  *strings.Replacer
+}
+
+func newTables(schema string) tables {
+	q := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
+	p := idempg.PrefixDefault
+	return tables{schema: schema, names: strings.NewReplacer(
+		"{orders}", q("demo_orders"),
+		"{ledger}", q("demo_ledger"),
+		"{wallets}", q("demo_wallets"),
+		"{claims}", q(p+"claims"),
+		"{dead_letters}", q(p+"dead_letters"),
+		"{outbox}", q(p+"outbox"),
+	)}
+}
+
+func (t tables) sql(q string) string { return t.names.Replace(q) }
+
+// scenarioDDL creates the scenario tables, as the demo's on PostgreSQL. The ledger has NO
+// unique key on event_id on purpose: idem's claim is what keeps an event from being applied
+// twice, and a double application shows up as a second row.
+var scenarioDDL = []string{
+	`CREATE TABLE {orders} (
+		id           bigint  NOT NULL, -- order index within the run
+		run_id       text    NOT NULL,
+		event_id     text    NOT NULL,
+		wallet_id    text    NOT NULL,
+		amount_cents bigint  NOT NULL,
+		valid        boolean NOT NULL, -- false for poison
+		poison       text    NOT NULL DEFAULT '', -- '', invalid_json, missing_field, key_reuse
+		PRIMARY KEY (run_id, id))`,
+	`CREATE INDEX ON {orders} (run_id, event_id)`,
+	`CREATE TABLE {ledger} (
+		id           bigserial PRIMARY KEY,
+		run_id       text      NOT NULL,
+		event_id     text      NOT NULL,
+		wallet_id    text      NOT NULL,
+		amount_cents bigint    NOT NULL)`,
+	`CREATE INDEX ON {ledger} (run_id, event_id)`,
+	`CREATE TABLE {wallets} (
+		run_id        text   NOT NULL,
+		id            text   NOT NULL,
+		balance_cents bigint NOT NULL DEFAULT 0,
+		PRIMARY KEY (run_id, id))`,
+}
+
+// setupSchema creates a fresh schema with idem's tables (migrated) and the scenario's, and the
+// run's wallets at a zero balance.
+func setupSchema(ctx context.Context, pool *pgxpool.Pool, schema, runID string) error {
+	store, err := idempg.NewWithConfig(pool, idempg.Config{Schema: schema})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if err := store.Migrate(ctx); err != nil {
+		return fmt.Errorf("migrate schema %s: %w", schema, err)
+	}
+	t := newTables(schema)
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		for _, s := range scenarioDDL {
+			if _, err := tx.Exec(ctx, t.sql(s)); err != nil {
+				return fmt.Errorf("create scenario tables in schema %s: %w", schema, err)
+			}
+		}
+		_, err := tx.Exec(ctx, t.sql(`INSERT INTO {wallets} (run_id, id)
+			SELECT $1, 'w' || lpad(i::text, 3, '0') FROM generate_series(0, $2 - 1) AS i`), runID, walletCount)
+		if err != nil {
+			return fmt.Errorf("create wallets: %w", err)
+		}
+		return nil
+	})
+}
+
+// dropSchema removes a run's schema and everything in it.
+func dropSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	_, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	return err
+}

@@ -1,0 +1,210 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/idemrelay"
+)
+
+// The SQL behind the verdict, so that anyone can rerun it by hand on a kept schema (--keep).
+// $1 is the run id and $2 the consumer name wherever they appear.
+const (
+	// qOrders: orders written by kind.
+	qOrders = `SELECT poison, count(*) FROM {orders} WHERE run_id = $1 GROUP BY poison`
+	// qDuplicates: second copies enqueued on purpose (they carry a broker message id of their
+	// own ending "/dup-<order>"; a key-reuse message has one ending "/reuse-<order>").
+	qDuplicates = `SELECT count(*) FROM {outbox} WHERE headers->>'Idem-Broker-Msg-Id' LIKE '%/dup-%'`
+	// qDoubleApplied: events with more than one ledger row.
+	qDoubleApplied = `SELECT count(*) FROM (SELECT event_id FROM {ledger} WHERE run_id = $1
+		GROUP BY event_id HAVING count(*) > 1) AS twice`
+	// qUnsettled: orders neither applied nor dead-lettered, valid and poison. A valid order is
+	// settled by a ledger row or by a dead letter of its own (not the key_reuse dead letter of
+	// the order that reused its id); a key-reuse order by a key_reuse dead letter.
+	qUnsettled = `SELECT
+			COALESCE(sum(CASE WHEN o.valid THEN 1 ELSE 0 END), 0),
+			COALESCE(sum(CASE WHEN o.valid THEN 0 ELSE 1 END), 0)
+		FROM {orders} o
+		WHERE o.run_id = $1
+		AND NOT (o.valid AND EXISTS (SELECT 1 FROM {ledger} l WHERE l.run_id = o.run_id AND l.event_id = o.event_id))
+		AND NOT EXISTS (SELECT 1 FROM {dead_letters} d
+			WHERE d.event_id = o.event_id AND d.consumer IN ($2, $3)
+			AND (d.reason = 'key_reuse') = (o.poison = 'key_reuse'))`
+	// qNotApplied: valid orders without a ledger row.
+	qNotApplied = `SELECT count(*) FROM {orders} o WHERE o.run_id = $1 AND o.valid
+		AND NOT EXISTS (SELECT 1 FROM {ledger} l WHERE l.run_id = o.run_id AND l.event_id = o.event_id)`
+	// qWrongLedger: ledger rows that match no valid order (a poison message applied, or the
+	// key-reuse message applied instead of the original).
+	qWrongLedger = `SELECT count(*) FROM {ledger} l WHERE l.run_id = $1
+		AND NOT EXISTS (SELECT 1 FROM {orders} o WHERE o.run_id = l.run_id AND o.event_id = l.event_id
+			AND o.valid AND o.wallet_id = l.wallet_id AND o.amount_cents = l.amount_cents)`
+	// qBadBalances: wallets whose balance is not the sum of their valid orders.
+	qBadBalances = `SELECT count(*) FROM {wallets} w
+		LEFT JOIN (SELECT wallet_id, sum(amount_cents) AS total FROM {orders}
+			WHERE run_id = $1 AND valid GROUP BY wallet_id) o ON o.wallet_id = w.id
+		WHERE w.run_id = $1 AND w.balance_cents <> COALESCE(o.total, 0)`
+	// qBadPoison: poison orders without exactly one dead letter of the right reason.
+	qBadPoison = `SELECT count(*) FROM {orders} o WHERE o.run_id = $1 AND o.poison <> ''
+		AND (SELECT count(*) FROM {dead_letters} d WHERE d.event_id = o.event_id AND d.consumer = $2
+			AND d.reason = CASE WHEN o.poison = 'key_reuse' THEN 'key_reuse' ELSE 'invalid_payload' END) <> 1`
+	// qStrayDeadLetters: dead letters (of anyone: the consumer, the relay) that match no poison
+	// order with its reason.
+	qStrayDeadLetters = `SELECT count(*) FROM {dead_letters} d WHERE NOT EXISTS (
+		SELECT 1 FROM {orders} o WHERE o.run_id = $1 AND o.event_id = d.event_id AND o.poison <> ''
+			AND d.consumer = $2
+			AND d.reason = CASE WHEN o.poison = 'key_reuse' THEN 'key_reuse' ELSE 'invalid_payload' END)`
+	// qValidDeadLettered: valid events with a dead letter of their own (not key_reuse).
+	qValidDeadLettered = `SELECT count(DISTINCT d.event_id) FROM {dead_letters} d
+		WHERE d.reason <> 'key_reuse' AND EXISTS (SELECT 1 FROM {orders} o
+			WHERE o.run_id = $1 AND o.event_id = d.event_id AND o.valid)`
+	// qDeadLetters: dead letters by consumer and reason.
+	qDeadLetters = `SELECT consumer, reason, count(*) FROM {dead_letters} GROUP BY consumer, reason`
+	// qUnpublished: outbox rows never published, dead ones included.
+	qUnpublished = `SELECT count(*) FROM {outbox} WHERE published_at IS NULL`
+	// qOutboxBacklog: outbox rows a relay still has to publish (drain progress).
+	qOutboxBacklog = `SELECT count(*) FROM {outbox} WHERE published_at IS NULL AND NOT dead`
+	// qClaimsWithoutEffect: claims of the consumer with no ledger row. Invalid payloads fail
+	// validation before the claim, and a key-reuse message shares the id of an applied event,
+	// so every claim must have its effect.
+	qClaimsWithoutEffect = `SELECT count(*) FROM {claims} c WHERE c.consumer = $2
+		AND NOT EXISTS (SELECT 1 FROM {ledger} l WHERE l.run_id = $1 AND l.event_id = c.event_id)`
+	// qEffectsWithoutClaim: ledger rows with no claim of the consumer.
+	qEffectsWithoutClaim = `SELECT count(*) FROM {ledger} l WHERE l.run_id = $1
+		AND NOT EXISTS (SELECT 1 FROM {claims} c WHERE c.tenant = '' AND c.consumer = $2 AND c.event_id = l.event_id)`
+)
+
+// drainState counts what is left to do: orders not yet settled and outbox rows not yet
+// published.
+type drainState struct {
+	unsettled, outbox int
+}
+
+func readDrainState(ctx context.Context, pool *pgxpool.Pool, t tables, runID string) (drainState, error) {
+	var d drainState
+	var valid, poison int
+	if err := pool.QueryRow(ctx, t.sql(qUnsettled), runID, consumerName, idemrelay.ConsumerName).Scan(&valid, &poison); err != nil {
+		return d, fmt.Errorf("count unsettled orders: %w", err)
+	}
+	d.unsettled = valid + poison
+	if err := pool.QueryRow(ctx, t.sql(qOutboxBacklog)).Scan(&d.outbox); err != nil {
+		return d, fmt.Errorf("count outbox backlog: %w", err)
+	}
+	return d, nil
+}
+
+// check fills the database half of r for run runID in schema t: the counts of orders and
+// dead letters and every guarantee, with a violation for each that does not hold.
+func check(ctx context.Context, pool *pgxpool.Pool, t tables, runID string, r *Report) error {
+	count := func(what, q string, args ...any) (int, error) {
+		var n int
+		if err := pool.QueryRow(ctx, t.sql(q), args...).Scan(&n); err != nil {
+			return 0, fmt.Errorf("check run %s: %s: %w", runID, what, err)
+		}
+		return n, nil
+	}
+	r.Poison = map[string]int{}
+	rows, err := pool.Query(ctx, t.sql(qOrders), runID)
+	if err != nil {
+		return fmt.Errorf("check run %s: count orders: %w", runID, err)
+	}
+	r.Events, r.Valid = 0, 0
+	for rows.Next() {
+		var kind string
+		var n int
+		if err := rows.Scan(&kind, &n); err != nil {
+			rows.Close()
+			return fmt.Errorf("check run %s: count orders: %w", runID, err)
+		}
+		r.Events += n
+		if kind == poisonNone {
+			r.Valid += n
+		} else {
+			r.Poison[kind] += n
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("check run %s: count orders: %w", runID, err)
+	}
+
+	var lostPoison, notApplied int
+	if err := pool.QueryRow(ctx, t.sql(qUnsettled), runID, consumerName, idemrelay.ConsumerName).Scan(&r.Lost, &lostPoison); err != nil {
+		return fmt.Errorf("check run %s: count unsettled orders: %w", runID, err)
+	}
+	for _, c := range []struct {
+		dst     *int
+		what, q string
+		args    []any
+	}{
+		{&r.DuplicatesInjected, "count injected duplicates", qDuplicates, nil},
+		{&r.DoubleApplied, "count double applications", qDoubleApplied, []any{runID}},
+		{&notApplied, "count valid orders not applied", qNotApplied, []any{runID}},
+		{&r.DeadLetteredValid, "count valid events dead-lettered", qValidDeadLettered, []any{runID}},
+		{&r.WrongLedger, "compare ledger with orders", qWrongLedger, []any{runID}},
+		{&r.BadBalances, "compare balances with orders", qBadBalances, []any{runID}},
+		{&r.BadPoison, "check poison dead letters", qBadPoison, []any{runID, consumerName}},
+		{&r.StrayDeadLetters, "look for stray dead letters", qStrayDeadLetters, []any{runID, consumerName}},
+		{&r.Unpublished, "count unpublished outbox rows", qUnpublished, nil},
+		{&r.ClaimsWithoutEffect, "look for claims without effect", qClaimsWithoutEffect, []any{runID, consumerName}},
+		{&r.EffectsWithoutClaim, "look for effects without claim", qEffectsWithoutClaim, []any{runID, consumerName}},
+	} {
+		if *c.dst, err = count(c.what, c.q, c.args...); err != nil {
+			return err
+		}
+	}
+
+	r.DeadLetters = map[string]int{}
+	rows, err = pool.Query(ctx, t.sql(qDeadLetters))
+	if err != nil {
+		return fmt.Errorf("check run %s: count dead letters: %w", runID, err)
+	}
+	for rows.Next() {
+		var consumer, reason string
+		var n int
+		if err := rows.Scan(&consumer, &reason, &n); err != nil {
+			rows.Close()
+			return fmt.Errorf("check run %s: count dead letters: %w", runID, err)
+		}
+		if consumer != consumerName {
+			reason = consumer + ":" + reason
+		}
+		r.DeadLetters[reason] += n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("check run %s: count dead letters: %w", runID, err)
+	}
+
+	v := &r.Violations
+	add := func(n int, f string, args ...any) {
+		if n > 0 {
+			*v = append(*v, fmt.Sprintf(f, append([]any{n}, args...)...))
+		}
+	}
+	if r.Events == 0 {
+		*v = append(*v, "no orders were written")
+	}
+	add(r.DoubleApplied, "%d events were applied more than once (several ledger rows)")
+	add(r.Lost, "%d valid events were lost: neither applied nor dead-lettered")
+	add(max(notApplied-r.Lost, r.DeadLetteredValid), "%d valid events were dead-lettered instead of applied")
+	add(r.WrongLedger, "%d ledger rows match no valid order (a poison or key-reuse message was applied)")
+	add(r.BadBalances, "%d wallets' balances differ from the sum of their valid orders")
+	add(r.BadPoison, "%d poison messages were not dead-lettered exactly once with the right reason")
+	if r.BadPoison == 0 {
+		add(lostPoison, "%d poison messages have no dead letter")
+	}
+	add(r.StrayDeadLetters, "%d dead letters match no poison order")
+	for k, n := range r.DeadLetters {
+		if strings.HasPrefix(k, idemrelay.ConsumerName+":") {
+			add(n, "the relay dead-lettered %d outbox rows (%s)", k)
+		}
+	}
+	add(r.Unpublished, "%d outbox rows were never published")
+	add(r.ClaimsWithoutEffect, "%d claims have no effect (no ledger row)")
+	add(r.EffectsWithoutClaim, "%d ledger rows have no claim")
+	r.OK = len(r.Violations) == 0
+	return nil
+}

@@ -1,0 +1,217 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemnats"
+	"github.com/idemkit/idem/idemqueue"
+)
+
+// Fixed settings of the scenario, chosen so that redeliveries and retries show up within
+// seconds.
+const (
+	// lease is the queue-table lease and JetStream AckWait: a lost ack comes back after it.
+	lease = 2 * time.Second
+	// pollWait bounds an idle wait for new deliveries, so that delayed retries (which notify
+	// nobody) are picked up promptly.
+	pollWait = 100 * time.Millisecond
+	// natsStreamDefault and natsRootDefault name the stream the demo creates and the subjects
+	// it captures; each run publishes to <root>.payments.<run id> and reads with its own durable.
+	natsStreamDefault = "IDEM_DEMO"
+	natsRootDefault   = "idem.demo"
+	// natsMaxAge bounds how long the stream keeps a run's messages (they are purged after the run
+	// anyway); it is also the redelivery window the consumer's retention must cover.
+	natsMaxAge = time.Hour
+	// natsDuplicateWindow is the stream's deduplication window (the server's default). JetStream
+	// drops a message whose Nats-Msg-Id it stored within the window.
+	natsDuplicateWindow = 2 * time.Minute
+	// natsShortDuplicateWindow is the window when idemnats sends the event id only as
+	// Nats-Msg-Id: the key-reuse message reuses the event id on purpose and would be dropped
+	// too, so the demo keeps the window short and sends each key-reuse message after it (see
+	// broker.reuseDelay).
+	natsShortDuplicateWindow = time.Second
+)
+
+// broker is the transport of one run.
+type broker struct {
+	// topic is the outbox topic: the queue name or the subject.
+	topic  string
+	source idem.Source
+	sink   idem.Sink
+	// again publishes injected duplicates (see chaosSink).
+	again func(ctx context.Context, topic string, msgs []idem.Message) (sent, dropped int, err error)
+	// reuse, when set, publishes key-reuse messages past the broker's deduplication.
+	reuse func(ctx context.Context, topic string, msgs []idem.Message) error
+	// reuseDelay is how long after its original was applied a key-reuse message may be sent
+	// without the broker dropping it as a republish.
+	reuseDelay time.Duration
+	// redelivery is the consumer's RedeliveryWindow (0: idem's default).
+	redelivery time.Duration
+	// backlog reports messages the broker still holds for the run's consumer.
+	backlog func(ctx context.Context) (int, error)
+	close   func()
+}
+
+// queueBroker is the queue table in the store: per-run queue "demo.payments.<run id>".
+func queueBroker[TTx any](store idem.QueueTxStore[TTx], runID string) (*broker, error) {
+	queue := "demo.payments." + runID
+	src, err := idemqueue.NewSource(store, idemqueue.SourceConfig{Queue: queue, Lease: lease, MaxWait: pollWait})
+	if err != nil {
+		return nil, err
+	}
+	sink := idemqueue.NewSink(store)
+	return &broker{
+		topic:  queue,
+		source: src,
+		sink:   sink,
+		again: func(ctx context.Context, topic string, msgs []idem.Message) (int, int, error) {
+			if err := sink.Publish(ctx, topic, msgs...); err != nil {
+				return 0, 0, err
+			}
+			return len(msgs), 0, nil
+		},
+		backlog: func(ctx context.Context) (int, error) {
+			st, err := store.QueueStats(ctx, queue)
+			return int(st.Backlog), err
+		},
+		close: func() { _ = src.Close() },
+	}, nil
+}
+
+// natsBroker creates (or updates) the demo's stream and a durable for this run on the JetStream
+// server at url. Closing it deletes the durable and purges the run's subject. separate says
+// whether idemnats carries the event id in a header of its own (natsSeparateEventID).
+func natsBroker(ctx context.Context, url, stream, root, runID string, separate bool) (*broker, error) {
+	nc, err := nats.Connect(url, nats.Name("idem demo"), nats.Timeout(5*time.Second), nats.RetryOnFailedConnect(false))
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			nc.Close()
+		}
+	}()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("JetStream: %w", err)
+	}
+	window := natsDuplicateWindow
+	if !separate {
+		window = natsShortDuplicateWindow
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	st, err := idemnats.EnsureStream(sctx, js, jetstream.StreamConfig{
+		Name:        stream,
+		Description: "idem demo: payment.captured events, one subject per run",
+		Subjects:    []string{root + ".>"},
+		MaxAge:      natsMaxAge,
+		Duplicates:  window,
+		Storage:     jetstream.FileStorage,
+	})
+	if err != nil {
+		return nil, err
+	}
+	subject := root + ".payments." + runID
+	durable := "ledger-" + runID
+	src, err := idemnats.NewSource(sctx, js, idemnats.SourceConfig{
+		Stream:  stream,
+		Subject: subject,
+		Durable: durable,
+		AckWait: lease,
+		MaxWait: 500 * time.Millisecond,
+	})
+	if err != nil {
+		return nil, err
+	}
+	cons, err := js.Consumer(sctx, stream, durable)
+	if err != nil {
+		return nil, fmt.Errorf("look up consumer %s: %w", durable, err)
+	}
+	ok = true
+	b := &broker{
+		topic:      subject,
+		source:     src,
+		sink:       idemnats.NewSink(js),
+		again:      natsAgain(js, "~copy", separate),
+		redelivery: idemnats.RedeliveryWindow(st.CachedInfo()),
+		backlog: func(ctx context.Context) (int, error) {
+			info, err := cons.Info(ctx)
+			if err != nil {
+				return 0, err
+			}
+			return int(info.NumPending) + info.NumAckPending, nil
+		},
+		close: func() {
+			_ = src.Close()
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = js.DeleteConsumer(cctx, stream, durable)
+			_ = st.Purge(cctx, jetstream.WithPurgeSubject(subject))
+			nc.Close()
+		},
+	}
+	if separate {
+		again := natsAgain(js, "~reuse", true)
+		b.reuse = func(ctx context.Context, topic string, msgs []idem.Message) error {
+			_, _, err := again(ctx, topic, msgs)
+			return err
+		}
+	} else {
+		b.reuseDelay = window + 500*time.Millisecond
+	}
+	return b, nil
+}
+
+// natsSeparateEventID reports whether idemnats carries the event id in a header of its own
+// besides Nats-Msg-Id: then a copy published under another broker message id still decodes to
+// the same event id, gets past JetStream's deduplication and reaches the consumer as a true
+// duplicate. When Nats-Msg-Id is the event id, JetStream drops the copy (broker-level
+// deduplication working) and the demo can only count it.
+func natsSeparateEventID() bool {
+	const id = "idem-demo-probe"
+	nm, err := idemnats.EncodeMessage("probe", idem.Message{EventID: id, Payload: []byte("{}")})
+	if err != nil {
+		return false
+	}
+	nm.Header[jetstream.MsgIDHeader] = []string{id + "~copy"}
+	m, err := idemnats.DecodeHeaders(nm.Header, nm.Data, nil)
+	return err == nil && m.EventID == id
+}
+
+// natsAgain publishes messages one by one, under the Nats-Msg-Id "<event id><suffix>" when the
+// codec carries the event id separately, and counts those the stream reports as duplicates.
+func natsAgain(js jetstream.JetStream, suffix string, separate bool) func(ctx context.Context, topic string, msgs []idem.Message) (int, int, error) {
+	return func(ctx context.Context, topic string, msgs []idem.Message) (int, int, error) {
+		sent, dropped := 0, 0
+		var errs []error
+		for _, m := range msgs {
+			nm, err := idemnats.EncodeMessage(topic, m)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if separate {
+				nm.Header[jetstream.MsgIDHeader] = []string{m.EventID + suffix}
+			}
+			ack, err := js.PublishMsg(ctx, nm)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("event %s: %w", m.EventID, err))
+				continue
+			}
+			sent++
+			if ack.Duplicate {
+				dropped++
+			}
+		}
+		return sent, dropped, errors.Join(errs...)
+	}
+}

@@ -1,0 +1,266 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/idemkit/idem/idemrelay"
+)
+
+// Verdict is what a demo run proved, computed from the database (the guarantees) and from the
+// consumer's observer (the counters).
+type Verdict struct {
+	// Events is the number of orders the producer wrote (demo_orders rows of the run).
+	Events int `json:"events"`
+	// Deliveries counts every delivery the consumer settled, redeliveries included.
+	Deliveries int `json:"deliveries"`
+	// Processed counts deliveries whose effect committed.
+	Processed int `json:"processed"`
+	// DuplicatesIgnored counts deliveries recognised as already applied.
+	DuplicatesIgnored int `json:"duplicates_ignored"`
+	// Retries counts deliveries handed back to the broker for another attempt.
+	Retries int `json:"retries"`
+	// DeadLettered counts the run's dead letters by reason, from idem's dead-letter table. Dead
+	// letters the relay wrote are keyed "relay:<reason>".
+	DeadLettered map[string]int `json:"dead_lettered"`
+
+	PoisonInjected     int `json:"poison_injected"`
+	DuplicatesInjected int `json:"duplicates_injected"`
+	// DuplicatesDroppedByBroker counts injected duplicates the broker itself dropped (JetStream
+	// deduplicates a republished Nats-Msg-Id): they never reached the consumer.
+	DuplicatesDroppedByBroker int `json:"duplicates_dropped_by_broker,omitempty"`
+	TransientInjected         int `json:"transient_injected"`
+	CrashesInjected           int `json:"crashes_injected"`
+
+	// DoubleApplied counts events with more than one ledger row.
+	DoubleApplied int `json:"double_applied"`
+	// Lost counts valid events with neither a ledger row nor a dead letter.
+	Lost int `json:"lost"`
+	// BalancesOK: every wallet's balance equals the sum of its valid orders.
+	BalancesOK bool `json:"balances_ok"`
+	// PoisonOK: every poison message was dead-lettered exactly once, with the right reason.
+	PoisonOK bool `json:"poison_ok"`
+
+	DurationMS int64   `json:"duration_ms"`
+	EventsPerS float64 `json:"events_per_s"`
+	// P50MS, P95MS and P99MS are percentiles of the time from the producer's commit to the
+	// consumer's commit of each processed event.
+	P50MS float64 `json:"p50_ms"`
+	P95MS float64 `json:"p95_ms"`
+	P99MS float64 `json:"p99_ms"`
+
+	// Store and Broker are the URLs the run used, passwords masked.
+	Store  string `json:"store"`
+	Broker string `json:"broker"`
+	Seed   int64  `json:"seed"`
+	RunID  string `json:"run_id"`
+
+	// OK: nothing applied twice, nothing lost, balances right, poison dead-lettered, and every
+	// valid event applied exactly once.
+	OK bool `json:"ok"`
+	// Problems says why, when OK is false.
+	Problems []string `json:"problems,omitempty"`
+	// Notes explain results that are not problems (duplicates the broker dropped).
+	Notes []string `json:"notes,omitempty"`
+}
+
+// checkQueries are the SQL behind the verdict, so that anyone can rerun them by hand. Each
+// takes the run id as its first argument.
+const (
+	// qOrders: orders written, and how many are poison.
+	qOrders = `SELECT count(*), COALESCE(sum(CASE WHEN poison <> '' THEN 1 ELSE 0 END), 0)
+		FROM {orders} WHERE run_id = ?`
+	// qDoubleApplied: events with more than one ledger row.
+	qDoubleApplied = `SELECT count(*) FROM (SELECT event_id FROM {ledger} WHERE run_id = ?
+		GROUP BY event_id HAVING count(*) > 1) AS twice`
+	// qUnsettled: orders neither applied nor dead-lettered, valid and poison. A valid order is
+	// settled by a ledger row or by a dead letter of its own (not the key_reuse dead letter of
+	// the poison order that reused its id); a key-reuse order by a key_reuse dead letter.
+	qUnsettled = `SELECT
+			COALESCE(sum(CASE WHEN o.valid THEN 1 ELSE 0 END), 0),
+			COALESCE(sum(CASE WHEN o.valid THEN 0 ELSE 1 END), 0)
+		FROM {orders} o
+		WHERE o.run_id = ?
+		AND NOT (o.valid AND EXISTS (SELECT 1 FROM {ledger} l WHERE l.run_id = o.run_id AND l.event_id = o.event_id))
+		AND NOT EXISTS (SELECT 1 FROM {dead_letters} d
+			WHERE d.event_id = o.event_id AND d.consumer IN (?, ?)
+			AND (d.reason = 'key_reuse') = (o.poison = 'key_reuse'))`
+	// qNotApplied: valid orders without a ledger row.
+	qNotApplied = `SELECT count(*) FROM {orders} o WHERE o.run_id = ? AND o.valid
+		AND NOT EXISTS (SELECT 1 FROM {ledger} l WHERE l.run_id = o.run_id AND l.event_id = o.event_id)`
+	// qWrongLedger: ledger rows that do not match a valid order (a poison message applied, or
+	// the key-reuse message applied instead of the original).
+	qWrongLedger = `SELECT count(*) FROM {ledger} l WHERE l.run_id = ?
+		AND NOT EXISTS (SELECT 1 FROM {orders} o WHERE o.run_id = l.run_id AND o.event_id = l.event_id
+			AND o.valid AND o.wallet_id = l.wallet_id AND o.amount_cents = l.amount_cents)`
+	// qBadBalances: wallets whose balance is not the sum of their valid orders.
+	qBadBalances = `SELECT count(*) FROM {wallets} w
+		LEFT JOIN (SELECT wallet_id, sum(amount_cents) AS total FROM {orders}
+			WHERE run_id = ? AND valid GROUP BY wallet_id) o ON o.wallet_id = w.id
+		WHERE w.run_id = ? AND w.balance_cents <> COALESCE(o.total, 0)`
+	// qBadPoison: poison orders without exactly one dead letter of the right reason.
+	qBadPoison = `SELECT count(*) FROM {orders} o WHERE o.run_id = ? AND o.poison <> ''
+		AND (SELECT count(*) FROM {dead_letters} d WHERE d.event_id = o.event_id AND d.consumer = ?
+			AND d.reason = CASE WHEN o.poison = 'key_reuse' THEN 'key_reuse' ELSE 'invalid_payload' END) <> 1`
+	// qDeadLetters: the run's dead letters by consumer and reason.
+	qDeadLetters = `SELECT consumer, reason, count(*) FROM {dead_letters}
+		WHERE consumer IN (?, ?) AND substr(event_id, 1, ?) = ? GROUP BY consumer, reason`
+	// qOutboxBacklog: the run's outbox rows not yet published (dead rows have a dead letter).
+	qOutboxBacklog = `SELECT count(*) FROM {outbox}
+		WHERE published_at IS NULL AND NOT dead AND substr(event_id, 1, ?) = ?`
+)
+
+// check computes the database half of a verdict for run runID: everything but the observer's
+// counters, the injection counts and the timings. It can be run on any finished run.
+func check(ctx context.Context, db *database, runID string) (Verdict, error) {
+	v := Verdict{RunID: runID, DeadLettered: map[string]int{}}
+	fail := func(what string, err error) (Verdict, error) {
+		return v, fmt.Errorf("check run %s: %s: %w", runID, what, err)
+	}
+	var (
+		n, poison                   int
+		lostPoison, notApplied      int
+		wrongLedger, badWallets, bp int
+	)
+	if err := db.rows(ctx, qOrders, []any{runID}, func(scan func(...any) error) error {
+		return scan(&n, &poison)
+	}); err != nil {
+		return fail("count orders", err)
+	}
+	v.Events, v.PoisonInjected = n, poison
+	var err error
+	if v.DoubleApplied, err = db.count(ctx, qDoubleApplied, runID); err != nil {
+		return fail("count double applications", err)
+	}
+	if err := db.rows(ctx, qUnsettled, []any{runID, consumerName, idemrelay.ConsumerName}, func(scan func(...any) error) error {
+		return scan(&v.Lost, &lostPoison)
+	}); err != nil {
+		return fail("count unsettled orders", err)
+	}
+	if notApplied, err = db.count(ctx, qNotApplied, runID); err != nil {
+		return fail("count valid orders not applied", err)
+	}
+	if wrongLedger, err = db.count(ctx, qWrongLedger, runID); err != nil {
+		return fail("compare ledger with orders", err)
+	}
+	if badWallets, err = db.count(ctx, qBadBalances, runID, runID); err != nil {
+		return fail("compare balances with orders", err)
+	}
+	if bp, err = db.count(ctx, qBadPoison, runID, consumerName); err != nil {
+		return fail("check poison dead letters", err)
+	}
+	prefix := runID + "-"
+	if err := db.rows(ctx, qDeadLetters, []any{consumerName, idemrelay.ConsumerName, len(prefix), prefix}, func(scan func(...any) error) error {
+		var consumer, reason string
+		var c int
+		if err := scan(&consumer, &reason, &c); err != nil {
+			return err
+		}
+		if consumer != consumerName {
+			reason = consumer + ":" + reason
+		}
+		v.DeadLettered[reason] += c
+		return nil
+	}); err != nil {
+		return fail("count dead letters", err)
+	}
+	v.BalancesOK = badWallets == 0
+	v.PoisonOK = bp == 0
+
+	var p []string
+	if v.Events == 0 {
+		p = append(p, "no orders were written for this run")
+	}
+	if v.DoubleApplied > 0 {
+		p = append(p, fmt.Sprintf("%d events were applied more than once (several demo_ledger rows)", v.DoubleApplied))
+	}
+	if v.Lost > 0 {
+		p = append(p, fmt.Sprintf("%d valid events were lost: neither applied nor dead-lettered", v.Lost))
+	}
+	if dl := notApplied - v.Lost; dl > 0 {
+		p = append(p, fmt.Sprintf("%d valid events were dead-lettered instead of applied", dl))
+	}
+	if wrongLedger > 0 {
+		p = append(p, fmt.Sprintf("%d ledger rows match no valid order (a poison or key-reuse message was applied)", wrongLedger))
+	}
+	if badWallets > 0 {
+		p = append(p, fmt.Sprintf("%d wallets' balances differ from the sum of their valid orders", badWallets))
+	}
+	if bp > 0 {
+		p = append(p, fmt.Sprintf("%d of %d poison messages were not dead-lettered exactly once with the right reason", bp, v.PoisonInjected))
+	}
+	if lostPoison > 0 && bp == 0 {
+		p = append(p, fmt.Sprintf("%d poison messages have no dead letter", lostPoison))
+	}
+	for r, c := range v.DeadLettered {
+		if strings.HasPrefix(r, idemrelay.ConsumerName+":") {
+			p = append(p, fmt.Sprintf("the relay dead-lettered %d outbox rows (%s)", c, r))
+		}
+	}
+	v.Problems = p
+	v.OK = len(p) == 0
+	return v, nil
+}
+
+// WriteTable writes v as a short aligned table ending with "verdict: ok" or "verdict: FAILED"
+// and the problems, one per line.
+func (v Verdict) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, f string, args ...any) { fmt.Fprintf(tw, "%s\t"+f+"\n", append([]any{k}, args...)...) }
+	okText := func(ok bool) string {
+		if ok {
+			return "ok"
+		}
+		return "FAILED"
+	}
+	row("run", "%s (seed %d)", v.RunID, v.Seed)
+	row("store", "%s", v.Store)
+	row("broker", "%s", v.Broker)
+	row("events", "%d", v.Events)
+	row("injected", "%d duplicates, %d transient failures, %d poison, %d lost acks",
+		v.DuplicatesInjected, v.TransientInjected, v.PoisonInjected, v.CrashesInjected)
+	row("deliveries", "%d", v.Deliveries)
+	row("processed", "%d", v.Processed)
+	row("duplicates ignored", "%d", v.DuplicatesIgnored)
+	row("retries", "%d", v.Retries)
+	row("dead letters", "%s", deadLetterText(v.DeadLettered))
+	row("double applied", "%d", v.DoubleApplied)
+	row("lost", "%d", v.Lost)
+	row("balances", "%s", okText(v.BalancesOK))
+	row("poison", "%s", okText(v.PoisonOK))
+	row("throughput", "%d events in %.1f s (%.0f events/s)", v.Events, float64(v.DurationMS)/1000, v.EventsPerS)
+	row("latency", "p50 %.1f ms, p95 %.1f ms, p99 %.1f ms", v.P50MS, v.P95MS, v.P99MS)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var b strings.Builder
+	for _, n := range v.Notes {
+		b.WriteString("note: " + n + "\n")
+	}
+	if v.OK {
+		b.WriteString("verdict: ok\n")
+	} else {
+		b.WriteString("verdict: FAILED\n")
+		for _, p := range v.Problems {
+			b.WriteString("  - " + p + "\n")
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func deadLetterText(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, r := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%d %s", m[r], r))
+	}
+	return strings.Join(parts, ", ")
+}
