@@ -17,8 +17,8 @@ import (
 // countObserver counts published rows.
 type countObserver struct{ n atomic.Int64 }
 
-func (c *countObserver) Published(n int, _ time.Duration) { c.n.Add(int64(n)) }
-func (c *countObserver) Failed(string, idem.Class, bool)  {}
+func (c *countObserver) Published(_ string, n int, _ time.Duration) { c.n.Add(int64(n)) }
+func (c *countObserver) PublishFailed(string, idem.Class, bool)     {}
 func (c *countObserver) wait(tb testing.TB, want int64, d time.Duration) {
 	tb.Helper()
 	deadline := time.Now().Add(d)

@@ -57,12 +57,13 @@ const maxIDLen = 200
 // Observer receives the relay's outcomes, for metrics. Implementations must be safe for
 // concurrent use and must not block.
 type Observer interface {
-	// Published is called after n rows were published and marked published; lag is how long
-	// the oldest of them waited in the outbox.
-	Published(n int, lag time.Duration)
-	// Failed is called once per row whose publish failed; class is how the error was classified
-	// and dead reports that the row was dead-lettered rather than scheduled for another attempt.
-	Failed(topic string, class idem.Class, dead bool)
+	// Published is called after n rows were published to topic and marked published; lag is
+	// how long the oldest of them waited in the outbox. (*idemprom.Metrics satisfies Observer.)
+	Published(topic string, n int, lag time.Duration)
+	// PublishFailed is called once per row whose publish failed; class is how the error was
+	// classified and dead reports that the row was dead-lettered rather than scheduled for
+	// another attempt.
+	PublishFailed(topic string, class idem.Class, dead bool)
 }
 
 // Config configures a Relay. Zero fields take the documented defaults (see WithDefaults);

@@ -123,13 +123,13 @@ type observer struct {
 	failed    map[string]int // "class/dead"
 }
 
-func (o *observer) Published(n int, lag time.Duration) {
+func (o *observer) Published(_ string, n int, lag time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.published += n
 }
 
-func (o *observer) Failed(topic string, class idem.Class, dead bool) {
+func (o *observer) PublishFailed(topic string, class idem.Class, dead bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.failed == nil {

@@ -235,7 +235,7 @@ func (r *Relay) publishWith(ctx context.Context, batch []item, blocked map[strin
 			return 0, fmt.Errorf("idemrelay: relay %s: mark %s published: %w", r.cfg.ID, describe(batch), err)
 		}
 		if r.cfg.Observer != nil {
-			r.cfg.Observer.Published(len(batch), max(at.Sub(oldest), 0))
+			r.cfg.Observer.Published(batch[0].topic, len(batch), max(at.Sub(oldest), 0))
 		}
 		if r.cfg.Logger.Enabled(ctx, slog.LevelDebug) {
 			for _, it := range batch {
@@ -352,7 +352,7 @@ func (r *Relay) fail(ctx context.Context, it item, perr error, class idem.Class)
 		return fmt.Errorf("idemrelay: relay %s: mark event %s (row %d) failed: %w", r.cfg.ID, row.Outgoing.EventID, row.ID, err)
 	}
 	if r.cfg.Observer != nil {
-		r.cfg.Observer.Failed(it.topic, class, fp.Dead)
+		r.cfg.Observer.PublishFailed(it.topic, class, fp.Dead)
 	}
 	outcome, level := "retried", slog.LevelWarn
 	if fp.Dead {

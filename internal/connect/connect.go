@@ -47,7 +47,16 @@ func (s StoreURL) String() string {
 	if s.Kind == KindSQLite {
 		return "sqlite://" + s.Path
 	}
-	return idem.RedactURL(s.URL)
+	if s.Schema != "" {
+		// Show the schema too: it is part of which store this is.
+		if u, err := url.Parse(s.URL); err == nil {
+			q := u.Query()
+			q.Set("idem_schema", s.Schema)
+			u.RawQuery = q.Encode()
+			return redactDSN(u.String())
+		}
+	}
+	return redactDSN(s.URL)
 }
 
 // ParseStore parses sqlite://PATH (relative or absolute: sqlite:///var/lib/idem.db) and
@@ -59,7 +68,7 @@ func ParseStore(raw string) (StoreURL, error) {
 	}
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
-		return StoreURL{}, fmt.Errorf("store URL %q has no scheme: use sqlite://PATH or postgres://USER@HOST:PORT/DB", idem.RedactURL(raw))
+		return StoreURL{}, fmt.Errorf("store URL %q has no scheme: use sqlite://PATH or postgres://USER@HOST:PORT/DB", redactDSN(raw))
 	}
 	switch strings.ToLower(scheme) {
 	case "sqlite", "sqlite3", "file":
@@ -68,32 +77,102 @@ func ParseStore(raw string) (StoreURL, error) {
 			path = path[:i]
 		}
 		if path == "" {
-			return StoreURL{}, fmt.Errorf("store URL %q has no file path: use sqlite://PATH", raw)
+			return StoreURL{}, fmt.Errorf("store URL %q has no file path: use sqlite://PATH", redactDSN(raw))
 		}
 		if strings.ContainsRune(path, 0) {
-			return StoreURL{}, fmt.Errorf("store URL %q: file path contains a NUL byte", raw)
+			return StoreURL{}, fmt.Errorf("store URL %q: file path contains a NUL byte", redactDSN(raw))
 		}
 		return StoreURL{Kind: KindSQLite, Path: filepath.Clean(path)}, nil
 	case "postgres", "postgresql":
 		u, err := url.Parse(raw)
 		if err != nil {
-			return StoreURL{}, fmt.Errorf("store URL %q is not a valid URL: %v", idem.RedactURL(raw), redactErr(err))
+			return StoreURL{}, fmt.Errorf("store URL %q is not a valid URL: %s", redactDSN(raw), urlErr(err))
 		}
 		if u.Host == "" && u.Query().Get("host") == "" {
-			return StoreURL{}, fmt.Errorf("store URL %q has no host", idem.RedactURL(raw))
+			return StoreURL{}, fmt.Errorf("store URL %q has no host", redactDSN(raw))
 		}
 		q := u.Query()
 		schema := q.Get("idem_schema")
 		q.Del("idem_schema")
-		u.RawQuery = q.Encode()
+		// Encode writes a space as '+', which pgx reads literally ("options=-c x=y" would break);
+		// a literal '+' is already %2B, so every '+' left is a space.
+		u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
 		return StoreURL{Kind: KindPostgres, URL: u.String(), Schema: schema}, nil
 	default:
-		return StoreURL{}, fmt.Errorf("store URL %q: unknown scheme %q (want sqlite or postgres)", idem.RedactURL(raw), scheme)
+		if !validScheme(scheme) {
+			return StoreURL{}, fmt.Errorf("store URL %q has no valid scheme: use sqlite://PATH or postgres://USER@HOST:PORT/DB", redactDSN(raw))
+		}
+		return StoreURL{}, fmt.Errorf("store URL %q: unknown scheme %q (want sqlite or postgres)", redactDSN(raw), scheme)
 	}
 }
 
-// redactErr masks passwords that url.Parse errors repeat.
-func redactErr(err error) string { return idem.RedactURL(err.Error()) }
+// validScheme reports whether s is a URL scheme (RFC 3986: a letter, then letters, digits, '+',
+// '-' or '.'), so that it can be named in a message without echoing anything else.
+func validScheme(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case i > 0 && ('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.'):
+		default:
+			return false
+		}
+	}
+	return s != ""
+}
+
+// redactDSN masks the credentials of raw for messages. Beyond idem.RedactURL, it masks every
+// userinfo password the way url.Parse finds it (up to the last '@' before the path), and
+// everything before the last '@' of a string without "://" (user:password@tcp(host)/db), so
+// that a DSN too malformed for RedactURL's reading leaks nothing either.
+func redactDSN(raw string) string {
+	if !strings.Contains(raw, "://") {
+		if at := strings.LastIndexByte(raw, '@'); at >= 0 {
+			raw = idem.Masked + raw[at:]
+		}
+		return idem.RedactURL(raw)
+	}
+	var b strings.Builder
+	for {
+		i := strings.Index(raw, "://")
+		if i < 0 {
+			break
+		}
+		start := i + 3
+		end := len(raw)
+		if j := strings.IndexAny(raw[start:], "/?#"); j >= 0 {
+			end = start + j
+		}
+		b.WriteString(raw[:start])
+		auth := raw[start:end]
+		if at := strings.LastIndexByte(auth, '@'); at >= 0 {
+			if c := strings.IndexByte(auth[:at], ':'); c >= 0 {
+				auth = auth[:c+1] + idem.Masked + auth[at:]
+			}
+		}
+		b.WriteString(auth)
+		raw = raw[end:]
+	}
+	b.WriteString(raw)
+	return idem.RedactURL(b.String())
+}
+
+// urlErr is the reason of a url.Parse error without the URL it repeats.
+func urlErr(err error) string {
+	var ee url.EscapeError
+	if errors.As(err, &ee) {
+		// The message would repeat the bad escape, which may be part of the password.
+		return "invalid URL escape: a '%' not followed by two hex digits (write special characters as %XX)"
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return redactDSN(ue.Err.Error())
+	}
+	return redactDSN(err.Error())
+}
+
+// redactErr masks passwords that driver errors may repeat.
+func redactErr(err error) string { return redactDSN(err.Error()) }
 
 // Broker kinds.
 const (
@@ -116,7 +195,7 @@ func (b BrokerURL) String() string {
 	if b.Kind == BrokerSQL {
 		return BrokerSQL
 	}
-	return idem.RedactURL(b.URL)
+	return redactDSN(b.URL)
 }
 
 // ParseBroker parses "sql" and nats://HOST:PORT (also tls://, and a comma-separated list of
@@ -132,19 +211,19 @@ func ParseBroker(raw string) (BrokerURL, error) {
 	for _, one := range strings.Split(raw, ",") {
 		one = strings.TrimSpace(one)
 		if !strings.Contains(one, "://") {
-			return BrokerURL{}, fmt.Errorf("broker URL %q has no scheme: use sql or nats://HOST:PORT", idem.RedactURL(raw))
+			return BrokerURL{}, fmt.Errorf("broker URL %q has no scheme: use sql or nats://HOST:PORT", redactDSN(raw))
 		}
 		u, err := url.Parse(one)
 		if err != nil {
-			return BrokerURL{}, fmt.Errorf("broker URL %q is not a valid URL: %v", idem.RedactURL(raw), redactErr(err))
+			return BrokerURL{}, fmt.Errorf("broker URL %q is not a valid URL: %s", redactDSN(raw), urlErr(err))
 		}
 		switch strings.ToLower(u.Scheme) {
 		case "nats", "tls":
 			if u.Host == "" {
-				return BrokerURL{}, fmt.Errorf("broker URL %q has no host: use nats://HOST:PORT", idem.RedactURL(raw))
+				return BrokerURL{}, fmt.Errorf("broker URL %q has no host: use nats://HOST:PORT", redactDSN(raw))
 			}
 		default:
-			return BrokerURL{}, fmt.Errorf("broker URL %q: unknown scheme %q (want sql or nats)", idem.RedactURL(raw), u.Scheme)
+			return BrokerURL{}, fmt.Errorf("broker URL %q: unknown scheme %q (want sql or nats)", redactDSN(raw), u.Scheme)
 		}
 	}
 	return BrokerURL{Kind: BrokerNATS, URL: raw}, nil

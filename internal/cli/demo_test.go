@@ -1,0 +1,65 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	dsn := sqliteDSN(t)
+	// --timeout bounds the run; the channel bounds the test should demo ever hang.
+	done := make(chan result, 1)
+	go func() { done <- idemCLI(t, "demo", "--events", "300", "--json", "--timeout", "90s", "--store", dsn) }()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(3 * time.Minute):
+		t.Fatal("idem demo --events 300 did not return within 3 minutes")
+	}
+	require.Equal(t, ExitOK, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	var verdict map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &verdict), "one JSON object on stdout: %s", r.stdout)
+	require.Equal(t, true, verdict["ok"], r.stdout)
+	require.NotContains(t, r.stderr, "\r", "no progress bar with --json")
+}
+
+func TestDemoFlags(t *testing.T) {
+	t.Parallel()
+	requireOneLineError(t, idemCLI(t, "demo", "--broker", "kafka://x"), ExitUsage, `--broker: broker URL "kafka://x": unknown scheme "kafka"`)
+	requireOneLineError(t, idemCLI(t, "demo", "--events", "many"), ExitUsage, `invalid argument "many" for "--events"`)
+	requireOneLineError(t, idemCLI(t, "demo", "--timeout", "later"), ExitUsage, `invalid duration "later"`)
+	r := idemCLI(t, "demo", "--help")
+	requireOK(t, r)
+	for _, f := range []string{"--store", "--broker", "--events", "--concurrency", "--seed", "--duplicates", "--transient", "--poison", "--crash", "--timeout", "--json"} {
+		require.Contains(t, r.stdout, f)
+	}
+	require.Contains(t, r.stdout, DemoStoreDefault)
+}
+
+func TestProgressBar(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	now := time.Unix(0, 0)
+	p := &progressBar{w: &buf, now: func() time.Time { return now }}
+	p.update(0, 300)
+	p.update(10, 300) // within 100ms of the last draw: skipped
+	now = now.Add(time.Second)
+	p.update(150, 300)
+	p.update(300, 300) // the end is always drawn
+	p.finish()
+	p.update(300, 300) // after finish: nothing
+	out := buf.String()
+	require.Equal(t, 3, strings.Count(out, "\r"), "%q", out)
+	require.Contains(t, out, "\r[..............................]   0/300   0%")
+	require.Contains(t, out, "[###############...............] 150/300  50%")
+	require.True(t, strings.HasSuffix(out, "[##############################] 300/300 100%\n"), "%q", out)
+
+	var nilBar *progressBar
+	nilBar.finish() // demo calls finish without a bar when stderr is no terminal
+}
