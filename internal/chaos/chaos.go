@@ -397,7 +397,7 @@ func (h *harness) run(ctx context.Context, exe string) (Report, error) {
 	h.logf("chaos: drained in %v, roles stopped in %v", time.Duration(h.r.DrainMS)*time.Millisecond, time.Since(stopStart).Round(time.Millisecond))
 
 	// Verdict, from the database alone.
-	cctx, cancelCheck := context.WithTimeout(ctx, time.Minute)
+	cctx, cancelCheck := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancelCheck()
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -139,13 +139,14 @@ func (s *supervisor) start(name, role string, args []string) error {
 			s.unexpected++
 		}
 		s.mu.Unlock()
-		close(p.done)
+		// Explain before announcing the exit, so whoever waits on done sees the explanation.
 		if !expected && s.ctx.Err() == nil {
 			s.logf("%s exited on its own: %v", name, err)
 			for _, line := range tail {
 				s.logf("[%s] %s", name, line)
 			}
 		}
+		close(p.done)
 		if restart {
 			time.Sleep(500 * time.Millisecond)
 			if err := s.start(name, role, args); err != nil {
