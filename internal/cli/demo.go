@@ -85,6 +85,7 @@ land in a real database by accident.`,
 	fl.StringVar(&opts.Broker, "broker", defaults.Broker, "broker: sql (the queue table in the store) or nats://HOST:PORT")
 	fl.IntVar(&opts.Events, "events", defaults.Events, "events to produce")
 	fl.IntVar(&opts.Concurrency, "concurrency", defaults.Concurrency, "consumer workers")
+	fl.IntVar(&opts.Batch, "batch", 0, "process up to this many deliveries per transaction (batched mode; 0 or 1: one per event)")
 	fl.Int64Var(&opts.Seed, "seed", defaults.Seed, "random seed: the same seed injects the same faults")
 	fl.Float64Var(&opts.Duplicates, "duplicates", defaults.Duplicates, "rate of duplicated deliveries (0 to 1)")
 	fl.Float64Var(&opts.Transient, "transient", defaults.Transient, "rate of transient handler failures, retried (0 to 1)")

@@ -99,6 +99,10 @@ type Options struct {
 	Events int
 	// Concurrency is the number of consumer workers (default ConcurrencyDefault).
 	Concurrency int
+	// Batch, when above 1, runs the consumer in batched mode: each worker processes up to Batch
+	// deliveries in one transaction (idem.BatchConfig). Every check of the verdict must hold the
+	// same.
+	Batch int
 	// Seed chooses which events misbehave how (default SeedDefault); the same seed injects the
 	// same misbehaviour.
 	Seed int64
@@ -172,6 +176,9 @@ func (o Options) Validate() error {
 	}
 	if o.Events < 1 || o.Events > EventsMax {
 		errs = append(errs, fmt.Errorf("--events %d: want between 1 and %d", o.Events, EventsMax))
+	}
+	if o.Batch < 0 || o.Batch > 10000 {
+		errs = append(errs, fmt.Errorf("--batch %d: want between 0 (per event) and 10000", o.Batch))
 	}
 	if o.Concurrency < 1 || o.Concurrency > ConcurrencyMax {
 		errs = append(errs, fmt.Errorf("--concurrency %d: want between 1 and %d", o.Concurrency, ConcurrencyMax))
@@ -307,7 +314,12 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 	if err := s.createWallets(ctx); err != nil {
 		return v, fmt.Errorf("store %s: %w", v.Store, err)
 	}
+	var batch idem.BatchConfig
+	if o.Batch > 1 {
+		batch = idem.BatchConfig{Enabled: true, Size: o.Batch}
+	}
 	consumer, err := idem.NewConsumer(store, idem.ConsumerConfig[TTx]{
+		Batch:            batch,
 		Name:             consumerName,
 		Handler:          flaky(s.plan, s.failed, s.credit),
 		Validator:        idem.ValidatorFunc(validatePayment),

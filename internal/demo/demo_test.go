@@ -452,3 +452,26 @@ func TestDefaultTiming(t *testing.T) {
 func idemMessage(o order) idem.Message {
 	return idem.Message{EventID: "e", Type: eventType, Payload: o.payload()}
 }
+
+// TestSQLiteChaosBatched runs the same misbehaving scenario with the consumer in batched mode:
+// every check of the verdict must hold as in per-event mode.
+func TestSQLiteChaosBatched(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "demo.db")
+	o := chaos("sqlite://"+path, "sql")
+	o.Batch = 25
+	v, err := Run(context.Background(), o)
+	require.NoError(t, err)
+	requireChaosOK(t, v)
+}
+
+// TestPostgresNATSChaosBatched is TestPostgresNATSChaos in batched mode.
+func TestPostgresNATSChaosBatched(t *testing.T) {
+	natsURL := testenv.NATS(t)
+	storeURL, _, _ := pgSchema(t)
+	o := chaos(storeURL, natsURL)
+	o.natsStream, o.natsRoot = natsStream(t, natsURL)
+	o.Batch = 25
+	v, err := Run(context.Background(), o)
+	require.NoError(t, err)
+	requireChaosOK(t, v)
+}
