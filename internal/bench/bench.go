@@ -160,6 +160,11 @@ func randHex(n int) string {
 }
 
 func newEnv(ctx context.Context, opts Options) (*env, error) {
+	return newEnvWith(ctx, opts, idempg.PartitionConfig{})
+}
+
+// newEnvWith is newEnv with the inbox partitioned as part says (plain when part.Bucket is 0).
+func newEnvWith(ctx context.Context, opts Options, part idempg.PartitionConfig) (*env, error) {
 	cfg, err := pgxpool.ParseConfig(opts.PostgresURL)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %s: %w", idem.RedactURL(opts.PostgresURL), err)
@@ -174,7 +179,7 @@ func newEnv(ctx context.Context, opts Options) (*env, error) {
 		return nil, fmt.Errorf("bench: connect: %w", err)
 	}
 	e := &env{pool: pool, schema: "idembench_" + randHex(4), opts: opts}
-	if e.store, err = idempg.NewWithConfig(pool, idempg.Config{Schema: e.schema}); err != nil {
+	if e.store, err = idempg.NewWithConfig(pool, idempg.Config{Schema: e.schema, Partition: part}); err != nil {
 		pool.Close()
 		return nil, err
 	}

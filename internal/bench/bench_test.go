@@ -40,6 +40,7 @@ func TestSmoke(t *testing.T) {
 	require.True(t, names["batched(100) / per_event (8 workers)"])
 	require.True(t, names["per_event / baseline (8 workers)"])
 	require.True(t, names["large_inbox / empty inbox per_event (plain)"])
+	require.True(t, names["large_inbox / empty inbox per_event (partitioned)"])
 }
 
 func TestOptionsValidate(t *testing.T) {

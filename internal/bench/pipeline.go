@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemnats"
+	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/idemqueue"
 )
 
@@ -192,21 +193,37 @@ func (e *env) pipelineJetStream(ctx context.Context, workers, batch int) (Result
 }
 
 // largeInbox measures the per-event and batched paths on an empty inbox, then again after
-// preloading LargeInboxClaims claims, in the same schema.
+// preloading LargeInboxClaims claims, in the same schema — for the plain table and for an inbox
+// partitioned by day (claims spread over the last week).
 func (e *env) largeInbox(ctx context.Context) ([]Result, error) {
+	out, err := e.largeInboxOf(ctx, "plain")
+	if err != nil {
+		return out, err
+	}
+	day := 24 * time.Hour
+	pe, err := newEnvWith(ctx, e.opts, idempg.PartitionConfig{Bucket: day, Retention: 8 * day})
+	if err != nil {
+		return out, err
+	}
+	defer pe.close()
+	more, err := pe.largeInboxOf(ctx, "partitioned")
+	return append(out, more...), err
+}
+
+func (e *env) largeInboxOf(ctx context.Context, inbox string) ([]Result, error) {
 	var out []Result
 	measure := func(claims int) error {
 		r, err := e.perEvent(ctx, 8, "large_inbox")
 		if err != nil {
 			return err
 		}
-		r.Inbox, r.Claims = "plain", claims
+		r.Inbox, r.Claims = inbox, claims
 		out = append(out, r)
 		r, err = e.batched(ctx, 8, 100, "large_inbox")
 		if err != nil {
 			return err
 		}
-		r.Inbox, r.Claims = "plain", claims
+		r.Inbox, r.Claims = inbox, claims
 		out = append(out, r)
 		return nil
 	}
@@ -214,13 +231,20 @@ func (e *env) largeInbox(ctx context.Context) ([]Result, error) {
 		return out, err
 	}
 	n := e.opts.LargeInboxClaims
-	e.opts.Logf("large_inbox: preloading %d claims…", n)
+	e.opts.Logf("large_inbox: preloading %d claims into the %s inbox…", n, inbox)
+	insert := `INSERT INTO ` + e.schema + `.idem_claims (tenant, consumer, event_id, fingerprint, created_at)
+			SELECT 'bench', 'ledger@v1', 'pre-' || g, decode(md5(g::text) || md5(g::text), 'hex'), now()
+			FROM generate_series($1::bigint, $2::bigint) g`
+	if inbox == "partitioned" {
+		insert = `INSERT INTO ` + e.schema + `.idem_claims (tenant, consumer, event_id, bucket, fingerprint, created_at)
+			SELECT 'bench', 'ledger@v1', 'pre-' || g, date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' - (g % 7) * interval '1 day',
+				decode(md5(g::text) || md5(g::text), 'hex'), now()
+			FROM generate_series($1::bigint, $2::bigint) g`
+	}
 	for done := 0; done < n; done += 1_000_000 {
 		step := min(1_000_000, n-done)
-		if _, err := e.pool.Exec(ctx, `INSERT INTO `+e.schema+`.idem_claims (tenant, consumer, event_id, fingerprint, created_at)
-			SELECT 'bench', 'ledger@v1', 'pre-' || g, decode(md5(g::text) || md5(g::text), 'hex'), now()
-			FROM generate_series($1::bigint, $2::bigint) g`, done, done+step-1); err != nil {
-			return out, fmt.Errorf("large_inbox: preload: %w", err)
+		if _, err := e.pool.Exec(ctx, insert, done, done+step-1); err != nil {
+			return out, fmt.Errorf("large_inbox: preload %s: %w", inbox, err)
 		}
 	}
 	if _, err := e.pool.Exec(ctx, `VACUUM ANALYZE `+e.schema+`.idem_claims`); err != nil {
