@@ -48,10 +48,17 @@ func Pool(tb testing.TB) *pgxpool.Pool {
 // Postgres returns a migrated store in a fresh schema, plus the conformance bundle over it.
 func Postgres(tb testing.TB) (*idempg.Store, storetest.Bundle[pgx.Tx]) {
 	tb.Helper()
+	return PostgresPartitioned(tb, idempg.PartitionConfig{})
+}
+
+// PostgresPartitioned is Postgres with the claims table partitioned as p says (plain when
+// p.Bucket is 0).
+func PostgresPartitioned(tb testing.TB, p idempg.PartitionConfig) (*idempg.Store, storetest.Bundle[pgx.Tx]) {
+	tb.Helper()
 	ctx := context.Background()
 	pool := Pool(tb)
 	schema := Name("idemtest_")
-	store, err := idempg.NewWithConfig(pool, idempg.Config{Schema: schema})
+	store, err := idempg.NewWithConfig(pool, idempg.Config{Schema: schema, Partition: p})
 	if err != nil {
 		tb.Fatalf("testdb: %v", err)
 	}
