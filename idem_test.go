@@ -199,3 +199,26 @@ func TestOutboxPartitionStable(t *testing.T) {
 	require.Equal(t, 0, idem.OutboxPartition(idem.Outgoing{EventID: "x"}, 1))
 	require.True(t, strings.Contains(idem.Outgoing{Topic: "t"}.Validate().Error(), "EventID is empty"))
 }
+
+// bucketedStore is a partitioned store for config checks only (no method of Store is called).
+type bucketedStore struct {
+	idem.Store[struct{}]
+	bucket, retention time.Duration
+}
+
+func (b bucketedStore) ClaimBucket() time.Duration    { return b.bucket }
+func (b bucketedStore) ClaimRetention() time.Duration { return b.retention }
+
+func TestConsumerRetentionWithinPartitions(t *testing.T) {
+	t.Parallel()
+	h := func(context.Context, struct{}, idem.Message) error { return nil }
+	day := 24 * time.Hour
+	_, err := idem.NewConsumer[struct{}](bucketedStore{bucket: day, retention: 3 * day}, idem.ConsumerConfig[struct{}]{Name: "ledger@v1", Handler: h})
+	require.ErrorContains(t, err, "Retention (168h0m0s) is longer than the store's partition retention (72h0m0s)")
+	_, err = idem.NewConsumer[struct{}](bucketedStore{bucket: day, retention: 3 * day}, idem.ConsumerConfig[struct{}]{Name: "ledger@v1", Handler: h, Retention: 3 * day})
+	require.NoError(t, err)
+	_, err = idem.NewConsumer[struct{}](bucketedStore{}, idem.ConsumerConfig[struct{}]{Name: "ledger@v1", Handler: h})
+	require.NoError(t, err, "a plain inbox has no partition retention")
+	_, err = idem.NewConsumer[struct{}](bucketedStore{}, idem.ConsumerConfig[struct{}]{Name: "ledger@v1", Handler: h, Batch: idem.BatchConfig{Enabled: true}})
+	require.ErrorContains(t, err, "does not implement idem.BatchStore")
+}
