@@ -346,16 +346,6 @@ func (s *recSink) ids() []string {
 	return out
 }
 
-// count returns how often eventID was published.
-func (s *recSink) count(eventID string) int {
-	n := 0
-	for _, p := range s.all() {
-		if p.msg.EventID == eventID {
-			n++
-		}
-	}
-	return n
-}
 
 type relaySink struct {
 	s     *recSink
