@@ -346,7 +346,6 @@ func (s *recSink) ids() []string {
 	return out
 }
 
-
 type relaySink struct {
 	s     *recSink
 	relay string
