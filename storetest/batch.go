@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -34,7 +35,7 @@ func exerciseBatch[TTx any](t *testing.T, factory Factory[TTx], savepoints bool)
 	run := func(name string, fn func(s *suite[TTx])) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			fn(&suite[TTx]{t: t, b: factory(t), ctx: ctx})
+			fn(&suite[TTx]{t: t, b: factory(t), ctx: ctx, at: time.Now().UTC()})
 		})
 	}
 	batched := func(cfg *idem.ConsumerConfig[TTx]) {
@@ -59,17 +60,17 @@ func exerciseBatch[TTx any](t *testing.T, factory Factory[TTx], savepoints bool)
 				return inner(ctx, tx, msg)
 			}
 		})
-		_, err := c.Process(s.ctx, PaymentMessage("acme", "old", Payment{Wallet: "w1", Amount: 1}))
+		_, err := c.Process(s.ctx, s.payment("acme", "old", Payment{Wallet: "w1", Amount: 1}))
 		require.NoError(s.t, err)
 		msgs := []idem.Message{
-			PaymentMessage("acme", "a", Payment{Wallet: "w1", Amount: 10}),
-			PaymentMessage("acme", "old", Payment{Wallet: "w1", Amount: 1}),    // duplicate
-			PaymentMessage("acme", "old", Payment{Wallet: "w1", Amount: 99}),   // same key twice in a batch, and key reuse
-			PaymentMessage("acme", "fail", Payment{Wallet: "w1", Amount: 100}), // rolls back alone
-			PaymentMessage("acme", "panic", Payment{Wallet: "w1", Amount: 100}),
-			PaymentMessage("acme", "nowallet", Payment{Wallet: "missing", Amount: 100}), // precondition
-			{EventID: "", Tenant: "acme", Payload: []byte(`{}`)},                        // invalid
-			PaymentMessage("acme", "b", Payment{Wallet: "w1", Amount: 20}),
+			s.payment("acme", "a", Payment{Wallet: "w1", Amount: 10}),
+			s.payment("acme", "old", Payment{Wallet: "w1", Amount: 1}),    // duplicate
+			s.payment("acme", "old", Payment{Wallet: "w1", Amount: 99}),   // same key twice in a batch, and key reuse
+			s.payment("acme", "fail", Payment{Wallet: "w1", Amount: 100}), // rolls back alone
+			s.payment("acme", "panic", Payment{Wallet: "w1", Amount: 100}),
+			s.payment("acme", "nowallet", Payment{Wallet: "missing", Amount: 100}), // precondition
+			{EventID: "", Tenant: "acme", Payload: []byte(`{}`)},                   // invalid
+			s.payment("acme", "b", Payment{Wallet: "w1", Amount: 20}),
 		}
 		rs := c.ProcessBatch(s.ctx, msgs)
 		require.Len(s.t, rs, len(msgs))
@@ -90,7 +91,7 @@ func exerciseBatch[TTx any](t *testing.T, factory Factory[TTx], savepoints bool)
 
 		// The failed one applies once when redelivered.
 		c2 := s.consumer("ledger@v1", batched)
-		rs = c2.ProcessBatch(s.ctx, []idem.Message{PaymentMessage("acme", "fail", Payment{Wallet: "w1", Amount: 100}), PaymentMessage("acme", "a", Payment{Wallet: "w1", Amount: 10})})
+		rs = c2.ProcessBatch(s.ctx, []idem.Message{s.payment("acme", "fail", Payment{Wallet: "w1", Amount: 100}), s.payment("acme", "a", Payment{Wallet: "w1", Amount: 10})})
 		require.Equal(s.t, idem.OutcomeProcessed, rs[0].Outcome)
 		require.Equal(s.t, idem.OutcomeDuplicate, rs[1].Outcome)
 		require.EqualValues(s.t, 131, s.balance("w1"))
@@ -111,7 +112,7 @@ func exerciseBatch[TTx any](t *testing.T, factory Factory[TTx], savepoints bool)
 				msgs := make([]idem.Message, 0, events)
 				for i := range events {
 					j := (i*7 + w*13) % events
-					msgs = append(msgs, PaymentMessage("acme", fmt.Sprintf("evt-%d", j), Payment{Wallet: "w1", Amount: 1}))
+					msgs = append(msgs, s.payment("acme", fmt.Sprintf("evt-%d", j), Payment{Wallet: "w1", Amount: 1}))
 				}
 				for start := 0; start < events; start += 15 {
 					batch := msgs[start : start+15]

@@ -54,6 +54,16 @@ type suite[TTx any] struct {
 	t   *testing.T
 	b   Bundle[TTx]
 	ctx context.Context
+	// at is the occurrence time of the subtest's events: one instant, so that on a partitioned
+	// inbox every delivery of an event lands in the same bucket.
+	at time.Time
+}
+
+// payment is PaymentMessage with the subtest's occurrence time.
+func (s *suite[TTx]) payment(tenant, eventID string, p Payment) idem.Message {
+	m := PaymentMessage(tenant, eventID, p)
+	m.OccurredAt = s.at
+	return m
 }
 
 func (s *suite[TTx]) consumer(name string, mod func(*idem.ConsumerConfig[TTx])) *idem.Consumer[TTx] {
@@ -106,14 +116,14 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 	run := func(name string, fn func(s *suite[TTx])) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			fn(&suite[TTx]{t: t, b: factory(t), ctx: ctx})
+			fn(&suite[TTx]{t: t, b: factory(t), ctx: ctx, at: time.Now().UTC()})
 		})
 	}
 
 	run("DuplicateDeliveryAppliesOnce", func(s *suite[TTx]) {
 		s.wallet("w1")
 		c := s.consumer("ledger@v1", nil)
-		msg := PaymentMessage("acme", "evt-1", Payment{Wallet: "w1", Amount: 500})
+		msg := s.payment("acme", "evt-1", Payment{Wallet: "w1", Amount: 500})
 		r, err := c.Process(s.ctx, msg)
 		require.NoError(s.t, err)
 		require.Equal(s.t, idem.OutcomeProcessed, r.Outcome)
@@ -128,7 +138,7 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 	run("ConcurrentDeliveriesApplyOnce", func(s *suite[TTx]) {
 		s.wallet("w1")
 		c := s.consumer("ledger@v1", nil)
-		msg := PaymentMessage("acme", "evt-race", Payment{Wallet: "w1", Amount: 7})
+		msg := s.payment("acme", "evt-race", Payment{Wallet: "w1", Amount: 7})
 		const n = 32
 		var processed, duplicates atomic.Int64
 		errs := make(chan error, n)
@@ -169,9 +179,9 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 	run("KeyReuseAppliesNothing", func(s *suite[TTx]) {
 		s.wallet("w1")
 		c := s.consumer("ledger@v1", nil)
-		_, err := c.Process(s.ctx, PaymentMessage("acme", "evt-1", Payment{Wallet: "w1", Amount: 100}))
+		_, err := c.Process(s.ctx, s.payment("acme", "evt-1", Payment{Wallet: "w1", Amount: 100}))
 		require.NoError(s.t, err)
-		r, err := c.Process(s.ctx, PaymentMessage("acme", "evt-1", Payment{Wallet: "w1", Amount: 999}))
+		r, err := c.Process(s.ctx, s.payment("acme", "evt-1", Payment{Wallet: "w1", Amount: 999}))
 		require.ErrorIs(s.t, err, idem.ErrKeyReuse)
 		require.Equal(s.t, idem.OutcomeKeyReuse, r.Outcome)
 		require.Equal(s.t, idem.ReasonKeyReuse, r.Reason)
@@ -202,7 +212,7 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 				return nil
 			}
 		})
-		msg := PaymentMessage("acme", "evt-1", Payment{Wallet: "w1", Amount: 42})
+		msg := s.payment("acme", "evt-1", Payment{Wallet: "w1", Amount: 42})
 		r, err := c.Process(s.ctx, msg)
 		require.Error(s.t, err)
 		require.Equal(s.t, idem.OutcomeFailed, r.Outcome)
@@ -232,7 +242,7 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 				panic("handler bug")
 			}
 		})
-		r, err := c.Process(s.ctx, PaymentMessage("acme", "evt-1", Payment{Wallet: "w1", Amount: 42}))
+		r, err := c.Process(s.ctx, s.payment("acme", "evt-1", Payment{Wallet: "w1", Amount: 42}))
 		require.Error(s.t, err)
 		require.Equal(s.t, idem.ReasonHandlerPanic, r.Reason)
 		require.Equal(s.t, idem.ClassPermanent, r.Class)
@@ -244,7 +254,7 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 		// Wallet "missing" does not exist: the ledger insert happens, the balance update
 		// touches no row, ExpectRows fails and both roll back with the claim.
 		c := s.consumer("ledger@v1", nil)
-		r, err := c.Process(s.ctx, PaymentMessage("acme", "evt-1", Payment{Wallet: "missing", Amount: 42}))
+		r, err := c.Process(s.ctx, s.payment("acme", "evt-1", Payment{Wallet: "missing", Amount: 42}))
 		require.ErrorIs(s.t, err, idem.ErrNoRows)
 		require.Equal(s.t, idem.ClassPermanent, r.Class)
 		require.Equal(s.t, idem.ReasonPermanentError, r.Reason)
@@ -256,7 +266,7 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 		s.wallet("w1")
 		ledger := s.consumer("ledger@v1", nil)
 		notifier := s.consumer("notifier@v1", nil)
-		msg := PaymentMessage("acme", "evt-1", Payment{Wallet: "w1", Amount: 10})
+		msg := s.payment("acme", "evt-1", Payment{Wallet: "w1", Amount: 10})
 		for range 2 {
 			for _, c := range []*idem.Consumer[TTx]{ledger, notifier} {
 				_, err := c.Process(s.ctx, msg)
@@ -269,7 +279,7 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 
 	run("NewEffectVersionReappliesOnce", func(s *suite[TTx]) {
 		s.wallet("w1")
-		msg := PaymentMessage("acme", "evt-1", Payment{Wallet: "w1", Amount: 10})
+		msg := s.payment("acme", "evt-1", Payment{Wallet: "w1", Amount: 10})
 		v1 := s.consumer("ledger@v1", nil)
 		v2 := s.consumer("ledger@v2", nil)
 		for _, c := range []*idem.Consumer[TTx]{v1, v1, v2, v2, v1} {
@@ -284,7 +294,7 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 		s.wallet("w1")
 		c := s.consumer("ledger@v1", nil)
 		for _, tenant := range []string{"acme", "globex", "acme", "globex"} {
-			_, err := c.Process(s.ctx, PaymentMessage(tenant, "evt-1", Payment{Wallet: "w1", Amount: 3}))
+			_, err := c.Process(s.ctx, s.payment(tenant, "evt-1", Payment{Wallet: "w1", Amount: 3}))
 			require.NoError(s.t, err)
 		}
 		require.EqualValues(s.t, 2, s.ledger("evt-1"))
@@ -292,6 +302,9 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 	})
 
 	run("GarbageCollectionRemovesOnlyExpired", func(s *suite[TTx]) {
+		if bs, ok := s.b.Store.(idem.BucketedStore); ok && bs.ClaimBucket() > 0 {
+			s.t.Skip("a partitioned inbox collects whole partitions (storetest.ExercisePartitioned and the store's own tests cover it)")
+		}
 		s.wallet("w1")
 		now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
 		clock := now
@@ -304,7 +317,7 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 		ages := []time.Duration{72 * time.Hour, 47 * time.Hour, time.Hour}
 		for i, age := range ages {
 			clock = now.Add(-age)
-			_, err := c.Process(s.ctx, PaymentMessage("acme", fmt.Sprintf("evt-%d", i), Payment{Wallet: "w1", Amount: 1}))
+			_, err := c.Process(s.ctx, s.payment("acme", fmt.Sprintf("evt-%d", i), Payment{Wallet: "w1", Amount: 1}))
 			require.NoError(s.t, err)
 		}
 		clock = now
@@ -318,7 +331,7 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 		other := s.consumer("notifier@v1", func(cfg *idem.ConsumerConfig[TTx]) {
 			cfg.Now = func() time.Time { return now.Add(-100 * time.Hour) }
 		})
-		_, err = other.Process(s.ctx, PaymentMessage("acme", "evt-x", Payment{Wallet: "w1", Amount: 1}))
+		_, err = other.Process(s.ctx, s.payment("acme", "evt-x", Payment{Wallet: "w1", Amount: 1}))
 		require.NoError(s.t, err)
 		n, err = c.CollectGarbage(s.ctx, 10)
 		require.NoError(s.t, err)
@@ -332,7 +345,7 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 			cfg.Retention = 48 * time.Hour
 			cfg.RedeliveryWindow = time.Hour
 		})
-		msg := PaymentMessage("acme", "evt-old", Payment{Wallet: "w1", Amount: 1})
+		msg := s.payment("acme", "evt-old", Payment{Wallet: "w1", Amount: 1})
 		msg.OccurredAt = time.Now().Add(-49 * time.Hour)
 		r, err := c.Process(s.ctx, msg)
 		require.ErrorIs(s.t, err, idem.ErrTooOld)
@@ -345,7 +358,7 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 		c := s.consumer("ledger@v1", func(cfg *idem.ConsumerConfig[TTx]) {
 			cfg.Fingerprint.Exclude = []string{"delivered_at"}
 		})
-		base := idem.Message{EventID: "evt-1", Tenant: "acme", Type: "payment.captured"}
+		base := idem.Message{EventID: "evt-1", Tenant: "acme", Type: "payment.captured", OccurredAt: s.at}
 		for i, tc := range []struct {
 			payload string
 			want    idem.Outcome
@@ -370,13 +383,13 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 		c := s.consumer("ledger@v1", func(cfg *idem.ConsumerConfig[TTx]) {
 			cfg.Fingerprint.Fields = []string{"wallet", "amount"}
 		})
-		r, err := c.Process(s.ctx, PaymentMessage("acme", "evt-1", Payment{Wallet: "w1", Amount: 5, Note: "first"}))
+		r, err := c.Process(s.ctx, s.payment("acme", "evt-1", Payment{Wallet: "w1", Amount: 5, Note: "first"}))
 		require.NoError(s.t, err)
 		require.Equal(s.t, idem.OutcomeProcessed, r.Outcome)
-		r, err = c.Process(s.ctx, PaymentMessage("acme", "evt-1", Payment{Wallet: "w1", Amount: 5, Note: "second"}))
+		r, err = c.Process(s.ctx, s.payment("acme", "evt-1", Payment{Wallet: "w1", Amount: 5, Note: "second"}))
 		require.NoError(s.t, err)
 		require.Equal(s.t, idem.OutcomeDuplicate, r.Outcome, "a field outside the fingerprint may change")
-		_, err = c.Process(s.ctx, PaymentMessage("acme", "evt-1", Payment{Wallet: "w1", Amount: 6, Note: "second"}))
+		_, err = c.Process(s.ctx, s.payment("acme", "evt-1", Payment{Wallet: "w1", Amount: 6, Note: "second"}))
 		require.ErrorIs(s.t, err, idem.ErrKeyReuse, "a fingerprinted field may not")
 		require.EqualValues(s.t, 5, s.balance("w1"))
 	})
@@ -404,7 +417,7 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 	run("DeadLetterUpsertKeepsOnePending", func(s *suite[TTx]) {
 		st := s.b.Store
 		now := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
-		msg := PaymentMessage("acme", "evt-dl", Payment{Wallet: "w1", Amount: 1})
+		msg := s.payment("acme", "evt-dl", Payment{Wallet: "w1", Amount: 1})
 		msg.Headers = map[string]string{"Authorization": "Bearer x"}
 		fp, err := idem.ComputeFingerprint(msg, idem.FingerprintConfig{})
 		require.NoError(s.t, err)

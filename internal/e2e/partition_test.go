@@ -200,3 +200,15 @@ func TestPartitionDropUnderLoad(t *testing.T) {
 		})
 	}
 }
+
+// TestPartitionedPassesThePlainSuites runs the plain store's conformance suites, single and
+// batched, against the partitioned inbox: every semantic holds with either layout.
+func TestPartitionedPassesThePlainSuites(t *testing.T) {
+	t.Parallel()
+	factory := func(tb testing.TB) storetest.Bundle[pgx.Tx] {
+		_, b := pgPartitioned(tb, idempg.PartitionConfig{Bucket: day, Retention: 7 * day})
+		return b
+	}
+	t.Run("Exercise", func(t *testing.T) { t.Parallel(); storetest.Exercise(t, factory) })
+	t.Run("ExerciseBatch", func(t *testing.T) { t.Parallel(); storetest.ExerciseBatch(t, factory) })
+}
