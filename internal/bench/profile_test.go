@@ -1,0 +1,27 @@
+package bench
+
+import (
+	"context"
+	"testing"
+
+	"github.com/idemkit/idem/internal/testenv"
+)
+
+// BenchmarkBatched100 runs the batched path at 8 workers, batch 100, for profiling:
+// go test -run='^$' -bench=Batched100 -benchtime=20000x -cpuprofile cpu.out ./internal/bench
+func BenchmarkBatched100(b *testing.B) {
+	ctx := context.Background()
+	e, err := newEnv(ctx, Options{PostgresURL: testenv.Postgres(b), Concurrency: []int{8}}.WithDefaults())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.close()
+	e.opts.Events = b.N
+	b.ReportAllocs()
+	b.ResetTimer()
+	r, err := e.batched(ctx, 8, 100, "batched")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(r.EventsPerS, "events/s")
+}
