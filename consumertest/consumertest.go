@@ -5,11 +5,13 @@
 package consumertest
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -68,7 +70,26 @@ type options struct {
 // each semantic of the per-event path must hold in batches too.
 func Batched(size int) Option { return func(o *options) { o.batch = size } }
 
+// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 type env[TTx any] struct {
+	logs   *syncBuffer
 	opts   options
 	t      *testing.T
 	ctx    context.Context
@@ -99,7 +120,7 @@ func (e *env[TTx]) config(name string, h idem.Handler[TTx]) idem.ConsumerConfig[
 		Workers:          4,
 		ShutdownTimeout:  5 * time.Second,
 		Observer:         e.rec,
-		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:           slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 }
 
@@ -171,7 +192,7 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b, h := setup(t)
-			e := &env[TTx]{opts: o, t: t, ctx: context.Background(), b: b, h: h, rec: &Recorder{}, lease: 1500 * time.Millisecond}
+			e := &env[TTx]{logs: &syncBuffer{}, opts: o, t: t, ctx: context.Background(), b: b, h: h, rec: &Recorder{}, lease: 1500 * time.Millisecond}
 			e.topic = h.NewTopic(t)
 			e.sink = h.Sink(t)
 			e.source = func(name string) idem.Source { return h.Source(t, e.topic, name, e.lease) }
@@ -255,6 +276,20 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 		require.Equal(e.t, idem.DeadLetterPending, dl.Status)
 		require.False(e.t, dl.FirstFailed.IsZero())
 		require.EqualValues(e.t, 0, e.ledger("evt-p"))
+
+		// The runtime's log line carries the stable fields, and no secret.
+		var line map[string]any
+		for _, l := range strings.Split(e.logs.String(), "\n") {
+			if strings.Contains(l, `"evt-p"`) && strings.Contains(l, `"dead_lettered"`) {
+				require.NoError(e.t, json.Unmarshal([]byte(l), &line))
+			}
+		}
+		require.NotNil(e.t, line, "a log line for the dead letter")
+		for _, k := range []string{"event_id", "tenant", "consumer", "queue", "attempt", "outcome", "duration_ms", "error_type"} {
+			require.Contains(e.t, line, k)
+		}
+		require.Equal(e.t, "permanent", line["error_type"])
+		require.NotContains(e.t, e.logs.String(), "hunter2")
 	})
 
 	run("BudgetExhaustedDeadLetters", func(e *env[TTx]) {
