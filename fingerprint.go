@@ -2,6 +2,7 @@ package idem
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -60,56 +61,46 @@ func ComputeFingerprint(msg Message, cfg FingerprintConfig) (Fingerprint, error)
 	if cfg.Func != nil {
 		return cfg.Func(msg)
 	}
-	h := sha256.New()
-	writeField := func(s string) {
-		var n [8]byte
-		l := uint64(len(s))
-		for i := range n {
-			n[i] = byte(l >> (8 * i))
-		}
-		h.Write(n[:])
-		h.Write([]byte(s))
+	// One parse on the common path: canonicalise, and only when that fails ask whether the
+	// payload was JSON at all (raw bytes) or JSON that cannot be fingerprinted (an error).
+	canon, err := canonjson.Canonicalize(msg.Payload, canonjson.Options{Include: cfg.Fields, Exclude: cfg.Exclude})
+	if err == nil {
+		return hashFields(fpTagJSON, msg.Type, canon), nil
 	}
-	var fp Fingerprint
 	if canonjson.IsJSON(msg.Payload) {
-		canon, err := canonjson.Canonicalize(msg.Payload, canonjson.Options{Include: cfg.Fields, Exclude: cfg.Exclude})
-		if err != nil {
-			return fp, fmt.Errorf("%w: event %s: %w", ErrInvalidPayload, msg.EventID, err)
-		}
-		writeField(fpTagJSON)
-		writeField(msg.Type)
-		writeField(string(canon))
-	} else {
-		if len(cfg.Fields) > 0 {
-			return fp, fmt.Errorf("%w: event %s: fingerprint fields %v need a JSON payload", ErrInvalidPayload, msg.EventID, cfg.Fields)
-		}
-		writeField(fpTagRaw)
-		writeField(msg.Type)
-		writeField(string(msg.Payload))
+		return Fingerprint{}, fmt.Errorf("%w: event %s: %w", ErrInvalidPayload, msg.EventID, err)
 	}
+	if len(cfg.Fields) > 0 {
+		return Fingerprint{}, fmt.Errorf("%w: event %s: fingerprint fields %v need a JSON payload", ErrInvalidPayload, msg.EventID, cfg.Fields)
+	}
+	return rawFingerprint(msg), nil
+}
+
+// hashFields is SHA-256 over a domain tag, the event type and the content, each prefixed with
+// its length so that no two different triples hash alike.
+func hashFields(tag, typ string, content []byte) Fingerprint {
+	h := sha256.New()
+	var n [8]byte
+	field := func(b []byte) {
+		binary.LittleEndian.PutUint64(n[:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	field([]byte(tag))
+	field([]byte(typ))
+	field(content)
+	var fp Fingerprint
 	h.Sum(fp[:0])
-	return fp, nil
+	return fp
 }
 
 // errEmptyEventID is returned for a message without an event id: without identity there is no
 // way to recognise its redelivery.
 var errEmptyEventID = errors.New("event id is empty")
 
-// rawFingerprint hashes the type and the payload bytes as they are. The runtime uses it for a
-// dead letter rejected before its fingerprint was computed (no event id, too large, not
+// rawFingerprint hashes the type and the payload bytes as they are. The runtime also uses it for
+// a dead letter rejected before its fingerprint was computed (no event id, too large, not
 // authenticated), so that two different rejected messages never share a pending dead letter.
 func rawFingerprint(msg Message) Fingerprint {
-	h := sha256.New()
-	for _, s := range []string{fpTagRaw, msg.Type, string(msg.Payload)} {
-		var n [8]byte
-		l := uint64(len(s))
-		for i := range n {
-			n[i] = byte(l >> (8 * i))
-		}
-		h.Write(n[:])
-		h.Write([]byte(s))
-	}
-	var fp Fingerprint
-	h.Sum(fp[:0])
-	return fp
+	return hashFields(fpTagRaw, msg.Type, msg.Payload)
 }

@@ -222,3 +222,18 @@ func TestConsumerRetentionWithinPartitions(t *testing.T) {
 	_, err = idem.NewConsumer[struct{}](bucketedStore{}, idem.ConsumerConfig[struct{}]{Name: "ledger@v1", Handler: h, Batch: idem.BatchConfig{Enabled: true}})
 	require.ErrorContains(t, err, "does not implement idem.BatchStore")
 }
+
+// TestFingerprintIsStable pins the hash layout: stored claims hold these values, so a change
+// would turn every redelivery of an in-flight event into key reuse.
+func TestFingerprintIsStable(t *testing.T) {
+	t.Parallel()
+	for payload, want := range map[string]string{
+		`{"b":1,"a":[1,2]}`: "eb436f5472983578ea58e9e4907e2fe7d82f0f950b9582a7beae6e99172a5497",
+		"raw\x00bytes":      "44892e476d98d6acf4954a66733f1f73990793ddc591a67796eca78ec6c6956b",
+		`{"x":"y"}`:         "a083ca06abaa97a3b506b49c993140b3e89eed04ce4df9c7a8d4e119e2986ee2",
+	} {
+		fp, err := idem.ComputeFingerprint(idem.Message{Type: "t", Payload: []byte(payload)}, idem.FingerprintConfig{})
+		require.NoError(t, err)
+		require.Equal(t, want, fp.String(), "payload %q", payload)
+	}
+}
