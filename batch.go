@@ -72,9 +72,9 @@ func (c *Consumer[TTx]) ProcessBatch(ctx context.Context, msgs []Message) []Resu
 }
 
 func (c *Consumer[TTx]) processBatch(ctx context.Context, msgs []Message, settles []func(context.Context, TTx) error) []Result {
-	bs, ok := c.store.(BatchStore[TTx])
+	bs := c.batchStore
 	results := make([]Result, len(msgs))
-	if !ok {
+	if bs == nil {
 		for i, m := range msgs {
 			results[i] = c.process(ctx, m, settleAt(settles, i))
 		}

@@ -19,6 +19,8 @@ type Consumer[TTx any] struct {
 	redactor *Redactor
 	// bucket is the store's claim bucket (0 for a plain inbox).
 	bucket time.Duration
+	// batchStore is the store when it can batch (nil otherwise), asserted once.
+	batchStore BatchStore[TTx]
 }
 
 // NewConsumer validates cfg (after WithDefaults) and returns a consumer over store.
@@ -30,10 +32,11 @@ func NewConsumer[TTx any](store Store[TTx], cfg ConsumerConfig[TTx]) (*Consumer[
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if _, ok := store.(BatchStore[TTx]); cfg.Batch.Enabled && !ok {
+	bs, _ := store.(BatchStore[TTx])
+	if cfg.Batch.Enabled && bs == nil {
 		return nil, fmt.Errorf("idem: consumer config: %w", errNotBatchStore)
 	}
-	c := &Consumer[TTx]{store: store, cfg: cfg, redactor: NewRedactor(cfg.Redact)}
+	c := &Consumer[TTx]{store: store, cfg: cfg, redactor: NewRedactor(cfg.Redact), batchStore: bs}
 	if b, ok := store.(BucketedStore); ok && b.ClaimBucket() > 0 {
 		c.bucket = b.ClaimBucket()
 		if r := b.ClaimRetention(); cfg.Retention > r {

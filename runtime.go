@@ -66,16 +66,15 @@ func (r *runner[TTx]) run(ctx context.Context) error {
 			defer wg.Done()
 			for ds := range deliveries {
 				if cfg.Batch.Enabled {
-					r.handleBatch(workCtx, fetchCtx, ds, stopFetch)
+					r.handleBatch(workCtx, ds, stopFetch)
 				} else {
-					r.handle(workCtx, fetchCtx, ds[0], stopFetch)
+					r.handle(workCtx, ds[0], stopFetch)
 				}
 				<-slots
 			}
 		}()
 	}
 
-	var fetchErr error
 	backoff := retry.Policy{Base: 50 * time.Millisecond, Cap: 5 * time.Second, MaxAttempts: 1 << 30, MaxElapsed: 1<<62 - 1}
 	failures := 0
 fetch:
@@ -127,7 +126,7 @@ fetch:
 		if cfg.Batch.Enabled {
 			if fetchCtx.Err() != nil {
 				for _, d := range ds {
-					r.giveBack(workCtx, d, fetchCtx)
+					r.giveBack(workCtx, d)
 				}
 				<-slots
 				break
@@ -142,7 +141,7 @@ fetch:
 			if fetchCtx.Err() != nil {
 				// Shutting down or paused: give back what was fetched but not started.
 				for _, rest := range ds[i:] {
-					r.giveBack(workCtx, rest, fetchCtx)
+					r.giveBack(workCtx, rest)
 					<-slots
 				}
 				break
@@ -164,7 +163,7 @@ fetch:
 	if r.paused.Load() {
 		return fmt.Errorf("idem: consumer %s: %w", cfg.Name, ErrPaused)
 	}
-	return fetchErr
+	return nil
 }
 
 // fillBatch tops up a partial batch for at most Batch.MaxWait.
@@ -186,11 +185,11 @@ func (r *runner[TTx]) fillBatch(ctx context.Context, ds []Delivery) []Delivery {
 }
 
 // handleBatch processes a batch in one transaction and settles each delivery on its own.
-func (r *runner[TTx]) handleBatch(workCtx, fetchCtx context.Context, ds []Delivery, stopFetch context.CancelFunc) {
+func (r *runner[TTx]) handleBatch(workCtx context.Context, ds []Delivery, stopFetch context.CancelFunc) {
 	cfg := r.c.cfg
 	if r.paused.Load() {
 		for _, d := range ds {
-			r.giveBack(workCtx, d, fetchCtx)
+			r.giveBack(workCtx, d)
 		}
 		return
 	}
@@ -210,21 +209,16 @@ func (r *runner[TTx]) handleBatch(workCtx, fetchCtx context.Context, ds []Delive
 	// statements once they are under way, so all roll back and are retried.
 	hctx, cancel := context.WithCancelCause(workCtx)
 	defer cancel(nil)
-	stops := make([]func(), len(ds))
-	for i, d := range ds {
-		stops[i] = r.extendLease(hctx, cancel, d)
-	}
+	stopExtend := r.extendLease(hctx, cancel, ds...)
 	results := r.c.processBatch(hctx, msgs, settles)
-	for _, stop := range stops {
-		stop()
-	}
+	stopExtend()
 	for i, d := range ds {
 		r.settle(workCtx, hctx, stopFetch, d, msgs[i], results[i], start, settles[i] != nil)
 	}
 }
 
 // giveBack naks a delivery that was fetched but will not be handled.
-func (r *runner[TTx]) giveBack(ctx context.Context, d Delivery, _ context.Context) {
+func (r *runner[TTx]) giveBack(ctx context.Context, d Delivery) {
 	nctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := d.Nak(nctx, 0); err != nil {
@@ -235,15 +229,15 @@ func (r *runner[TTx]) giveBack(ctx context.Context, d Delivery, _ context.Contex
 }
 
 // handle runs one delivery to its verdict. workCtx ends only after the shutdown deadline;
-// fetchCtx ends on shutdown or pause.
-func (r *runner[TTx]) handle(workCtx, fetchCtx context.Context, d Delivery, stopFetch context.CancelFunc) {
+// stopFetch pauses the consumer.
+func (r *runner[TTx]) handle(workCtx context.Context, d Delivery, stopFetch context.CancelFunc) {
 	cfg := r.c.cfg
 	msg := d.Message()
 	if msg.Attempt < 1 {
 		msg.Attempt = 1
 	}
 	if r.paused.Load() {
-		r.giveBack(workCtx, d, fetchCtx)
+		r.giveBack(workCtx, d)
 		return
 	}
 	start := cfg.Now()
@@ -404,35 +398,40 @@ func (r *runner[TTx]) pause(ctx context.Context, stopFetch context.CancelFunc, m
 	})
 }
 
-// extendLease extends the delivery's lease at a third of the source's lease time until stop is
-// called; when an extension fails it cancels the handler's context with ErrLeaseLost.
-func (r *runner[TTx]) extendLease(ctx context.Context, cancel context.CancelCauseFunc, d Delivery) (stop func()) {
-	lease := r.src.Lease()
-	if lease <= 0 {
+// extendLease extends the deliveries' leases every third of the source's lease time until stop
+// is called; when an extension fails it cancels the handler's context with ErrLeaseLost. It
+// arms a timer rather than starting a goroutine: most handlers finish before the first
+// extension is due, and then it costs nothing but the timer.
+func (r *runner[TTx]) extendLease(ctx context.Context, cancel context.CancelCauseFunc, ds ...Delivery) (stop func()) {
+	every := r.src.Lease() / 3
+	if every <= 0 {
 		return func() {}
 	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(lease / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
+	var mu sync.Mutex // held while extending, so stop waits for an extension under way
+	stopped := false
+	mu.Lock()
+	var t *time.Timer
+	t = time.AfterFunc(every, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped || ctx.Err() != nil {
+			return
+		}
+		for _, d := range ds {
+			if err := d.Extend(ctx); err != nil {
+				cancel(fmt.Errorf("%w: extend: %w", ErrLeaseLost, err))
 				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if err := d.Extend(ctx); err != nil {
-					cancel(fmt.Errorf("%w: extend: %w", ErrLeaseLost, err))
-					return
-				}
 			}
 		}
-	}()
-	return func() { close(done); wg.Wait() }
+		t.Reset(every)
+	})
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+	}
 }
 
 // finish logs the settled delivery and tells the observer.
