@@ -55,7 +55,7 @@ func ExercisePartitioned[TTx any](t *testing.T, factory Factory[TTx]) {
 
 	run("DuplicateDeliveryAppliesOnce", func(s *suite[TTx], _ time.Duration, start time.Time) {
 		s.wallet("w1")
-		c := s.consumer("ledger@v1", withinPartitions[TTx](nil))
+		c := s.consumer("ledger@v1", nil)
 		msg := PaymentMessageAt("acme", "evt-1", start.Add(time.Minute), Payment{Wallet: "w1", Amount: 500})
 		r, err := c.Process(s.ctx, msg)
 		require.NoError(s.t, err)
@@ -71,7 +71,7 @@ func ExercisePartitioned[TTx any](t *testing.T, factory Factory[TTx]) {
 
 	run("ConcurrentDeliveriesApplyOnce", func(s *suite[TTx], _ time.Duration, start time.Time) {
 		s.wallet("w1")
-		c := s.consumer("ledger@v1", withinPartitions[TTx](nil))
+		c := s.consumer("ledger@v1", nil)
 		msg := PaymentMessageAt("acme", "evt-race", start.Add(time.Minute), Payment{Wallet: "w1", Amount: 7})
 		const n = 16
 		var processed, duplicates atomic.Int64
@@ -108,7 +108,7 @@ func ExercisePartitioned[TTx any](t *testing.T, factory Factory[TTx]) {
 
 	run("KeyReuseInOneBucketAppliesNothing", func(s *suite[TTx], _ time.Duration, start time.Time) {
 		s.wallet("w1")
-		c := s.consumer("ledger@v1", withinPartitions[TTx](nil))
+		c := s.consumer("ledger@v1", nil)
 		_, err := c.Process(s.ctx, PaymentMessageAt("acme", "evt-1", start.Add(time.Minute), Payment{Wallet: "w1", Amount: 100}))
 		require.NoError(s.t, err)
 		r, err := c.Process(s.ctx, PaymentMessageAt("acme", "evt-1", start.Add(2*time.Minute), Payment{Wallet: "w1", Amount: 999}))
@@ -127,7 +127,7 @@ func ExercisePartitioned[TTx any](t *testing.T, factory Factory[TTx]) {
 		// The fingerprint does not cover the occurrence time: within one bucket, a redelivery
 		// stamped with another time is the duplicate it most likely is, never a second effect.
 		s.wallet("w1")
-		c := s.consumer("ledger@v1", withinPartitions[TTx](nil))
+		c := s.consumer("ledger@v1", nil)
 		p := Payment{Wallet: "w1", Amount: 5}
 		r, err := c.Process(s.ctx, PaymentMessageAt("acme", "evt-1", start.Add(time.Minute), p))
 		require.NoError(s.t, err)
@@ -144,7 +144,7 @@ func ExercisePartitioned[TTx any](t *testing.T, factory Factory[TTx]) {
 		// time in another bucket is another key, in another partition, and applies again. A
 		// producer must keep an event's occurrence time with its id (the outbox does).
 		s.wallet("w1")
-		c := s.consumer("ledger@v1", withinPartitions[TTx](nil))
+		c := s.consumer("ledger@v1", nil)
 		p := Payment{Wallet: "w1", Amount: 5}
 		for _, at := range []time.Time{start.Add(time.Minute), start.Add(bucket + time.Minute)} {
 			r, err := c.Process(s.ctx, PaymentMessageAt("acme", "evt-1", at, p))
@@ -157,7 +157,7 @@ func ExercisePartitioned[TTx any](t *testing.T, factory Factory[TTx]) {
 
 	run("MissingOccurrenceTimeIsInvalid", func(s *suite[TTx], _ time.Duration, _ time.Time) {
 		s.wallet("w1")
-		c := s.consumer("ledger@v1", withinPartitions[TTx](nil))
+		c := s.consumer("ledger@v1", nil)
 		msg := PaymentMessage("acme", "evt-1", Payment{Wallet: "w1", Amount: 5})
 		msg.PublishedAt = time.Now() // a broker's time is no substitute for the producer's
 		r, err := c.Process(s.ctx, msg)
@@ -193,7 +193,7 @@ func ExercisePartitioned[TTx any](t *testing.T, factory Factory[TTx]) {
 
 	run("EventsAcrossBucketsApplyOnceEach", func(s *suite[TTx], bucket time.Duration, start time.Time) {
 		s.wallet("w1")
-		c := s.consumer("ledger@v1", withinPartitions[TTx](nil))
+		c := s.consumer("ledger@v1", nil)
 		// From five buckets back to the next bucket, which exists ahead of time.
 		var msgs []idem.Message
 		for i := range 7 {
@@ -215,7 +215,7 @@ func ExercisePartitioned[TTx any](t *testing.T, factory Factory[TTx]) {
 			s.t.Skip("the store does not implement idem.BatchStore")
 		}
 		s.wallet("w1")
-		c := s.consumer("ledger@v1", withinPartitions(func(cfg *idem.ConsumerConfig[TTx]) {
+		c := s.consumer("ledger@v1", func(cfg *idem.ConsumerConfig[TTx]) {
 			cfg.Batch = idem.BatchConfig{Enabled: true}
 			inner := cfg.Handler
 			cfg.Handler = func(ctx context.Context, tx TTx, msg idem.Message) error {
@@ -230,7 +230,7 @@ func ExercisePartitioned[TTx any](t *testing.T, factory Factory[TTx]) {
 				}
 				return nil
 			}
-		}))
+		})
 		at, other := start.Add(time.Minute), start.Add(bucket+time.Minute)
 		failing := func(m idem.Message) idem.Message { m.Headers = map[string]string{"fail": "1"}; return m }
 		for _, m := range []idem.Message{
@@ -289,7 +289,7 @@ func ExercisePartitioned[TTx any](t *testing.T, factory Factory[TTx]) {
 			s.t.Skip("the store does not implement idem.BatchStore")
 		}
 		s.wallet("w1")
-		c := s.consumer("ledger@v1", withinPartitions(func(cfg *idem.ConsumerConfig[TTx]) { cfg.Batch = idem.BatchConfig{Enabled: true} }))
+		c := s.consumer("ledger@v1", func(cfg *idem.ConsumerConfig[TTx]) { cfg.Batch = idem.BatchConfig{Enabled: true} })
 		const events, workers = 60, 4
 		var wg sync.WaitGroup
 		var processed atomic.Int64
@@ -325,14 +325,4 @@ func ExercisePartitioned[TTx any](t *testing.T, factory Factory[TTx]) {
 		}
 		require.EqualValues(s.t, processed.Load(), bal, "every processed outcome is exactly one effect")
 	})
-}
-
-// withinPartitions applies mod; suite.consumer already keeps a consumer's retention within the
-// store's partition retention, as NewConsumer requires.
-func withinPartitions[TTx any](mod func(*idem.ConsumerConfig[TTx])) func(*idem.ConsumerConfig[TTx]) {
-	return func(cfg *idem.ConsumerConfig[TTx]) {
-		if mod != nil {
-			mod(cfg)
-		}
-	}
 }
