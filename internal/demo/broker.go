@@ -30,13 +30,10 @@ const (
 	// anyway); it is also the redelivery window the consumer's retention must cover.
 	natsMaxAge = time.Hour
 	// natsDuplicateWindow is the stream's deduplication window (the server's default). JetStream
-	// drops a message whose Nats-Msg-Id it stored within the window.
+	// drops a message whose Nats-Msg-Id it stored within the window, so the demo's deliberate
+	// copies and key-reuse messages go out under another broker message id
+	// (idemnats.HeaderBrokerMsgID) with the same event id.
 	natsDuplicateWindow = 2 * time.Minute
-	// natsShortDuplicateWindow is the window when idemnats sends the event id only as
-	// Nats-Msg-Id: the key-reuse message reuses the event id on purpose and would be dropped
-	// too, so the demo keeps the window short and sends each key-reuse message after it (see
-	// broker.reuseDelay).
-	natsShortDuplicateWindow = time.Second
 )
 
 // broker is the transport of one run.
@@ -49,9 +46,6 @@ type broker struct {
 	again func(ctx context.Context, topic string, msgs []idem.Message) (sent, dropped int, err error)
 	// reuse, when set, publishes key-reuse messages past the broker's deduplication.
 	reuse func(ctx context.Context, topic string, msgs []idem.Message) error
-	// reuseDelay is how long after its original was applied a key-reuse message may be sent
-	// without the broker dropping it as a republish.
-	reuseDelay time.Duration
 	// redelivery is the consumer's RedeliveryWindow (0: idem's default).
 	redelivery time.Duration
 	// backlog reports messages the broker still holds for the run's consumer.
@@ -86,9 +80,8 @@ func queueBroker[TTx any](store idem.QueueTxStore[TTx], runID string) (*broker, 
 }
 
 // natsBroker creates (or updates) the demo's stream and a durable for this run on the JetStream
-// server at url. Closing it deletes the durable and purges the run's subject. separate says
-// whether idemnats carries the event id in a header of its own (natsSeparateEventID).
-func natsBroker(ctx context.Context, url, stream, root, runID string, separate bool) (*broker, error) {
+// server at url. Closing it deletes the durable and purges the run's subject.
+func natsBroker(ctx context.Context, url, stream, root, runID string) (*broker, error) {
 	nc, err := nats.Connect(url, nats.Name("idem demo"), nats.Timeout(5*time.Second), nats.RetryOnFailedConnect(false))
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
@@ -103,10 +96,6 @@ func natsBroker(ctx context.Context, url, stream, root, runID string, separate b
 	if err != nil {
 		return nil, fmt.Errorf("JetStream: %w", err)
 	}
-	window := natsDuplicateWindow
-	if !separate {
-		window = natsShortDuplicateWindow
-	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	st, err := idemnats.EnsureStream(sctx, js, jetstream.StreamConfig{
@@ -114,7 +103,7 @@ func natsBroker(ctx context.Context, url, stream, root, runID string, separate b
 		Description: "idem demo: payment.captured events, one subject per run",
 		Subjects:    []string{root + ".>"},
 		MaxAge:      natsMaxAge,
-		Duplicates:  window,
+		Duplicates:  natsDuplicateWindow,
 		Storage:     jetstream.FileStorage,
 	})
 	if err != nil {
@@ -141,7 +130,7 @@ func natsBroker(ctx context.Context, url, stream, root, runID string, separate b
 		topic:      subject,
 		source:     src,
 		sink:       idemnats.NewSink(js),
-		again:      natsAgain(js, "~copy", separate),
+		again:      natsAgain(js, "~copy"),
 		redelivery: idemnats.RedeliveryWindow(st.CachedInfo()),
 		backlog: func(ctx context.Context) (int, error) {
 			info, err := cons.Info(ctx)
@@ -159,48 +148,31 @@ func natsBroker(ctx context.Context, url, stream, root, runID string, separate b
 			nc.Close()
 		},
 	}
-	if separate {
-		again := natsAgain(js, "~reuse", true)
-		b.reuse = func(ctx context.Context, topic string, msgs []idem.Message) error {
-			_, _, err := again(ctx, topic, msgs)
-			return err
-		}
-	} else {
-		b.reuseDelay = window + 500*time.Millisecond
+	again := natsAgain(js, "~reuse")
+	b.reuse = func(ctx context.Context, topic string, msgs []idem.Message) error {
+		_, _, err := again(ctx, topic, msgs)
+		return err
 	}
 	return b, nil
 }
 
-// natsSeparateEventID reports whether idemnats carries the event id in a header of its own
-// besides Nats-Msg-Id: then a copy published under another broker message id still decodes to
-// the same event id, gets past JetStream's deduplication and reaches the consumer as a true
-// duplicate. When Nats-Msg-Id is the event id, JetStream drops the copy (broker-level
-// deduplication working) and the demo can only count it.
-func natsSeparateEventID() bool {
-	const id = "idem-demo-probe"
-	nm, err := idemnats.EncodeMessage("probe", idem.Message{EventID: id, Payload: []byte("{}")})
-	if err != nil {
-		return false
-	}
-	nm.Header[jetstream.MsgIDHeader] = []string{id + "~copy"}
-	m, err := idemnats.DecodeHeaders(nm.Header, nm.Data, nil)
-	return err == nil && m.EventID == id
-}
-
-// natsAgain publishes messages one by one, under the Nats-Msg-Id "<event id><suffix>" when the
-// codec carries the event id separately, and counts those the stream reports as duplicates.
-func natsAgain(js jetstream.JetStream, suffix string, separate bool) func(ctx context.Context, topic string, msgs []idem.Message) (int, int, error) {
+// natsAgain publishes messages one by one under the broker message id "<event id><suffix>"
+// (idemnats.HeaderBrokerMsgID; the event id is unchanged), and counts those the stream still
+// reports as duplicates.
+func natsAgain(js jetstream.JetStream, suffix string) func(ctx context.Context, topic string, msgs []idem.Message) (int, int, error) {
 	return func(ctx context.Context, topic string, msgs []idem.Message) (int, int, error) {
 		sent, dropped := 0, 0
 		var errs []error
 		for _, m := range msgs {
+			m = m.Clone()
+			if m.Headers == nil {
+				m.Headers = map[string]string{}
+			}
+			m.Headers[idemnats.HeaderBrokerMsgID] = m.EventID + suffix
 			nm, err := idemnats.EncodeMessage(topic, m)
 			if err != nil {
 				errs = append(errs, err)
 				continue
-			}
-			if separate {
-				nm.Header[jetstream.MsgIDHeader] = []string{m.EventID + suffix}
 			}
 			ack, err := js.PublishMsg(ctx, nm)
 			if err != nil {

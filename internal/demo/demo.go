@@ -120,9 +120,6 @@ type Options struct {
 
 	// natsStream and natsRoot name the JetStream stream and subject root; tests set them.
 	natsStream, natsRoot string
-	// natsMsgIDOnly makes the run behave as if idemnats carried the event id only as
-	// Nats-Msg-Id, so that tests cover that path too.
-	natsMsgIDOnly bool
 }
 
 // WithDefaults returns o with zero fields set to their defaults. The four rates are set only
@@ -301,8 +298,7 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 	}
 	var err error
 	if bu.Kind == "nats" {
-		separate := natsSeparateEventID() && !o.natsMsgIDOnly
-		s.br, err = natsBroker(ctx, bu.URL, o.natsStream, o.natsRoot, s.runID, separate)
+		s.br, err = natsBroker(ctx, bu.URL, o.natsStream, o.natsRoot, s.runID)
 		if err != nil {
 			return v, fmt.Errorf("broker %s: %w", v.Broker, err)
 		}
@@ -504,8 +500,7 @@ func (s *scenario[TTx]) createWallets(ctx context.Context) error {
 
 // produce writes the orders and their events, produceBatch per transaction, keeping at most
 // inFlightMax unsettled. A key-reuse order waits until the order whose event id it reuses is
-// applied (sent earlier, the two messages would race and either could be applied), and then
-// for the broker's reuseDelay.
+// applied (sent earlier, the two messages would race and either could be applied).
 func (s *scenario[TTx]) produce(ctx context.Context) error {
 	batch := make([]int, 0, produceBatch)
 	var reuse []int
@@ -513,7 +508,7 @@ func (s *scenario[TTx]) produce(ctx context.Context) error {
 		var ready []int
 		rest := reuse[:0]
 		for _, i := range reuse {
-			if at, ok := s.tally.applied(eventID(s.runID, s.plan[i].target)); ok && time.Since(at) >= s.br.reuseDelay {
+			if _, ok := s.tally.applied(eventID(s.runID, s.plan[i].target)); ok {
 				ready = append(ready, i)
 			} else {
 				rest = append(rest, i)

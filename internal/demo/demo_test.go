@@ -322,14 +322,8 @@ func TestPostgresNATSChaos(t *testing.T) {
 	require.NoError(t, err)
 	requireChaosOK(t, v)
 	require.NotContains(t, v.Broker, "@")
-	if !natsSeparateEventID() {
-		require.Equal(t, v.DuplicatesInjected, v.DuplicatesDroppedByBroker, "JetStream drops every same-id copy")
-		require.NotEmpty(t, v.Notes)
-	}
-
-	if natsSeparateEventID() {
-		require.Zero(t, v.DuplicatesDroppedByBroker, "copies go out under another Nats-Msg-Id and reach the consumer")
-	}
+	require.Zero(t, v.DuplicatesDroppedByBroker, "copies go out under another Nats-Msg-Id and reach the consumer")
+	require.Positive(t, v.DuplicatesIgnored, "the copies reached the consumer and were ignored there")
 
 	q := func(query string, args ...any) int {
 		var n int
@@ -343,28 +337,6 @@ func TestPostgresNATSChaos(t *testing.T) {
 	require.Zero(t, c.badBalances)
 	require.Equal(t, v.PoisonInjected, c.poison)
 	require.Equal(t, c.poison, c.poisonWithDL)
-}
-
-// TestNATSMsgIDOnly covers a codec that carries the event id only as Nats-Msg-Id: JetStream
-// drops every injected copy (the verdict says so in a note), and key-reuse messages still reach
-// the consumer because they are sent after the stream's short duplicate window.
-func TestNATSMsgIDOnly(t *testing.T) {
-	natsURL := testenv.NATS(t)
-	path := filepath.Join(t.TempDir(), "demo.db")
-	o := Options{Store: "sqlite://" + path, Broker: natsURL, Events: 200, Seed: 11, Duplicates: 0.2, Poison: 0.1, Timeout: 25 * time.Second}
-	o.natsStream, o.natsRoot = natsStream(t, natsURL)
-	o.natsMsgIDOnly = true
-	v, err := Run(context.Background(), o)
-	require.NoError(t, err)
-	var table bytes.Buffer
-	require.NoError(t, v.WriteTable(&table))
-	t.Logf("verdict:\n%s", table.String())
-	require.True(t, v.OK, "problems: %v", v.Problems)
-	require.Positive(t, v.DuplicatesInjected)
-	require.Equal(t, v.DuplicatesInjected, v.DuplicatesDroppedByBroker)
-	require.Zero(t, v.DuplicatesIgnored, "no copy reached the consumer")
-	require.Contains(t, table.String(), "note: JetStream dropped")
-	require.Positive(t, v.DeadLettered["key_reuse"])
 }
 
 func TestPostgresQueue(t *testing.T) {
