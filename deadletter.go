@@ -45,6 +45,18 @@ const (
 	DeadLetterDiscarded DeadLetterStatus = "discarded"
 )
 
+// AuditAction names the operator action that moves a dead letter to s ("replay" for replayed,
+// "discard" for discarded); ok is false for any other status, which no operator action sets.
+func (s DeadLetterStatus) AuditAction() (action string, ok bool) {
+	switch s {
+	case DeadLetterReplayed:
+		return "replay", true
+	case DeadLetterDiscarded:
+		return "discard", true
+	}
+	return "", false
+}
+
 // Valid reports whether s is a known status.
 func (s DeadLetterStatus) Valid() bool {
 	return s == DeadLetterPending || s == DeadLetterReplayed || s == DeadLetterDiscarded

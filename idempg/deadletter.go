@@ -133,13 +133,8 @@ func (s *Store) ListDeadLetters(ctx context.Context, f idem.DeadLetterFilter) ([
 // one audit row per changed dead letter, in one statement and so one transaction. Ids that are
 // not pending (or do not exist) are skipped; it returns the changed ids in ascending order.
 func (s *Store) SetDeadLetterStatus(ctx context.Context, p idem.SetDeadLetterStatusParams) ([]int64, error) {
-	var action string
-	switch p.Status {
-	case idem.DeadLetterReplayed:
-		action = "replay"
-	case idem.DeadLetterDiscarded:
-		action = "discard"
-	default:
+	action, ok := p.Status.AuditAction()
+	if !ok {
 		return nil, fmt.Errorf("idempg: set status of dead letters %v: status %q, want %q or %q",
 			p.IDs, p.Status, idem.DeadLetterReplayed, idem.DeadLetterDiscarded)
 	}

@@ -136,13 +136,8 @@ func (s *Store) ListDeadLetters(ctx context.Context, f idem.DeadLetterFilter) ([
 // discarded) and writes one audit row for each, all in one transaction. Ids that are not pending
 // (unknown, already replayed or discarded) are skipped; it returns the changed ids in order.
 func (s *Store) SetDeadLetterStatus(ctx context.Context, p idem.SetDeadLetterStatusParams) ([]int64, error) {
-	var action string
-	switch p.Status {
-	case idem.DeadLetterReplayed:
-		action = "replay"
-	case idem.DeadLetterDiscarded:
-		action = "discard"
-	default:
+	action, ok := p.Status.AuditAction()
+	if !ok {
 		return nil, fmt.Errorf("idemsqlite: set dead letter status: Status %q is not %q or %q",
 			p.Status, idem.DeadLetterReplayed, idem.DeadLetterDiscarded)
 	}
