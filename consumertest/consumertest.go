@@ -43,6 +43,19 @@ func (r *Recorder) Observe(ev idem.Event) {
 	r.mu.Unlock()
 }
 
+// Events returns the recorded events of eventID, in order.
+func (r *Recorder) Events(eventID string) []idem.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []idem.Event
+	for _, ev := range r.events {
+		if ev.EventID == eventID {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
 // Paused counts pauses.
 func (r *Recorder) Paused(string) { r.paused.Add(1) }
 
@@ -243,6 +256,31 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 		require.Equal(e.t, 2, e.rec.Count(idem.OutcomeRetried, "evt-t"))
 		require.EqualValues(e.t, 1, e.ledger("evt-t"))
 		require.Empty(e.t, e.deadLetters("evt-t"))
+	})
+
+	run("RetryAfterHintIsHonoured", func(e *env[TTx]) {
+		var calls atomic.Int64
+		credit := storetest.CreditHandler(e.b)
+		const hint = 700 * time.Millisecond // above the policy's 100ms cap: the hint wins
+		c, err := idem.NewConsumer(e.b.Store, e.config("ledger@v1", func(ctx context.Context, tx TTx, msg idem.Message) error {
+			if calls.Add(1) == 1 {
+				return idem.RetryAfter(errors.New("429 Too Many Requests"), hint)
+			}
+			return credit(ctx, tx, msg)
+		}))
+		require.NoError(e.t, err)
+		stop := e.run(c, e.source("ledger"))
+		start := time.Now()
+		e.publish(storetest.PaymentMessage("acme", "evt-h", storetest.Payment{Wallet: "w1", Amount: 5}))
+		e.eventually(20*time.Second, "processed after the hinted delay", func() bool { return e.rec.Count(idem.OutcomeProcessed, "evt-h") == 1 })
+		require.NoError(e.t, stop())
+		evs := e.rec.Events("evt-h")
+		require.Equal(e.t, idem.OutcomeRetried, evs[0].Outcome)
+		require.Equal(e.t, hint, evs[0].Delay, "the nak carries the destination's hint")
+		if e.h.Features.DelayedNak {
+			require.GreaterOrEqual(e.t, time.Since(start), hint, "not redelivered before the hint")
+		}
+		require.EqualValues(e.t, 1, e.ledger("evt-h"))
 	})
 
 	run("PermanentErrorDeadLettersOnce", func(e *env[TTx]) {
