@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
@@ -49,7 +48,7 @@ func runTests(m *testing.M) int {
 	}
 	if code == 0 {
 		// Every Store a test made was closed, so no listener may be left running.
-		if err := goleak.Find(); err != nil {
+		if err := testenv.FindLeaks(2 * time.Second); err != nil {
 			fmt.Fprintf(os.Stderr, "idempg tests: leaked goroutines: %v\n", err)
 			return 1
 		}

@@ -39,10 +39,6 @@ type Relay struct {
 
 	// wake tells an idle Run that new partitions were acquired.
 	wake chan struct{}
-
-	// crashOnExit makes Run return without releasing its leases, as a killed process would;
-	// only tests set it.
-	crashOnExit bool
 }
 
 // New validates cfg (after WithDefaults) and returns a relay that publishes store's outbox
@@ -154,13 +150,11 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	stopLeases()
 	wg.Wait()
-	if !r.crashOnExit {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		if err := r.releaseAll(rctx); err != nil {
-			log.LogAttrs(rctx, slog.LevelWarn, "idemrelay: release on exit failed", slog.String("error", r.redactor.Text(err.Error())))
-		}
-		cancel()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	if err := r.releaseAll(rctx); err != nil {
+		log.LogAttrs(rctx, slog.LevelWarn, "idemrelay: release on exit failed", slog.String("error", r.redactor.Text(err.Error())))
 	}
+	cancel()
 	log.LogAttrs(context.WithoutCancel(ctx), slog.LevelInfo, "idemrelay: relay stopped")
 	return nil
 }

@@ -8,15 +8,15 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/storetest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testenv.Main(m)
 }
 
 // testBundle is one private, migrated store and its database.

@@ -9,7 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/idemkit/idem/internal/cli"
+	"github.com/idemkit/idem/cmd/idem/internal/cli"
 )
 
 func main() {

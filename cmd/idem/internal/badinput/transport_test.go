@@ -1,0 +1,176 @@
+package badinput_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/internal/testdb"
+	"github.com/idemkit/idem/idemnats"
+	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/idemqueue"
+	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/internal/testenv"
+)
+
+// transport is one real broker as the catalogue uses it: the consumer's source, the producer's
+// sink, and the two ways of publishing that a well-behaved sink refuses.
+type transport struct {
+	source idem.Source
+	// publish sends msgs through the transport's idem.Sink.
+	publish func(t *testing.T, msgs ...idem.Message)
+	// publishWithoutID sends msg with no event id at all, as a foreign producer could; the sinks
+	// refuse to.
+	publishWithoutID func(t *testing.T, msg idem.Message)
+	// publishAgain sends msg whose event id the transport has carried before, making sure the
+	// broker's own deduplication does not drop it: a late redelivery of a reused id.
+	publishAgain func(t *testing.T, msg idem.Message)
+	// maxPayload is the largest payload the broker accepts (0: no limit of its own).
+	maxPayload int
+}
+
+const lease = 1500 * time.Millisecond
+
+// queueSource is the queue-table source the catalogue consumes from.
+func queueSource[TTx any](t *testing.T, store idem.QueueTxStore[TTx], queue string) idem.Source {
+	t.Helper()
+	src, err := idemqueue.NewSource(store, idemqueue.SourceConfig{Queue: queue, Lease: lease, MaxWait: 200 * time.Millisecond})
+	require.NoError(t, err)
+	return src
+}
+
+// sinkPublish publishes through sink on topic, failing the test on error.
+func sinkPublish(sink idem.Sink, topic string) func(t *testing.T, msgs ...idem.Message) {
+	return func(t *testing.T, msgs ...idem.Message) {
+		t.Helper()
+		require.NoError(t, sink.Publish(context.Background(), topic, msgs...))
+	}
+}
+
+// sqliteQueue is the queue table of a SQLite store. A message without an event id is written
+// with plain SQL, as a producer in another language writing the queue table would: both the
+// sink and the store refuse to enqueue it.
+func sqliteQueue(t *testing.T, store *idemsqlite.Store) transport {
+	queue := testdb.Name("bad_")
+	sink := idemqueue.NewSink(store)
+	table := store.Config().WithDefaults().Prefix + "queue"
+	tr := transport{
+		source:  queueSource(t, store, queue),
+		publish: sinkPublish(sink, queue),
+		publishWithoutID: func(t *testing.T, m idem.Message) {
+			t.Helper()
+			require.Error(t, sink.Publish(context.Background(), queue, m), "the sink refuses an empty event id")
+			now := time.Now().UnixMicro()
+			_, err := store.DB().ExecContext(context.Background(),
+				`INSERT INTO `+table+` (queue, event_id, tenant, type, payload, headers, enqueued_at, available_at)
+				 VALUES (?, '', ?, ?, ?, '{}', ?, ?)`, queue, m.Tenant, m.Type, m.Payload, now, now)
+			require.NoError(t, err, "insert a job without event id into %s", table)
+		},
+	}
+	tr.publishAgain = func(t *testing.T, m idem.Message) { tr.publish(t, m) }
+	return tr
+}
+
+// postgresQueue is the queue table of a PostgreSQL store; see sqliteQueue.
+func postgresQueue(t *testing.T, store *idempg.Store) transport {
+	queue := testdb.Name("bad_")
+	sink := idemqueue.NewSink(store)
+	cfg := store.Config().WithDefaults()
+	table := `"` + cfg.Schema + `"."` + cfg.Prefix + `queue"`
+	tr := transport{
+		source:  queueSource(t, store, queue),
+		publish: sinkPublish(sink, queue),
+		publishWithoutID: func(t *testing.T, m idem.Message) {
+			t.Helper()
+			require.Error(t, sink.Publish(context.Background(), queue, m), "the sink refuses an empty event id")
+			_, err := store.Pool().Exec(context.Background(),
+				`INSERT INTO `+table+` (queue, event_id, tenant, type, payload, headers, enqueued_at, available_at)
+				 VALUES ($1, '', $2, $3, $4, '{}', now(), now())`, queue, m.Tenant, m.Type, m.Payload)
+			require.NoError(t, err, "insert a job without event id into %s", table)
+		},
+	}
+	tr.publishAgain = func(t *testing.T, m idem.Message) { tr.publish(t, m) }
+	return tr
+}
+
+// jetStream is a fresh memory stream on IDEM_NATS_URL (or a skip), deleted when t ends. Its
+// duplicate window is the shortest JetStream allows (100ms), so that a reused event id can be
+// published again after it, as a late redelivery would be.
+func jetStream(t *testing.T) transport {
+	t.Helper()
+	url := testenv.NATS(t)
+	nc, err := nats.Connect(url, nats.Name("idem-badinput-test"), nats.Timeout(5*time.Second))
+	require.NoError(t, err, "connect to %s", url)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	stream, subject := "IDEMBAD_"+id, "idembad."+id+".events"
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = idemnats.EnsureStream(ctx, js, jetstream.StreamConfig{
+		Name:       stream,
+		Subjects:   []string{"idembad." + id + ".>"},
+		Storage:    jetstream.MemoryStorage,
+		MaxAge:     10 * time.Minute, // a stream a crashed test leaves behind expires
+		Duplicates: 100 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := js.DeleteStream(ctx, stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			t.Errorf("delete stream %s: %v", stream, err)
+		}
+	})
+	src, err := idemnats.NewSource(ctx, js, idemnats.SourceConfig{Stream: stream, Subject: subject, Durable: "ledger", AckWait: lease, MaxWait: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = src.Close() })
+
+	sink := idemnats.NewSink(js)
+	return transport{
+		source:  src,
+		publish: sinkPublish(sink, subject),
+		publishWithoutID: func(t *testing.T, m idem.Message) {
+			t.Helper()
+			_, err := idemnats.EncodeMessage(subject, m)
+			require.Error(t, err, "the sink refuses an empty event id")
+			m.EventID = "placeholder"
+			nm, err := idemnats.EncodeMessage(subject, m)
+			require.NoError(t, err)
+			// Neither idem's event id nor JetStream's message id (from which a foreign
+			// producer's event id is taken).
+			nm.Header.Del(idemnats.HeaderEventID)
+			nm.Header.Del(jetstream.MsgIDHeader)
+			_, err = js.PublishMsg(context.Background(), nm)
+			require.NoError(t, err)
+		},
+		publishAgain: func(t *testing.T, m idem.Message) {
+			t.Helper()
+			nm, err := idemnats.EncodeMessage(subject, m)
+			require.NoError(t, err)
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				ack, err := js.PublishMsg(context.Background(), nm)
+				require.NoError(t, err)
+				if !ack.Duplicate {
+					return
+				}
+				require.True(t, time.Now().Before(deadline), "JetStream kept dropping event %s as a duplicate", m.EventID)
+				time.Sleep(50 * time.Millisecond)
+			}
+		},
+		maxPayload: int(nc.MaxPayload()),
+	}
+}

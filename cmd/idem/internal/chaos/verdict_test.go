@@ -1,0 +1,124 @@
+package chaos
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/cmd/idem/internal/testdb"
+)
+
+// cleanRun writes, in a fresh schema, what a correct run of four orders leaves behind: a
+// valid order (applied once, its event enqueued twice), an invalid-JSON and a missing-field
+// order (each dead-lettered as invalid_payload), and a key-reuse order of the valid one's id
+// (dead-lettered as key_reuse). It returns the schema's tables.
+func cleanRun(t *testing.T, runID string) tables {
+	t.Helper()
+	ctx := context.Background()
+	pool := testdb.Pool(t)
+	schema := testdb.Name("idem_chaos_test_")
+	require.NoError(t, setupSchema(ctx, pool, schema, runID))
+	t.Cleanup(func() { _ = dropSchema(context.Background(), pool, schema) })
+	tb := newTables(schema)
+	for _, q := range []string{
+		`INSERT INTO {orders} (id, run_id, event_id, wallet_id, amount_cents, valid, poison) VALUES
+			(0, 'r', 'r-0', 'w000', 100, true, ''),
+			(1, 'r', 'r-1', 'w001', 50, false, 'invalid_json'),
+			(2, 'r', 'r-2', 'w002', 70, false, 'missing_field'),
+			(3, 'r', 'r-0', 'w000', 101, false, 'key_reuse')`,
+		`INSERT INTO {ledger} (run_id, event_id, wallet_id, amount_cents) VALUES ('r', 'r-0', 'w000', 100)`,
+		`UPDATE {wallets} SET balance_cents = 100 WHERE run_id = 'r' AND id = 'w000'`,
+		`INSERT INTO {claims} (tenant, consumer, event_id, fingerprint, created_at)
+			VALUES ('', 'ledger@v1', 'r-0', decode(repeat('01', 32), 'hex'), now())`,
+		`INSERT INTO {dead_letters} (consumer, event_id, fingerprint, reason, first_failed_at, last_failed_at) VALUES
+			('ledger@v1', 'r-1', decode(repeat('00', 32), 'hex'), 'invalid_payload', now(), now()),
+			('ledger@v1', 'r-2', decode(repeat('00', 32), 'hex'), 'invalid_payload', now(), now()),
+			('ledger@v1', 'r-0', decode(repeat('02', 32), 'hex'), 'key_reuse', now(), now())`,
+		`INSERT INTO {outbox} (partition, event_id, topic, headers, created_at, next_attempt_at, published_at) VALUES
+			(0, 'r-0', 't', '{}', now(), now(), now()),
+			(0, 'r-0', 't', '{"Idem-Broker-Msg-Id": "r-0/dup-0"}', now(), now(), now()),
+			(0, 'r-1', 't', '{}', now(), now(), now()),
+			(0, 'r-2', 't', '{}', now(), now(), now()),
+			(0, 'r-0', 't', '{"Idem-Broker-Msg-Id": "r-0/reuse-3"}', now(), now(), now())`,
+	} {
+		_, err := pool.Exec(ctx, tb.sql(q))
+		require.NoError(t, err, q)
+	}
+	return tb
+}
+
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	t.Run("a correct run passes", func(t *testing.T) {
+		t.Parallel()
+		tb := cleanRun(t, "r")
+		var r Report
+		require.NoError(t, check(context.Background(), testdb.Pool(t), tb, "r", &r))
+		require.Empty(t, r.Violations)
+		require.True(t, r.OK)
+		require.Equal(t, 4, r.Events)
+		require.Equal(t, 1, r.Valid)
+		require.Equal(t, map[string]int{poisonInvalidJSON: 1, poisonMissingField: 1, poisonKeyReuse: 1}, r.Poison)
+		require.Equal(t, 1, r.DuplicatesInjected)
+		require.Equal(t, map[string]int{"invalid_payload": 2, "key_reuse": 1}, r.DeadLetters)
+	})
+
+	// Each planted violation must be found, and counted where it belongs.
+	for _, tc := range []struct {
+		name  string
+		plant []string
+		field func(r Report) int
+		// violations is how many violations the plant makes (a lost order also leaves its
+		// wallet short, say).
+		violations int
+	}{
+		{"an extra ledger row is a double application",
+			[]string{`INSERT INTO {ledger} (run_id, event_id, wallet_id, amount_cents) VALUES ('r', 'r-0', 'w000', 100)`},
+			func(r Report) int { return r.DoubleApplied }, 1},
+		{"a valid order neither applied nor dead-lettered is lost",
+			[]string{`INSERT INTO {orders} (id, run_id, event_id, wallet_id, amount_cents, valid) VALUES (4, 'r', 'r-4', 'w004', 5, true)`},
+			func(r Report) int { return r.Lost }, 2},
+		{"a poison message applied is a wrong ledger row",
+			[]string{`INSERT INTO {ledger} (run_id, event_id, wallet_id, amount_cents) VALUES ('r', 'r-1', 'w001', 50)`,
+				`INSERT INTO {claims} (tenant, consumer, event_id, fingerprint, created_at)
+					VALUES ('', 'ledger@v1', 'r-1', decode(repeat('01', 32), 'hex'), now())`},
+			func(r Report) int { return r.WrongLedger }, 1},
+		{"a balance off by one cent",
+			[]string{`UPDATE {wallets} SET balance_cents = balance_cents + 1 WHERE id = 'w000'`},
+			func(r Report) int { return r.BadBalances }, 1},
+		{"a poison message dead-lettered twice",
+			[]string{`INSERT INTO {dead_letters} (consumer, event_id, fingerprint, reason, first_failed_at, last_failed_at)
+				VALUES ('ledger@v1', 'r-1', decode(repeat('03', 32), 'hex'), 'invalid_payload', now(), now())`},
+			func(r Report) int { return r.BadPoison }, 1},
+		{"a relay dead letter is stray",
+			[]string{`INSERT INTO {dead_letters} (consumer, event_id, fingerprint, reason, first_failed_at, last_failed_at)
+				VALUES ('relay', 'r-9', decode(repeat('00', 32), 'hex'), 'retries_exhausted', now(), now())`},
+			func(r Report) int { return r.StrayDeadLetters }, 2},
+		{"an outbox row never published",
+			[]string{`UPDATE {outbox} SET published_at = NULL WHERE event_id = 'r-2'`},
+			func(r Report) int { return r.Unpublished }, 1},
+		{"a claim without its effect",
+			[]string{`INSERT INTO {claims} (tenant, consumer, event_id, fingerprint, created_at)
+				VALUES ('', 'ledger@v1', 'r-1', decode(repeat('01', 32), 'hex'), now())`},
+			func(r Report) int { return r.ClaimsWithoutEffect }, 1},
+		{"an effect without its claim",
+			[]string{`DELETE FROM {claims}`},
+			func(r Report) int { return r.EffectsWithoutClaim }, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tb := cleanRun(t, "r")
+			pool := testdb.Pool(t)
+			for _, q := range tc.plant {
+				_, err := pool.Exec(context.Background(), tb.sql(q))
+				require.NoError(t, err, q)
+			}
+			var r Report
+			require.NoError(t, check(context.Background(), pool, tb, "r", &r))
+			require.Equal(t, 1, tc.field(r))
+			require.False(t, r.OK)
+			require.Len(t, r.Violations, tc.violations, "%q", r.Violations)
+		})
+	}
+}

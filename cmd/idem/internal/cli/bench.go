@@ -1,0 +1,182 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/idemkit/idem/cmd/idem/internal/bench"
+	"github.com/idemkit/idem/cmd/idem/internal/chaos"
+	"github.com/idemkit/idem/cmd/idem/internal/connect"
+)
+
+// newBenchCmd measures idem against its ceilings on PostgreSQL, every case side by side in one
+// process against one database (a fresh schema, dropped afterwards).
+func newBenchCmd(e *env) *cobra.Command {
+	var (
+		store, natsURL, cases string
+		asJSON, soak          bool
+		events, rate          int
+		conc, batches         []int
+		claims                int
+		duration              time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure idem against the database's ceilings (PostgreSQL)",
+		Long: `bench runs, side by side against the same PostgreSQL database: baseline (the business
+effect without idem), ceiling (the claim and effect SQL alone), per_event, batched (batch sizes
+10, 100, 500), pipeline_queue and pipeline_jetstream (publish → consume → commit → ack),
+outbox_e2e (producer commit to consumer commit at a fixed offered rate), memory, and on request
+large_inbox (10 million existing claims). It prints a table and the ratios against idem's
+targets, or one JSON object per case with --json. --soak runs the soak instead: the outbox →
+JetStream → consumer path at a steady rate for --duration.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			su, err := connect.ParseStore(e.resolveStore(store))
+			if err != nil {
+				return usageError{err}
+			}
+			if su.Kind != connect.KindPostgres {
+				return usagef("bench measures PostgreSQL: --store must be postgres://…, not %s", su)
+			}
+			ctx := cmd.Context()
+			logf := func(format string, args ...any) {
+				if !asJSON {
+					fmt.Fprintf(e.stderr, format+"\n", args...)
+				}
+			}
+			if soak {
+				rep, err := bench.Soak(ctx, bench.SoakOptions{PostgresURL: su.URL, NATSURL: natsURL, Rate: rate, Duration: duration, Logf: logf})
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(e.stdout, rep)
+				}
+				fmt.Fprintf(e.stdout, "events %d in %.0f s (%.0f events/s), handling p99 %.1f ms, latency p50 %.1f ms p99 %.1f ms\n",
+					rep.Events, rep.Seconds, rep.EventsPerS, rep.HandlingP99, rep.LatencyP50, rep.LatencyP99)
+				first, last := rep.Samples[0], rep.Samples[len(rep.Samples)-1]
+				fmt.Fprintf(e.stdout, "heap %.1f → %.1f MiB, goroutines %d → %d, double applied %d, lost %d, books balance: %v\n",
+					first.HeapMiB, last.HeapMiB, first.Goroutines, last.Goroutines, rep.DoubleApply, rep.Lost, rep.BooksBalance)
+				if !rep.BooksBalance {
+					return exitError{code: ExitFailure, err: fmt.Errorf("soak: the books do not balance")}
+				}
+				return nil
+			}
+			opts := bench.Options{PostgresURL: su.URL, NATSURL: natsURL, Events: events, Concurrency: conc, BatchSizes: batches,
+				LargeInboxClaims: claims, OfferedRate: rate, Logf: logf}
+			if cases != "" {
+				opts.Cases = strings.Split(cases, ",")
+			}
+			if err := opts.WithDefaults().Validate(); err != nil {
+				return usageError{err}
+			}
+			rs, err := bench.Run(ctx, opts)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(e.stdout, map[string]any{"cases": rs, "ratios": bench.Ratios(rs)})
+			}
+			return bench.WriteTable(e.stdout, rs, bench.Ratios(rs))
+		},
+	}
+	fl := cmd.Flags()
+	storeFlag(cmd, &store)
+	fl.StringVar(&natsURL, "nats", "", "NATS URL for the JetStream cases (nats://HOST:PORT); they are skipped without it")
+	fl.StringVar(&cases, "cases", "", "comma-separated cases (default all but large_inbox)")
+	fl.IntVar(&events, "events", 2000, "events per case and setting")
+	fl.IntSliceVar(&conc, "concurrency", []int{1, 4, 8, 16}, "worker counts")
+	fl.IntSliceVar(&batches, "batch", []int{10, 100, 500}, "batch sizes of the batched case")
+	fl.IntVar(&claims, "claims", 10_000_000, "claims preloaded by large_inbox")
+	fl.IntVar(&rate, "rate", 0, "offered rate in events/s for outbox_e2e and --soak (default 500 and 200)")
+	fl.BoolVar(&soak, "soak", false, "run the soak instead of the cases")
+	fl.Var(newDuration(&duration, 10*time.Minute), "duration", "how long --soak offers events")
+	jsonFlag(cmd, &asJSON)
+	return cmd
+}
+
+// newChaosCmd runs the chaos harness: producer, relay and consumers as separate processes
+// (this binary, through the hidden chaos-role command) under SIGKILL, database cuts and stalls
+// and NATS restarts, then checks the books from the database.
+func newChaosCmd(e *env) *cobra.Command {
+	var (
+		store     string
+		asJSON    bool
+		verbose   bool
+		keep      bool
+		opts      chaos.Options
+		rate      int
+		consumers int
+	)
+	cmd := &cobra.Command{
+		Use:   "chaos",
+		Short: "Break things on purpose and check exactly-once from the database (PostgreSQL + embedded NATS)",
+		Long: `chaos runs the payments scenario with the producer, the relay and the consumers as separate
+processes, SIGKILLs a random one every 1–3 s and restarts it, cuts or stalls the database
+connections through a proxy it controls, restarts the NATS server it owns, and keeps producing
+duplicates, transient failures and poison meanwhile. Then it drains and checks from the database
+alone: every valid event applied exactly once, none lost, balances exact, every poison message
+dead-lettered once with the right reason, nothing left in the outbox, no claim without its effect
+and no effect without its claim. It exits 1 on any violation.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			su, err := connect.ParseStore(e.resolveStore(store))
+			if err != nil {
+				return usageError{err}
+			}
+			if su.Kind != connect.KindPostgres {
+				return usagef("chaos runs on PostgreSQL: --store must be postgres://…, not %s", su)
+			}
+			opts.PostgresURL, opts.Rate, opts.Consumers, opts.Keep, opts.Verbose = su.URL, rate, consumers, keep, verbose
+			if !asJSON {
+				opts.Out = e.stderr
+			}
+			opts = opts.WithDefaults()
+			if err := opts.Validate(); err != nil {
+				return usageError{err}
+			}
+			rep, err := chaos.Run(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				err = writeJSON(e.stdout, rep)
+			} else {
+				err = rep.WriteTable(e.stdout)
+			}
+			if err != nil {
+				return err
+			}
+			if !rep.OK {
+				return exitError{code: ExitFailure, err: fmt.Errorf("chaos: %d violations: %s", len(rep.Violations), strings.Join(rep.Violations, "; "))}
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	storeFlag(cmd, &store)
+	fl.Var(newDuration(&opts.Duration, chaos.DurationDefault), "duration", "how long the chaos goes on before the drain")
+	fl.IntVar(&rate, "rate", 0, "offered events per second (default 200)")
+	fl.IntVar(&consumers, "consumers", 0, "consumer processes (default 2)")
+	fl.Int64Var(&opts.Seed, "seed", 0, "seed of the misbehaviour and the chaos schedule (0: random, reported)")
+	fl.BoolVar(&keep, "keep", false, "keep the run's schema for inspection")
+	fl.BoolVarP(&verbose, "verbose", "v", false, "forward the processes' logs")
+	jsonFlag(cmd, &asJSON)
+	return cmd
+}
+
+// newChaosRoleCmd is the hidden command the chaos harness starts its processes with.
+func newChaosRoleCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:                chaos.RoleCommand,
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return chaos.RoleMain(cmd.Context(), args, e.stdin, e.stdout, e.stderr)
+		},
+	}
+}

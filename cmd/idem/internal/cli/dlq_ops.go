@@ -1,0 +1,279 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/internal/connect"
+)
+
+// selectFlags pick the dead letters replay and discard touch.
+type selectFlags struct {
+	ids     []int64
+	filter  dlFilterFlags
+	limit   int
+	all     bool
+	yes     bool
+	actor   string
+	jsonOut bool
+}
+
+func (s *selectFlags) add(cmd *cobra.Command, verb, reasonFlag string) {
+	fl := cmd.Flags()
+	fl.Var(idsValue{&s.ids}, "id", "the dead letter to "+verb+" (repeatable, or comma-separated)")
+	s.filter.add(cmd, reasonFlag, false)
+	fl.IntVar(&s.limit, "limit", idem.ReplayLimitDefault, "touch at most this many pending dead letters, oldest first")
+	fl.BoolVar(&s.all, "all", false, "lift --limit: every matching pending dead letter (needs --yes)")
+	fl.BoolVar(&s.yes, "yes", false, "confirm --all")
+	actorFlag(cmd, &s.actor)
+	jsonFlag(cmd, &s.jsonOut)
+}
+
+// selection validates the flags and builds the Replayer selection.
+func (s *selectFlags) selection(e *env) (idem.Selection, error) {
+	var sel idem.Selection
+	if err := checkLimit(s.limit); err != nil {
+		return sel, err
+	}
+	filter, err := s.filter.filter(e.now())
+	if err != nil {
+		return sel, err
+	}
+	switch {
+	case len(s.ids) > 0 && (s.filter.any() || s.all):
+		return sel, usagef("--id selects dead letters by id: do not combine it with filters or --all")
+	case len(s.ids) == 0 && !s.filter.any() && !s.all:
+		return sel, usagef("say which dead letters: --id N, a filter (--consumer, --%s, --tenant, --older-than), or --all", s.filter.reasonFlag)
+	}
+	ids := slices.Clone(s.ids)
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	if len(ids) > s.limit {
+		return sel, usagef("%d ids given but --limit is %d: raise --limit to touch them all", len(ids), s.limit)
+	}
+	actor, err := e.resolveActor(s.actor)
+	if err != nil {
+		return sel, err
+	}
+	return idem.Selection{IDs: ids, Filter: filter, Limit: s.limit, All: s.all, Actor: actor}, nil
+}
+
+// confirmAll refuses --all without --yes, saying how many dead letters it would touch.
+func (s *selectFlags) confirmAll(ctx context.Context, st *connect.Stores, sel idem.Selection, verb string) error {
+	if !s.all || s.yes {
+		return nil
+	}
+	f := sel.Filter
+	f.Status, f.Limit = idem.DeadLetterPending, countLimit
+	dls, err := st.DeadLetters.ListDeadLetters(ctx, f)
+	if err != nil {
+		return storeErr(st, "count dead letters", err)
+	}
+	return exitError{code: ExitUsage, err: fmt.Errorf("--all would %s %s%s; add --yes to do it",
+		verb, plural(len(dls), "pending dead letter", "pending dead letters"), s.filter.describe())}
+}
+
+// checkIDs reports the first of ids that does not exist, in the words of dlq show.
+func checkIDs(ctx context.Context, st *connect.Stores, ids []int64) error {
+	for _, id := range ids {
+		_, err := st.DeadLetters.GetDeadLetter(ctx, id)
+		if errors.Is(err, idem.ErrNotFound) {
+			return fmt.Errorf("dead letter %d does not exist in store %s (see idem dlq list)", id, st.URL)
+		}
+		if err != nil {
+			return storeErr(st, fmt.Sprintf("read dead letter %d", id), err)
+		}
+	}
+	return nil
+}
+
+// selectErr rewrites the Replayer's errors for an unknown id into one clear sentence.
+func selectErr(st *connect.Stores, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, idem.ErrNotFound) {
+		return fmt.Errorf("%w (store %s; see idem dlq list)", err, st.URL)
+	}
+	return err
+}
+
+// replayJSON and discardJSON are the --json outputs of replay and discard.
+type replayJSON struct {
+	Replayed  []int64 `json:"replayed"`
+	Remaining int     `json:"remaining"`
+}
+
+type discardJSON struct {
+	Discarded []int64 `json:"discarded"`
+	Remaining int     `json:"remaining"`
+}
+
+// reportRemaining tells the operator that the limit left dead letters untouched.
+func reportRemaining(e *env, remaining int) {
+	switch {
+	case remaining == 1:
+		fmt.Fprintln(e.stdout, "1 more pending dead letter matches: run the same command again for it, or add --all --yes next time")
+	case remaining > 1:
+		fmt.Fprintf(e.stdout, "%d more pending dead letters match: run the same command again for the next batch, or add --all --yes for all of them\n", remaining)
+	}
+}
+
+func newDLQReplayCmd(e *env) *cobra.Command {
+	var (
+		store, broker, topic, note string
+		sf                         selectFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "replay",
+		Short: "Republish dead letters with their original identity and mark them replayed",
+		Long: `replay republishes pending dead letters — same event id, tenant, type, payload and headers,
+plus Idem-Replay-Of (the dead letter's id) and Idem-Replayed-By (--actor) — and marks them replayed,
+with an audit row each. The consumer that processes the replay records the recovery time.
+
+Select by --id, or by filter (--consumer, --reason, --tenant, --older-than). At most --limit
+(default 10) are replayed per run, oldest first: replay a small batch, watch it, then go on. More
+than the limit takes --all --yes; --all alone only says how many it would touch.
+
+--broker sql republishes into the queue table the dead letter came from (its source queue:NAME),
+or into --topic. --broker nats://HOST:PORT publishes to JetStream subject --topic (required).`,
+		Example: `  idem dlq replay --id 42
+  idem dlq replay --consumer ledger@v1 --reason retries_exhausted --limit 5
+  idem dlq replay --reason permanent_error --all --yes
+  idem dlq replay --id 42 --broker nats://127.0.0.1:4222 --topic payments.captured`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			sel, err := sf.selection(e)
+			if err != nil {
+				return err
+			}
+			sel.Reason = note
+			bu, err := connect.ParseBroker(broker)
+			if err != nil {
+				return usageError{fmt.Errorf("--broker: %w", err)}
+			}
+			if bu.Kind == connect.BrokerNATS && strings.TrimSpace(topic) == "" {
+				return usagef("--topic is required with --broker %s: name the subject to republish to", bu)
+			}
+			st, err := e.openStore(ctx, store, true)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			if err := sf.confirmAll(ctx, st, sel, "replay"); err != nil {
+				return err
+			}
+			if err := checkIDs(ctx, st, sel.IDs); err != nil {
+				return err
+			}
+			b, err := connect.OpenBroker(ctx, broker, st, connect.BrokerOptions{Name: "idem dlq replay"})
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+
+			res, rerr := idem.NewReplayer(st.DeadLetters, b.Sink).Replay(ctx, idem.ReplayParams{Selection: sel, Topic: strings.TrimSpace(topic)})
+			if sf.jsonOut {
+				// Also after an error: the dead letters replayed before it are marked.
+				if err := writeJSON(e.stdout, replayJSON{Replayed: nonNil(res.Replayed), Remaining: res.Remaining}); err != nil {
+					return err
+				}
+				return selectErr(st, rerr)
+			}
+			if len(res.Replayed) > 0 {
+				dest := "to the queues they came from"
+				if topic != "" {
+					dest = "to " + topic
+				}
+				fmt.Fprintf(e.stdout, "replayed %s %s via %s: %s\n",
+					plural(len(res.Replayed), "dead letter", "dead letters"), dest, b.URL, idList(res.Replayed))
+			} else if rerr == nil {
+				fmt.Fprintf(e.stdout, "no pending dead letters%s to replay\n", sf.filter.describe())
+			}
+			if rerr != nil {
+				return selectErr(st, rerr)
+			}
+			reportRemaining(e, res.Remaining)
+			return nil
+		},
+	}
+	storeFlag(cmd, &store)
+	brokerFlag(cmd, &broker)
+	cmd.Flags().StringVar(&topic, "topic", "", "where to republish: a queue name (sql) or JetStream subject (nats); default: the dead letter's source queue")
+	cmd.Flags().StringVar(&note, "note", "", "why, recorded in the audit trail")
+	sf.add(cmd, "replay", "reason")
+	return cmd
+}
+
+func newDLQDiscardCmd(e *env) *cobra.Command {
+	var (
+		store, why string
+		sf         selectFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "discard",
+		Short: "Retire dead letters for good, with a reason",
+		Long: `discard marks pending dead letters discarded, with --reason (required) recorded in one
+audit row per dead letter. Nothing is published. Select as for replay: --id, or filters, where the
+dead-letter reason filter is --with-reason (because --reason is the explanation); at most --limit
+(default 10) per run unless --all --yes.`,
+		Example: `  idem dlq discard --id 42 --reason "test event from staging"
+  idem dlq discard --with-reason key_reuse --consumer ledger@v1 --reason "producer bug #123, fixed"`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if strings.TrimSpace(why) == "" {
+				return usagef("--reason is required: say why these dead letters are discarded (it goes into the audit trail)")
+			}
+			sel, err := sf.selection(e)
+			if err != nil {
+				return err
+			}
+			sel.Reason = strings.TrimSpace(why)
+			st, err := e.openStore(ctx, store, true)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			if err := sf.confirmAll(ctx, st, sel, "discard"); err != nil {
+				return err
+			}
+			if err := checkIDs(ctx, st, sel.IDs); err != nil {
+				return err
+			}
+			ids, remaining, err := idem.NewReplayer(st.DeadLetters, nil).Discard(ctx, sel)
+			if err != nil {
+				return selectErr(st, err)
+			}
+			if sf.jsonOut {
+				return writeJSON(e.stdout, discardJSON{Discarded: nonNil(ids), Remaining: remaining})
+			}
+			if len(ids) == 0 {
+				fmt.Fprintf(e.stdout, "no pending dead letters%s to discard\n", sf.filter.describe())
+			} else {
+				fmt.Fprintf(e.stdout, "discarded %s: %s\n", plural(len(ids), "dead letter", "dead letters"), idList(ids))
+			}
+			reportRemaining(e, remaining)
+			return nil
+		},
+	}
+	storeFlag(cmd, &store)
+	cmd.Flags().StringVar(&why, "reason", "", "why they are discarded, recorded in the audit trail (required)")
+	sf.add(cmd, "discard", "with-reason")
+	return cmd
+}
+
+// nonNil makes an empty id list encode as [] rather than be omitted.
+func nonNil(ids []int64) []int64 {
+	if ids == nil {
+		return []int64{}
+	}
+	return ids
+}

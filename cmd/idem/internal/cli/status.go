@@ -1,0 +1,289 @@
+package cli
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/internal/connect"
+)
+
+// statusQueueDefault is always reported by status, beside the queues dead letters came from.
+const statusQueueDefault = "payments"
+
+// consumerStatus is one consumer in idem status.
+type consumerStatus struct {
+	Consumer string `json:"consumer"`
+	// Processed counts the consumer's claims: events processed within the claim retention
+	// (gc deletes older claims).
+	Processed       int64      `json:"processed"`
+	LastProcessedAt *time.Time `json:"last_processed_at"`
+	// DeadLettersPending and the oldest one's first failure.
+	DeadLettersPending   int64      `json:"dead_letters_pending"`
+	OldestDeadLetterAt   *time.Time `json:"oldest_dead_letter_at"`
+	OldestDeadLetterAgeS float64    `json:"oldest_dead_letter_age_seconds"`
+	oldestDeadLetter     time.Time
+	lastProcessed        time.Time
+}
+
+type backlogStatus struct {
+	Queue      string     `json:"queue,omitempty"`
+	Backlog    int64      `json:"backlog"`
+	OldestAt   *time.Time `json:"oldest_at"`
+	OldestAgeS float64    `json:"oldest_age_seconds"`
+	oldest     time.Time
+}
+
+type deadLetterStatus struct {
+	Pending    int64            `json:"pending"`
+	OldestAt   *time.Time       `json:"oldest_at"`
+	OldestAgeS float64          `json:"oldest_age_seconds"`
+	ByReason   map[string]int64 `json:"by_reason"`
+}
+
+type statusReport struct {
+	Store       string           `json:"store"`
+	At          time.Time        `json:"at"`
+	Consumers   []consumerStatus `json:"consumers"`
+	DeadLetters deadLetterStatus `json:"dead_letters"`
+	Queues      []backlogStatus  `json:"queues"`
+	Outbox      backlogStatus    `json:"outbox"`
+}
+
+func newStatusCmd(e *env) *cobra.Command {
+	var (
+		store   string
+		queues  []string
+		jsonOut bool
+	)
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show processed events, dead letters and backlogs per consumer and queue",
+		Long: `status reports, per consumer, the events it processed within the claim retention (its
+claims) and its pending dead letters with the oldest one's age; per queue-table queue, the backlog
+and the oldest job's age; and the outbox backlog and the oldest row's age.
+
+The store cannot list queue names, so status reports the queues named by --queue, or by default
+the queues pending dead letters came from plus "` + statusQueueDefault + `".`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			s, err := e.openStore(ctx, store, true)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			rep, err := buildStatus(ctx, s, queues, e.now())
+			if err != nil {
+				return err
+			}
+			if jsonOut {
+				return writeJSON(e.stdout, rep)
+			}
+			return writeStatus(e, rep)
+		},
+	}
+	storeFlag(cmd, &store)
+	cmd.Flags().StringSliceVar(&queues, "queue", nil, "queue-table queues to report (repeatable; default: the queues of pending dead letters, and "+statusQueueDefault+")")
+	jsonFlag(cmd, &jsonOut)
+	return cmd
+}
+
+func buildStatus(ctx context.Context, s *connect.Stores, queues []string, now time.Time) (statusReport, error) {
+	rep := statusReport{Store: s.URL.String(), At: now.UTC()}
+	byConsumer := map[string]*consumerStatus{}
+	get := func(name string) *consumerStatus {
+		c := byConsumer[name]
+		if c == nil {
+			c = &consumerStatus{Consumer: name}
+			byConsumer[name] = c
+		}
+		return c
+	}
+
+	claims, err := claimCounts(ctx, s)
+	if err != nil {
+		return rep, storeErr(s, "count claims", err)
+	}
+	for _, cc := range claims {
+		c := get(cc.consumer)
+		c.Processed, c.lastProcessed = cc.count, cc.last
+	}
+
+	stats, err := s.DeadLetters.DeadLetterStats(ctx)
+	if err != nil {
+		return rep, storeErr(s, "dead-letter stats", err)
+	}
+	rep.DeadLetters = deadLetterStatus{
+		Pending:    stats.Pending,
+		OldestAt:   jsonTime(stats.OldestPending),
+		OldestAgeS: ageSeconds(stats.OldestPending, now),
+		ByReason:   map[string]int64{},
+	}
+	for r, n := range stats.ByReason {
+		rep.DeadLetters.ByReason[string(r)] = n
+	}
+	// The stores count pending dead letters only in total; per consumer they are read.
+	pending, err := s.DeadLetters.ListDeadLetters(ctx, idem.DeadLetterFilter{Status: idem.DeadLetterPending, Limit: countLimit})
+	if err != nil {
+		return rep, storeErr(s, "list pending dead letters", err)
+	}
+	seenQueues := map[string]bool{statusQueueDefault: true}
+	for _, dl := range pending {
+		c := get(dl.Consumer)
+		c.DeadLettersPending++
+		if c.oldestDeadLetter.IsZero() || dl.FirstFailed.Before(c.oldestDeadLetter) {
+			c.oldestDeadLetter = dl.FirstFailed
+		}
+		if q, ok := strings.CutPrefix(dl.Source, "queue:"); ok && q != "" {
+			seenQueues[q] = true
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(byConsumer)) {
+		c := byConsumer[name]
+		c.LastProcessedAt = jsonTime(c.lastProcessed)
+		c.OldestDeadLetterAt = jsonTime(c.oldestDeadLetter)
+		c.OldestDeadLetterAgeS = ageSeconds(c.oldestDeadLetter, now)
+		rep.Consumers = append(rep.Consumers, *c)
+	}
+	if rep.Consumers == nil {
+		rep.Consumers = []consumerStatus{}
+	}
+
+	if len(queues) == 0 {
+		queues = slices.Sorted(maps.Keys(seenQueues))
+	}
+	rep.Queues = []backlogStatus{}
+	for _, q := range slices.Compact(queues) {
+		qs, err := s.Queue.QueueStats(ctx, q)
+		if err != nil {
+			return rep, storeErr(s, "stats of queue "+q, err)
+		}
+		rep.Queues = append(rep.Queues, backlog(q, qs, now))
+	}
+
+	ob, err := s.Outbox.OutboxStats(ctx)
+	if err != nil {
+		return rep, storeErr(s, "outbox stats", err)
+	}
+	rep.Outbox = backlog("", ob, now)
+	return rep, nil
+}
+
+func backlog(queue string, qs idem.QueueStats, now time.Time) backlogStatus {
+	return backlogStatus{Queue: queue, Backlog: qs.Backlog, OldestAt: jsonTime(qs.Oldest),
+		OldestAgeS: ageSeconds(qs.Oldest, now), oldest: qs.Oldest}
+}
+
+// claimCount is one consumer's claims.
+type claimCount struct {
+	consumer string
+	count    int64
+	last     time.Time
+}
+
+// claimCounts counts claims per consumer with one read-only query on the concrete store: the
+// store interfaces have no such method, and status is the only caller. The table is the
+// store's configured prefix + "claims" (in its schema on PostgreSQL); prefix and schema were
+// validated as plain identifiers by the store and are quoted here besides.
+func claimCounts(ctx context.Context, s *connect.Stores) ([]claimCount, error) {
+	var out []claimCount
+	switch {
+	case s.SQLite != nil:
+		table := `"` + s.SQLite.Config().Prefix + `claims"`
+		rows, err := s.SQLite.DB().QueryContext(ctx,
+			`SELECT consumer, COUNT(*), MAX(created_at) FROM `+table+` GROUP BY consumer ORDER BY consumer`)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				c      claimCount
+				micros int64
+			)
+			if err := rows.Scan(&c.consumer, &c.count, &micros); err != nil {
+				return nil, err
+			}
+			c.last = time.UnixMicro(micros).UTC()
+			out = append(out, c)
+		}
+		return out, rows.Err()
+	case s.Postgres != nil:
+		cfg := s.Postgres.Config()
+		table := pgx.Identifier{cfg.Schema, cfg.Prefix + "claims"}.Sanitize()
+		rows, err := s.Postgres.Pool().Query(ctx,
+			`SELECT consumer, count(*), max(created_at) FROM `+table+` GROUP BY consumer ORDER BY consumer`)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var c claimCount
+			if err := rows.Scan(&c.consumer, &c.count, &c.last); err != nil {
+				return nil, err
+			}
+			out = append(out, c)
+		}
+		return out, rows.Err()
+	}
+	return nil, fmt.Errorf("store %s: no SQL database to count claims in", s.URL)
+}
+
+func writeStatus(e *env, rep statusReport) error {
+	now := rep.At
+	w := e.stdout
+	fmt.Fprintf(w, "store %s at %s\n\n", rep.Store, timeText(now))
+
+	if len(rep.Consumers) == 0 {
+		fmt.Fprintln(w, "no consumer has processed anything or dead-lettered anything yet")
+	} else {
+		t := newTable(w, "CONSUMER", "PROCESSED", "LAST PROCESSED", "DLQ PENDING", "OLDEST DEAD LETTER")
+		for _, c := range rep.Consumers {
+			t.row(c.Consumer, strconv.FormatInt(c.Processed, 10), timeAgo(c.lastProcessed, now),
+				strconv.FormatInt(c.DeadLettersPending, 10), timeAgo(c.oldestDeadLetter, now))
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(w)
+
+	t := newTable(w, "QUEUE", "BACKLOG", "OLDEST")
+	for _, q := range rep.Queues {
+		t.row(q.Queue, strconv.FormatInt(q.Backlog, 10), timeAgo(q.oldest, now))
+	}
+	t.row("(outbox)", strconv.FormatInt(rep.Outbox.Backlog, 10), timeAgo(rep.Outbox.oldest, now))
+	if err := t.flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+
+	dl := rep.DeadLetters
+	if dl.Pending == 0 {
+		_, err := fmt.Fprintln(w, "dead letters: none pending")
+		return err
+	}
+	reasons := slices.SortedFunc(maps.Keys(dl.ByReason), func(a, b string) int {
+		return cmp.Or(cmp.Compare(dl.ByReason[b], dl.ByReason[a]), cmp.Compare(a, b))
+	})
+	parts := make([]string, len(reasons))
+	for i, r := range reasons {
+		parts[i] = fmt.Sprintf("%s %d", r, dl.ByReason[r])
+	}
+	var oldest time.Time
+	if dl.OldestAt != nil {
+		oldest = *dl.OldestAt
+	}
+	_, err := fmt.Fprintf(w, "dead letters: %d pending (%s), oldest failed %s\n", dl.Pending, strings.Join(parts, ", "), timeAgo(oldest, now))
+	return err
+}

@@ -1,0 +1,222 @@
+package demo
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/cmd/idem/internal/connect"
+)
+
+// database runs the demo's own SQL on either store. Statements are written with ? placeholders
+// and {orders}, {ledger}, {wallets}, {dead_letters}, {outbox} for table names; the database
+// rewrites both for its dialect and schema.
+type database struct {
+	sqlite *sql.DB       // set for SQLite
+	pg     *pgxpool.Pool // set for PostgreSQL
+	names  *strings.Replacer
+	// schema is the PostgreSQL schema of idem's and the demo's tables ("" on SQLite).
+	schema string
+}
+
+// newDatabase returns the database of an open store: the demo's tables sit beside idem's, in
+// the schema of the --store URL's idem_schema on PostgreSQL.
+func newDatabase(st *connect.Stores) *database {
+	d := &database{}
+	var prefix string
+	qual := func(name string) string { return name }
+	switch {
+	case st.SQLite != nil:
+		d.sqlite = st.SQLite.DB()
+		prefix = st.SQLite.Config().Prefix
+	default:
+		d.pg = st.Postgres.Pool()
+		cfg := st.Postgres.Config()
+		prefix, d.schema = cfg.Prefix, cfg.Schema
+		qual = func(name string) string { return pgx.Identifier{d.schema, name}.Sanitize() }
+	}
+	d.names = strings.NewReplacer(
+		"{orders}", qual("demo_orders"),
+		"{ledger}", qual("demo_ledger"),
+		"{wallets}", qual("demo_wallets"),
+		"{dead_letters}", qual(prefix+"dead_letters"),
+		"{outbox}", qual(prefix+"outbox"),
+	)
+	return d
+}
+
+func (d *database) postgres() bool { return d.pg != nil }
+
+// sql fills in table names and, on PostgreSQL, numbers the placeholders. The demo's statements
+// have no ? inside string literals.
+func (d *database) sql(q string) string {
+	q = d.names.Replace(q)
+	if !d.postgres() {
+		return q
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range q {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func (d *database) exec(ctx context.Context, q string, args ...any) error {
+	q = d.sql(q)
+	var err error
+	if d.postgres() {
+		_, err = d.pg.Exec(ctx, q, args...)
+	} else {
+		_, err = d.sqlite.ExecContext(ctx, q, args...)
+	}
+	return err
+}
+
+// count runs a query returning one integer (NULL reads as 0).
+func (d *database) count(ctx context.Context, q string, args ...any) (int, error) {
+	q = d.sql(q)
+	var n sql.NullInt64
+	var err error
+	if d.postgres() {
+		err = d.pg.QueryRow(ctx, q, args...).Scan(&n)
+	} else {
+		err = d.sqlite.QueryRowContext(ctx, q, args...).Scan(&n)
+	}
+	return int(n.Int64), err
+}
+
+// rows runs a query and calls each with a scan function for every row.
+func (d *database) rows(ctx context.Context, q string, args []any, each func(scan func(dest ...any) error) error) error {
+	q = d.sql(q)
+	if d.postgres() {
+		rows, err := d.pg.Query(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			if err := each(rows.Scan); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	}
+	rows, err := d.sqlite.QueryContext(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := each(rows.Scan); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// The demo's tables. The ledger is append-only and has NO unique key on event_id on purpose:
+// idem's claim is what keeps an event from being applied twice, and a double application
+// would show up here as a second row.
+var (
+	sqliteSchema = []string{
+		`CREATE TABLE IF NOT EXISTS {orders} (
+			id           INTEGER NOT NULL, -- order index within the run
+			run_id       TEXT    NOT NULL,
+			event_id     TEXT    NOT NULL,
+			wallet_id    TEXT    NOT NULL,
+			amount_cents INTEGER NOT NULL,
+			valid        BOOLEAN NOT NULL, -- false for poison
+			poison       TEXT    NOT NULL DEFAULT '', -- '', invalid_json, missing_field, key_reuse
+			PRIMARY KEY (run_id, id))`,
+		`CREATE INDEX IF NOT EXISTS demo_orders_event ON {orders} (run_id, event_id)`,
+		`CREATE TABLE IF NOT EXISTS {ledger} (
+			id           INTEGER PRIMARY KEY AUTOINCREMENT,
+			run_id       TEXT    NOT NULL,
+			event_id     TEXT    NOT NULL,
+			wallet_id    TEXT    NOT NULL,
+			amount_cents INTEGER NOT NULL)`,
+		`CREATE INDEX IF NOT EXISTS demo_ledger_event ON {ledger} (run_id, event_id)`,
+		`CREATE TABLE IF NOT EXISTS {wallets} (
+			run_id        TEXT    NOT NULL,
+			id            TEXT    NOT NULL,
+			balance_cents INTEGER NOT NULL DEFAULT 0,
+			PRIMARY KEY (run_id, id))`,
+	}
+	postgresSchema = []string{
+		`CREATE TABLE IF NOT EXISTS {orders} (
+			id           bigint  NOT NULL, -- order index within the run
+			run_id       text    NOT NULL,
+			event_id     text    NOT NULL,
+			wallet_id    text    NOT NULL,
+			amount_cents bigint  NOT NULL,
+			valid        boolean NOT NULL, -- false for poison
+			poison       text    NOT NULL DEFAULT '', -- '', invalid_json, missing_field, key_reuse
+			PRIMARY KEY (run_id, id))`,
+		`CREATE INDEX IF NOT EXISTS demo_orders_event ON {orders} (run_id, event_id)`,
+		`CREATE TABLE IF NOT EXISTS {ledger} (
+			id           bigserial PRIMARY KEY,
+			run_id       text      NOT NULL,
+			event_id     text      NOT NULL,
+			wallet_id    text      NOT NULL,
+			amount_cents bigint    NOT NULL)`,
+		`CREATE INDEX IF NOT EXISTS demo_ledger_event ON {ledger} (run_id, event_id)`,
+		`CREATE TABLE IF NOT EXISTS {wallets} (
+			run_id        text   NOT NULL,
+			id            text   NOT NULL,
+			balance_cents bigint NOT NULL DEFAULT 0,
+			PRIMARY KEY (run_id, id))`,
+	}
+)
+
+// createTables creates the demo's tables if they are missing. On PostgreSQL concurrent demos
+// serialise on an advisory lock, since CREATE TABLE IF NOT EXISTS can still race.
+func (d *database) createTables(ctx context.Context) error {
+	if !d.postgres() {
+		for _, s := range sqliteSchema {
+			if err := d.exec(ctx, s); err != nil {
+				return fmt.Errorf("create demo tables: %w", err)
+			}
+		}
+		return nil
+	}
+	err := pgx.BeginFunc(ctx, d.pg, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "idem demo tables "+d.schema); err != nil {
+			return err
+		}
+		for _, s := range postgresSchema {
+			if _, err := tx.Exec(ctx, d.sql(s)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("create demo tables in schema %s: %w", d.schema, err)
+	}
+	return nil
+}
+
+// insertValues returns "INSERT INTO table (cols) VALUES (?,…),(?,…)…" for rows rows.
+func insertValues(table string, cols []string, rows int) string {
+	var b strings.Builder
+	b.WriteString("INSERT INTO " + table + " (" + strings.Join(cols, ", ") + ") VALUES ")
+	one := "(" + strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ") + ")"
+	for i := range rows {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(one)
+	}
+	return b.String()
+}

@@ -1,0 +1,76 @@
+package e2e_test
+
+import (
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/internal/testdb"
+	"github.com/idemkit/idem/consumertest"
+	"github.com/idemkit/idem/idemqueue"
+	"github.com/idemkit/idem/storetest"
+	"github.com/idemkit/idem/transporttest"
+)
+
+// queueHarness is the queue-table transport over store.
+func queueHarness[TTx any](store idem.QueueTxStore[TTx]) transporttest.Harness {
+	return transporttest.Harness{
+		Features: transporttest.Features{DelayedNak: true, Persistent: true},
+		NewTopic: func(tb testing.TB) string { return testdb.Name("q_") },
+		Source: func(tb testing.TB, topic, name string, lease time.Duration) idem.Source {
+			src, err := idemqueue.NewSource(store, idemqueue.SourceConfig{Queue: topic, Lease: lease, MaxWait: 200 * time.Millisecond})
+			if err != nil {
+				tb.Fatal(err)
+			}
+			return src
+		},
+		Sink: func(tb testing.TB) idem.Sink { return idemqueue.NewSink(store) },
+	}
+}
+
+func TestRuntimePostgresQueue(t *testing.T) {
+	t.Parallel()
+	consumertest.Exercise(t, func(tb testing.TB) (storetest.Bundle[pgx.Tx], transporttest.Harness) {
+		store, b := testdb.Postgres(tb)
+		return b, queueHarness[pgx.Tx](store)
+	})
+}
+
+func TestRuntimeSQLiteQueue(t *testing.T) {
+	t.Parallel()
+	consumertest.Exercise(t, func(tb testing.TB) (storetest.Bundle[*sql.Tx], transporttest.Harness) {
+		store, b := testdb.SQLite(tb)
+		return b, queueHarness[*sql.Tx](store)
+	})
+}
+
+func TestQueueTransportPostgres(t *testing.T) {
+	t.Parallel()
+	store, _ := testdb.Postgres(t)
+	transporttest.Exercise(t, queueHarness[pgx.Tx](store))
+}
+
+func TestQueueTransportSQLite(t *testing.T) {
+	t.Parallel()
+	store, _ := testdb.SQLite(t)
+	transporttest.Exercise(t, queueHarness[*sql.Tx](store))
+}
+
+func TestRuntimeBatchedPostgresQueue(t *testing.T) {
+	t.Parallel()
+	consumertest.Exercise(t, func(tb testing.TB) (storetest.Bundle[pgx.Tx], transporttest.Harness) {
+		store, b := testdb.Postgres(tb)
+		return b, queueHarness[pgx.Tx](store)
+	}, consumertest.Batched(10))
+}
+
+func TestRuntimeBatchedSQLiteQueue(t *testing.T) {
+	t.Parallel()
+	consumertest.Exercise(t, func(tb testing.TB) (storetest.Bundle[*sql.Tx], transporttest.Harness) {
+		store, b := testdb.SQLite(tb)
+		return b, queueHarness[*sql.Tx](store)
+	}, consumertest.Batched(10))
+}
