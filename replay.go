@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // ReplayLimitDefault is how many dead letters one replay or discard touches unless told
@@ -21,6 +23,51 @@ type Replayer struct {
 	sink  Sink
 	// Now returns the current time (default time.Now).
 	Now func() time.Time
+	// Signer, when set, signs every republished message as a replay (idemauth.ReplaySigner), so
+	// that a verifier accepts a signed dead letter older than its tolerance. Dead letters refused
+	// as unauthenticated are never signed: a replay must not turn a forgery into an event.
+	Signer ReplaySigner
+	// Fingerprints gives the fingerprint configuration of consumers that do not use the default
+	// one, by full consumer name ("ledger@v2"), so that Replay can recompute a dead letter's
+	// fingerprint and refuse a payload edited since it was dead-lettered. Replay refuses a dead
+	// letter whose fingerprint it cannot reproduce.
+	Fingerprints map[string]FingerprintConfig
+}
+
+// ReplaySigner signs a message the Replayer is about to republish, after the replay headers are
+// set (idemauth.ReplaySigner is the implementation).
+type ReplaySigner interface {
+	SignReplay(ctx context.Context, msg *Message) error
+}
+
+// HeaderReplayNewEventOf is set on a replay sent with ReplayParams.AsNewEvent: the event id of the
+// dead letter whose edited payload goes out under a new event id.
+const HeaderReplayNewEventOf = "Idem-Replay-New-Event-Of"
+
+// ErrReplayEdited marks a replay refused because the dead letter's payload no longer matches
+// the fingerprint stored with it: it was edited after it was dead-lettered.
+var ErrReplayEdited = errors.New("idem: dead letter edited since it was stored")
+
+// ActorMaxLen bounds the actor recorded in the audit trail.
+const ActorMaxLen = 200
+
+// validateActor refuses an actor that is blank, too long or holds control characters: the audit
+// trail must say who, on one line.
+func validateActor(actor string) error {
+	switch {
+	case strings.TrimSpace(actor) == "":
+		return errors.New("idem: dead-letter operation: Actor is blank (who is doing this?)")
+	case len(actor) > ActorMaxLen:
+		return fmt.Errorf("idem: dead-letter operation: Actor is %d bytes, limit %d", len(actor), ActorMaxLen)
+	case !utf8.ValidString(actor):
+		return errors.New("idem: dead-letter operation: Actor is not UTF-8")
+	}
+	for _, r := range actor {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("idem: dead-letter operation: Actor %q has a control character", actor)
+		}
+	}
+	return nil
 }
 
 // NewReplayer returns a Replayer over store that republishes through sink (sink may be nil when
@@ -51,6 +98,12 @@ type ReplayParams struct {
 	// Topic is where to republish; empty means the queue the dead letter came from
 	// ("queue:NAME" sources), which must then be known.
 	Topic string
+	// AsNewEvent sends a dead letter whose payload was edited since it was stored (its
+	// fingerprint no longer matches) as a new event: event id "<original>~edit-<dead letter
+	// id>", with the HeaderReplayNewEventOf header and an audit row naming the original. Without
+	// it such a dead letter is refused with ErrReplayEdited. Unedited dead letters replay as
+	// themselves either way.
+	AsNewEvent bool
 }
 
 // ReplayResult reports what a replay did.
@@ -63,8 +116,8 @@ type ReplayResult struct {
 
 // selectPending resolves a selection to pending dead letters, oldest first, within the limit.
 func (r *Replayer) selectPending(ctx context.Context, s Selection) ([]DeadLetter, int, error) {
-	if s.Actor == "" {
-		return nil, 0, errors.New("idem: dead-letter operation: Actor is empty (who is doing this?)")
+	if err := validateActor(s.Actor); err != nil {
+		return nil, 0, err
 	}
 	limit := s.Limit
 	if limit <= 0 {
@@ -121,17 +174,35 @@ func (r *Replayer) Replay(ctx context.Context, p ReplayParams) (ReplayResult, er
 			topic = q
 		}
 		msg := dl.Message.Clone()
+		reason := p.Selection.Reason
+		if !r.unedited(dl) {
+			if !p.AsNewEvent {
+				return res, fmt.Errorf("%w: dead letter %d: its payload no longer matches the fingerprint %s stored with it; replay refused (replay it as a new event explicitly, or discard it)",
+					ErrReplayEdited, dl.ID, dl.Fingerprint.Short())
+			}
+			msg.EventID = fmt.Sprintf("%s~edit-%d", dl.Message.EventID, dl.ID)
+			if msg.Headers == nil {
+				msg.Headers = map[string]string{}
+			}
+			msg.Headers[HeaderReplayNewEventOf] = dl.Message.EventID
+			reason = strings.TrimSpace(fmt.Sprintf("%s [edited payload replayed as new event %q; original event %q]", reason, msg.EventID, dl.Message.EventID))
+		}
 		if msg.Headers == nil {
 			msg.Headers = map[string]string{}
 		}
 		msg.Headers[HeaderReplayOf] = strconv.FormatInt(dl.ID, 10)
 		msg.Headers[HeaderReplayedBy] = actor
 		msg.Attempt, msg.PublishedAt = 0, time.Time{}
+		if r.Signer != nil && dl.Reason != ReasonUnauthenticated {
+			if err := r.Signer.SignReplay(ctx, &msg); err != nil {
+				return res, fmt.Errorf("idem: replay dead letter %d: sign: %w", dl.ID, err)
+			}
+		}
 		if err := r.sink.Publish(ctx, topic, msg); err != nil {
 			return res, fmt.Errorf("idem: replay dead letter %d (event %s) to %s: %w", dl.ID, dl.Message.EventID, topic, err)
 		}
 		changed, err := r.store.SetDeadLetterStatus(ctx, SetDeadLetterStatusParams{
-			IDs: []int64{dl.ID}, Status: DeadLetterReplayed, Actor: actor, Reason: p.Selection.Reason, Now: r.Now(),
+			IDs: []int64{dl.ID}, Status: DeadLetterReplayed, Actor: actor, Reason: reason, Now: r.Now(),
 		})
 		if err != nil {
 			return res, fmt.Errorf("idem: mark dead letter %d (event %s) replayed: %w", dl.ID, dl.Message.EventID, err)
@@ -139,6 +210,20 @@ func (r *Replayer) Replay(ctx context.Context, p ReplayParams) (ReplayResult, er
 		res.Replayed = append(res.Replayed, changed...)
 	}
 	return res, nil
+}
+
+// unedited reports whether dl's message still has the fingerprint stored with it, recomputed with
+// the consumer's configuration (Fingerprints, else the default), or as raw bytes for a dead
+// letter refused before its fingerprint was computed.
+func (r *Replayer) unedited(dl DeadLetter) bool {
+	if dl.Fingerprint.IsZero() {
+		return false
+	}
+	if rawFingerprint(dl.Message) == dl.Fingerprint {
+		return true
+	}
+	fp, err := ComputeFingerprint(dl.Message, r.Fingerprints[dl.Consumer])
+	return err == nil && fp == dl.Fingerprint
 }
 
 // Discard marks the selected pending dead letters discarded with a reason (required) and

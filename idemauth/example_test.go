@@ -56,7 +56,7 @@ func ExampleVerifier() {
 	}
 	fmt.Println(verifier.Authenticate(ctx, &other))
 	// Output:
-	// kid=acme-2025-06,t=1748779200,v1=d5ccfaf526a984a7c3c6978fbf174541f5cb3a087d36dca57b422c565f63ff89
+	// kid=acme-2025-06,t=1748779200,v2=320da5afba04484f9e6410130e12566a34242bf6a523bcda0d9eaf6c7ec04741
 	// <nil> acme
 	// true true
 	// idem: message not authenticated: event evt-2: idemauth: tenant not allowed for the signing key (payload field "tenant_id" claims tenant "globex", key "acme-2025-06" speaks for tenant "acme")

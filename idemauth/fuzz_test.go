@@ -16,9 +16,9 @@ import (
 // exactly that one, never does.
 func FuzzParseSignature(f *testing.F) {
 	mac := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-	f.Add("kid=acme-2025-06,t=1748779200,v1="+mac, "evt-1", "payment.captured", []byte(`{"amount_cents":500}`), int64(1748779200))
+	f.Add("kid=acme-2025-06,t=1748779200,v2="+mac, "evt-1", "payment.captured", []byte(`{"amount_cents":500}`), int64(1748779200))
 	f.Add("", "", "", []byte(nil), int64(0))
-	f.Add("kid=k,t=0,v1="+mac+",v2=later", "e", "t", []byte("x"), int64(1))
+	f.Add("kid=k,t=0,v2="+mac+",v3=later", "e", "t", []byte("x"), int64(1))
 	f.Add(" t=1 , v1="+mac+" ,kid=k", "évènement", "тип", []byte{0xff, 0xfe}, int64(253402300799))
 	f.Add("kid=k,kid=k,t=1,v1="+mac, "e", "t", []byte("{}"), int64(-1))
 	f.Add("kid=k,t=01,v1="+mac, "e", "t", []byte("[]"), int64(1<<40))

@@ -173,7 +173,7 @@ func TestSign(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			require.Regexp(t, `^kid=acme-2025-06,t=1748779200,v1=[0-9a-f]{64}$`, h)
+			require.Regexp(t, `^kid=acme-2025-06,t=1748779200,v2=[0-9a-f]{64}$`, h)
 		})
 	}
 }
@@ -183,18 +183,20 @@ func TestSign(t *testing.T) {
 func TestSignKnownAnswer(t *testing.T) {
 	t.Parallel()
 	msg := payment("evt-42")
+	msg.OccurredAt = time.Date(2025, 6, 1, 11, 59, 0, 123456789, time.FixedZone("CEST", 2*3600))
 	got, err := idemauth.Sign(acmeNew, msg, t0)
 	require.NoError(t, err)
 
 	m := hmac.New(sha256.New, acmeNew.Secret)
 	sum := sha256.Sum256(msg.Payload)
-	for _, f := range [][]byte{[]byte("idem-signature-v1"), []byte("1748779200"), []byte("acme-2025-06"), []byte("evt-42"), []byte("acme"), []byte("payment.captured"), sum[:]} {
+	for _, f := range [][]byte{[]byte("idem-signature-v2"), []byte("event"), []byte("1748779200"), []byte("acme-2025-06"), []byte("evt-42"),
+		[]byte("acme"), []byte("payment.captured"), []byte("2025-06-01T09:59:00.123456789Z"), sum[:]} {
 		var n [8]byte
 		binary.BigEndian.PutUint64(n[:], uint64(len(f)))
 		m.Write(n[:])
 		m.Write(f)
 	}
-	require.Equal(t, "kid=acme-2025-06,t=1748779200,v1="+hex.EncodeToString(m.Sum(nil)), got)
+	require.Equal(t, "kid=acme-2025-06,t=1748779200,v2="+hex.EncodeToString(m.Sum(nil)), got)
 }
 
 func TestSignMessage(t *testing.T) {
@@ -224,7 +226,8 @@ func TestParseSignature(t *testing.T) {
 		wantT   int64
 	}{
 		{name: "canonical", header: "kid=k1,t=1748779200,v1=" + mac, wantKID: "k1", wantT: 1748779200},
-		{name: "any order, spaces, unknown field", header: " v1=" + mac + " , v2=zzz,t=0 ,kid=k1", wantKID: "k1", wantT: 0},
+		{name: "any order, spaces, unknown field", header: " v2=" + mac + " , v3=zzz,t=0 ,kid=k1", wantKID: "k1", wantT: 0},
+		{name: "v1 only", header: "kid=k1,t=1748779200,v1=" + mac, wantKID: "k1", wantT: 1748779200},
 		{name: "upper-case hex", header: "kid=k1,t=1,v1=" + strings.ToUpper(mac), wantKID: "k1", wantT: 1},
 		{name: "empty", header: "", wantErr: "header is empty"},
 		{name: "too long", header: "kid=k1,t=1,v1=" + mac + ",x=" + strings.Repeat("x", 1024), wantErr: "limit 1024"},
@@ -232,7 +235,9 @@ func TestParseSignature(t *testing.T) {
 		{name: "empty field", header: "kid=k1,,t=1,v1=" + mac, wantErr: "field 2"},
 		{name: "missing kid", header: "t=1,v1=" + mac, wantErr: "field kid is missing"},
 		{name: "missing t", header: "kid=k1,v1=" + mac, wantErr: "field t is missing"},
-		{name: "missing v1", header: "kid=k1,t=1", wantErr: "field v1 is missing"},
+		{name: "missing v2", header: "kid=k1,t=1", wantErr: "field v2 (or v1) is missing"},
+		{name: "two v2", header: "kid=k1,t=1,v2=" + mac + ",v2=" + mac, wantErr: "field v2 appears twice"},
+		{name: "bad v2 beside v1", header: "kid=k1,t=1,v1=" + mac + ",v2=abcd", wantErr: "v2 has 4 characters"},
 		{name: "two kids", header: "kid=k1,kid=k2,t=1,v1=" + mac, wantErr: "field kid appears twice"},
 		{name: "two v1", header: "kid=k1,t=1,v1=" + mac + ",v1=" + mac, wantErr: "field v1 appears twice"},
 		{name: "bad kid", header: "kid=k 1,t=1,v1=" + mac, wantErr: `kid "k 1" is not a key id`},
@@ -354,7 +359,7 @@ func TestAuthenticate(t *testing.T) {
 			for _, k := range []idemauth.Key{acmeOld, acmeNew, globex} {
 				require.NotContains(t, err.Error(), string(k.Secret))
 			}
-			if _, mac, ok := strings.Cut(header, "v1="); ok && len(mac) >= 16 {
+			if _, mac, ok := strings.Cut(header, "v2="); ok && len(mac) >= 16 {
 				require.NotContains(t, err.Error(), mac[:16], "the MAC is never repeated")
 			}
 			// Redaction must not eat the reason: dead letters show redacted errors.
@@ -366,7 +371,7 @@ func TestAuthenticate(t *testing.T) {
 func TestAuthenticateErrorsAreDistinct(t *testing.T) {
 	t.Parallel()
 	reasons := []error{idemauth.ErrNotSigned, idemauth.ErrMalformedSignature, idemauth.ErrUnknownKey, idemauth.ErrBadSignature,
-		idemauth.ErrKeyExpired, idemauth.ErrStaleSignature, idemauth.ErrTenantMismatch}
+		idemauth.ErrKeyExpired, idemauth.ErrStaleSignature, idemauth.ErrTenantMismatch, idemauth.ErrVersionRetired}
 	for i, a := range reasons {
 		for j, b := range reasons {
 			require.Equal(t, i == j, errors.Is(a, b), "%v vs %v", a, b)

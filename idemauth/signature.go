@@ -23,8 +23,18 @@ const HeaderSignature = "Idem-Signature"
 // and a bound keeps a hostile header from costing more than a real one.
 const MaxSignatureHeaderLen = 1024
 
-// macDomain starts every MAC input; a new scheme gets a new tag (and a new "v" field).
-const macDomain = "idem-signature-v1"
+// MAC domains start every MAC input; a new scheme gets a new tag (and a new "v" field).
+const (
+	macDomainV1 = "idem-signature-v1"
+	macDomainV2 = "idem-signature-v2"
+)
+
+// Purposes a v2 MAC is made for: a producer's signature can never pass as an operator's replay
+// signature, nor the reverse, even under the same secret.
+const (
+	purposeEvent  = "event"
+	purposeReplay = "replay"
+)
 
 // maxUnix is the last second RFC 3339 can write (9999-12-31T23:59:59Z); timestamps have at most
 // 12 digits, so parsing never overflows.
@@ -36,19 +46,27 @@ type Signature struct {
 	KeyID string
 	// Timestamp is when the producer signed, to the second.
 	Timestamp time.Time
-	// MAC is the HMAC-SHA256 from the v1 field.
+	// Version is the scheme of MAC: 2 (the v2 field, what Sign writes) or 1 (the v1 field, the
+	// former scheme, verified only while VerifierConfig.AcceptV1Until allows it). A header with
+	// both fields parses as version 2.
+	Version int
+	// MAC is the HMAC-SHA256 from the v2 (or v1) field.
 	MAC [sha256.Size]byte
 }
 
-// String formats s as a header value, "kid=<id>,t=<unix>,v1=<hex>".
+// String formats s as a header value, "kid=<id>,t=<unix>,v2=<hex>" ("v1=" for version 1).
 func (s Signature) String() string {
-	return "kid=" + s.KeyID + ",t=" + strconv.FormatInt(s.Timestamp.Unix(), 10) + ",v1=" + hex.EncodeToString(s.MAC[:])
+	field := ",v2="
+	if s.Version == 1 {
+		field = ",v1="
+	}
+	return "kid=" + s.KeyID + ",t=" + strconv.FormatInt(s.Timestamp.Unix(), 10) + field + hex.EncodeToString(s.MAC[:])
 }
 
 // ParseSignature parses a signature header value: comma-separated key=value fields (spaces
 // around a field are ignored) with exactly one kid, one t (decimal unix seconds without sign or
-// leading zeros, so one instant has one spelling) and one v1 (64 hex digits). Unknown fields are
-// ignored, so that a later scheme can add one beside v1. It never panics and reads at most
+// leading zeros, so one instant has one spelling) and one v2 or v1 (64 hex digits; when both are
+// present v2 is used). Unknown fields are ignored, so that a later scheme can add one beside v2. It never panics and reads at most
 // MaxSignatureHeaderLen bytes; its errors wrap ErrMalformedSignature and quote only a bounded
 // part of the input.
 func ParseSignature(header string) (Signature, error) {
@@ -67,7 +85,8 @@ func parseSignature(header string) (Signature, error) {
 	if len(header) > MaxSignatureHeaderLen {
 		return s, fmt.Errorf("header is %d bytes, limit %d", len(header), MaxSignatureHeaderLen)
 	}
-	var haveKID, haveT, haveV1 bool
+	var haveKID, haveT, haveV1, haveV2 bool
+	var v1 [sha256.Size]byte
 	for i, f := range strings.Split(header, ",") {
 		f = strings.Trim(f, " \t")
 		k, v, ok := strings.Cut(f, "=")
@@ -99,25 +118,35 @@ func parseSignature(header string) (Signature, error) {
 				return s, fmt.Errorf("t %s %w", quoteTrunc(v), err)
 			}
 			s.Timestamp = time.Unix(unix, 0).UTC()
-		case "v1":
-			if err := seen(&haveV1); err != nil {
+		case "v1", "v2":
+			have, dst := &haveV1, &v1
+			if k == "v2" {
+				have, dst = &haveV2, &s.MAC
+			}
+			if err := seen(have); err != nil {
 				return s, err
 			}
 			if len(v) != 2*sha256.Size {
-				return s, fmt.Errorf("v1 has %d characters, want %d hex digits", len(v), 2*sha256.Size)
+				return s, fmt.Errorf("%s has %d characters, want %d hex digits", k, len(v), 2*sha256.Size)
 			}
-			if _, err := hex.Decode(s.MAC[:], []byte(v)); err != nil {
-				return s, errors.New("v1 is not hex")
+			if _, err := hex.Decode(dst[:], []byte(v)); err != nil {
+				return s, fmt.Errorf("%s is not hex", k)
 			}
 		}
+	}
+	switch {
+	case haveV2:
+		s.Version = 2
+	case haveV1:
+		s.Version, s.MAC = 1, v1
 	}
 	switch {
 	case !haveKID:
 		return s, errors.New("field kid is missing")
 	case !haveT:
 		return s, errors.New("field t is missing")
-	case !haveV1:
-		return s, errors.New("field v1 is missing")
+	case !haveV1 && !haveV2:
+		return s, errors.New("field v2 (or v1) is missing")
 	}
 	return s, nil
 }
@@ -163,7 +192,7 @@ func Sign(key Key, msg idem.Message, now time.Time) (string, error) {
 	case now.Unix() < 0 || now.Unix() > maxUnix:
 		return "", fmt.Errorf("idemauth: sign event %s: time %s is outside 1970-9999", msg.EventID, now.UTC().Format(time.RFC3339))
 	}
-	s := Signature{KeyID: key.ID, Timestamp: time.Unix(now.Unix(), 0).UTC()}
+	s := Signature{KeyID: key.ID, Timestamp: time.Unix(now.Unix(), 0).UTC(), Version: 2}
 	s.MAC = computeMAC(key, s.Timestamp.Unix(), msg)
 	return s.String(), nil
 }
@@ -188,12 +217,49 @@ func SignMessage(key Key, msg *idem.Message, now time.Time) error {
 	return nil
 }
 
-// computeMAC is HMAC-SHA256 under key.Secret over the length-prefixed fields of the package
-// documentation. The tenant is always the key's: that is what binds a signature to a tenant.
+// computeMAC is the v2 HMAC-SHA256 under key.Secret over the length-prefixed fields of the
+// package documentation. The tenant is always the key's: that is what binds a signature to a
+// tenant.
 func computeMAC(key Key, unix int64, msg idem.Message) [sha256.Size]byte {
+	return macV2(key.Secret, purposeEvent, unix, key.ID, key.Tenant, msg)
+}
+
+// macV2 is HMAC-SHA256 under secret over "idem-signature-v2", the purpose, the timestamp, the key
+// id, the event id, the tenant, the type, the occurrence time (RFC 3339 with nanoseconds, UTC;
+// empty when unknown), the purpose's own fields (none for "event"; for "replay" the replay
+// headers) and SHA-256 of the payload, each preceded by its length. The purpose fixes how many
+// fields follow, so the length prefixes keep every input unambiguous.
+func macV2(secret []byte, purpose string, unix int64, kid, tenant string, msg idem.Message, extra ...string) [sha256.Size]byte {
+	sum := sha256.Sum256(msg.Payload)
+	m := hmac.New(sha256.New, secret)
+	for _, f := range []string{macDomainV2, purpose, strconv.FormatInt(unix, 10), kid, msg.EventID, tenant, msg.Type,
+		occurredText(msg.OccurredAt)} {
+		writeField(m, []byte(f))
+	}
+	for _, f := range extra {
+		writeField(m, []byte(f))
+	}
+	writeField(m, sum[:])
+	var out [sha256.Size]byte
+	m.Sum(out[:0])
+	return out
+}
+
+// occurredText is the signed spelling of an occurrence time: the one idemnats and idemhttp put
+// on the wire, so that a verifier recomputes it from the decoded message exactly.
+func occurredText(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// computeMACv1 is the former scheme, verified during a rotation window only: it covers neither
+// the occurrence time nor a purpose.
+func computeMACv1(key Key, unix int64, msg idem.Message) [sha256.Size]byte {
 	sum := sha256.Sum256(msg.Payload)
 	m := hmac.New(sha256.New, key.Secret)
-	writeField(m, []byte(macDomain))
+	writeField(m, []byte(macDomainV1))
 	writeField(m, []byte(strconv.FormatInt(unix, 10)))
 	writeField(m, []byte(key.ID))
 	writeField(m, []byte(msg.EventID))

@@ -33,6 +33,9 @@ var (
 	ErrStaleSignature = errors.New("idemauth: signature timestamp outside the tolerance")
 	// ErrTenantMismatch: the transport or the payload claims a tenant other than the key's.
 	ErrTenantMismatch = errors.New("idemauth: tenant not allowed for the signing key")
+	// ErrVersionRetired: the signature uses scheme v1, which VerifierConfig.AcceptV1Until no
+	// longer (or never) allows.
+	ErrVersionRetired = errors.New("idemauth: signature version retired")
 )
 
 // HeaderTenant is the header in which a transport reports a tenant claimed by the producer that
@@ -60,6 +63,15 @@ type VerifierConfig struct {
 	// key may only speak for its own tenant. A payload that is not a JSON object is left to the
 	// Validator.
 	TenantField string
+	// AcceptV1Until, when set, keeps verifying signatures of the former scheme v1 (which covers
+	// neither OccurredAt nor a purpose) made at or before this instant, while the verifier's own
+	// clock has not passed it either: the rotation window for producers not yet upgraded to v2.
+	// Zero (the default) refuses every v1 signature with ErrVersionRetired.
+	AcceptV1Until time.Time
+	// ReplayKeys are the operators' keys a replayed dead letter may be signed with (see
+	// ReplaySigner). Empty means replays of signed messages must carry a fresh producer
+	// signature, which a dead letter older than Tolerance never has.
+	ReplayKeys []ReplayKey
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -82,6 +94,17 @@ func (c VerifierConfig) validate() error {
 	if c.TenantField != strings.TrimSpace(c.TenantField) {
 		errs = append(errs, fmt.Errorf("TenantField %q has surrounding spaces", c.TenantField))
 	}
+	seen := map[string]bool{}
+	for i, k := range c.ReplayKeys {
+		if err := k.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("ReplayKeys[%d]: %w", i, err))
+			continue
+		}
+		if seen[k.ID] {
+			errs = append(errs, fmt.Errorf("ReplayKeys[%d]: ID %q is used by another replay key too", i, k.ID))
+		}
+		seen[k.ID] = true
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("idemauth: verifier config: %w", err)
 	}
@@ -91,8 +114,9 @@ func (c VerifierConfig) validate() error {
 // Verifier is an idem.Authenticator that checks HMAC signatures against a Keyring and sets each
 // message's tenant to the tenant of the key that verified it. It is safe for concurrent use.
 type Verifier struct {
-	ring *Keyring
-	cfg  VerifierConfig
+	ring   *Keyring
+	cfg    VerifierConfig
+	replay map[string]ReplayKey
 }
 
 var _ idem.Authenticator = (*Verifier)(nil)
@@ -106,7 +130,13 @@ func NewVerifier(ring *Keyring, cfg VerifierConfig) (*Verifier, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Verifier{ring: ring, cfg: cfg}, nil
+	v := &Verifier{ring: ring, cfg: cfg, replay: make(map[string]ReplayKey, len(cfg.ReplayKeys))}
+	for _, k := range cfg.ReplayKeys {
+		k.Secret = append([]byte(nil), k.Secret...)
+		k.Tenants = append([]string(nil), k.Tenants...)
+		v.replay[k.ID] = k
+	}
+	return v, nil
 }
 
 // Authenticate verifies msg's signature and, on success, sets msg.Tenant to the key's tenant.
@@ -124,6 +154,9 @@ func (v *Verifier) Authenticate(_ context.Context, msg *idem.Message) error {
 		return fmt.Errorf("%w: event %s: %w %s", idem.ErrUnauthenticated, msg.EventID, reason, fmt.Sprintf(format, args...))
 	}
 
+	if msg.Header(HeaderReplaySignature) != "" {
+		return v.authenticateReplay(msg, refuse)
+	}
 	header := msg.Header(HeaderSignature)
 	if header == "" {
 		return refuse(ErrNotSigned, "(no %s header)", HeaderSignature)
@@ -132,17 +165,65 @@ func (v *Verifier) Authenticate(_ context.Context, msg *idem.Message) error {
 	if err != nil {
 		return fmt.Errorf("%w: event %s: %w", idem.ErrUnauthenticated, msg.EventID, err)
 	}
+	key, err := v.checkProducerMAC(sig, *msg, refuse)
+	if err != nil {
+		return err
+	}
+	if err := v.checkTimes(sig, key.ID, key.NotAfter, *msg, refuse); err != nil {
+		return err
+	}
+	if msg.Tenant != "" && msg.Tenant != key.Tenant {
+		return refuse(ErrTenantMismatch, "(the transport says tenant %s, key %q speaks for tenant %q)", quoteTrunc(msg.Tenant), key.ID, key.Tenant)
+	}
+	if err := v.checkTenantClaims(*msg, key.ID, key.Tenant, refuse); err != nil {
+		return err
+	}
+	msg.Tenant = key.Tenant
+	return nil
+}
+
+// checkTenantClaims refuses a tenant claimed by the Idem-Tenant header or the payload's
+// TenantField that is not tenant, the one the verified key speaks for.
+func (v *Verifier) checkTenantClaims(msg idem.Message, kid, tenant string, refuse func(error, string, ...any) error) error {
+	key := struct{ ID, Tenant string }{kid, tenant}
+	if t := msg.Header(HeaderTenant); t != "" && t != key.Tenant {
+		return refuse(ErrTenantMismatch, "(header %s claims tenant %s, key %q speaks for tenant %q)", HeaderTenant, quoteTrunc(t), key.ID, key.Tenant)
+	}
+	if v.cfg.TenantField != "" {
+		if claim, ok := payloadTenantMismatch(msg.Payload, v.cfg.TenantField, key.Tenant); ok {
+			return refuse(ErrTenantMismatch, "(payload field %q claims tenant %s, key %q speaks for tenant %q)", v.cfg.TenantField, claim, key.ID, key.Tenant)
+		}
+	}
+	return nil
+}
+
+// checkProducerMAC finds the key of a producer's signature and checks its MAC: v2, or v1 while
+// the rotation window allows it.
+func (v *Verifier) checkProducerMAC(sig Signature, msg idem.Message, refuse func(error, string, ...any) error) (Key, error) {
 	key, ok := v.ring.Key(sig.KeyID)
 	if !ok {
-		return refuse(ErrUnknownKey, "%q (not in the keyring: never added, or retired)", sig.KeyID)
+		return Key{}, refuse(ErrUnknownKey, "%q (not in the keyring: never added, or retired)", sig.KeyID)
 	}
-	want := computeMAC(key, sig.Timestamp.Unix(), *msg)
+	want := computeMAC(key, sig.Timestamp.Unix(), msg)
+	if sig.Version == 1 {
+		until := v.cfg.AcceptV1Until
+		if until.IsZero() || sig.Timestamp.After(until) || v.cfg.Now().After(until) {
+			return Key{}, refuse(ErrVersionRetired, "(key %q signed with v1, which does not cover the occurrence time; sign with v2)", key.ID)
+		}
+		want = computeMACv1(key, sig.Timestamp.Unix(), msg)
+	}
 	if !hmac.Equal(sig.MAC[:], want[:]) {
-		return refuse(ErrBadSignature, "(key %q): the message was changed after signing, or signed with another secret", key.ID)
+		return Key{}, refuse(ErrBadSignature, "(key %q): the message was changed after signing, or signed with another secret", key.ID)
 	}
-	if key.expiredAt(sig.Timestamp) {
-		return refuse(ErrKeyExpired, "(key %q expired at %s, signed at %s)", key.ID,
-			key.NotAfter.UTC().Format(time.RFC3339), sig.Timestamp.Format(time.RFC3339))
+	return key, nil
+}
+
+// checkTimes refuses a signature made after its key's NotAfter or further than the tolerance from
+// the publish time (or now).
+func (v *Verifier) checkTimes(sig Signature, kid string, notAfter time.Time, msg idem.Message, refuse func(error, string, ...any) error) error {
+	if !notAfter.IsZero() && sig.Timestamp.After(notAfter) {
+		return refuse(ErrKeyExpired, "(key %q expired at %s, signed at %s)", kid,
+			notAfter.UTC().Format(time.RFC3339), sig.Timestamp.Format(time.RFC3339))
 	}
 	now := v.cfg.Now()
 	ref, refName := msg.PublishedAt, "published"
@@ -158,18 +239,6 @@ func (v *Verifier) Authenticate(_ context.Context, msg *idem.Message) error {
 		return refuse(ErrStaleSignature, "(signed at %s, in the future; tolerance ±%v): the producer's clock is wrong",
 			sig.Timestamp.Format(time.RFC3339), tol)
 	}
-	if msg.Tenant != "" && msg.Tenant != key.Tenant {
-		return refuse(ErrTenantMismatch, "(the transport says tenant %s, key %q speaks for tenant %q)", quoteTrunc(msg.Tenant), key.ID, key.Tenant)
-	}
-	if t := msg.Header(HeaderTenant); t != "" && t != key.Tenant {
-		return refuse(ErrTenantMismatch, "(header %s claims tenant %s, key %q speaks for tenant %q)", HeaderTenant, quoteTrunc(t), key.ID, key.Tenant)
-	}
-	if v.cfg.TenantField != "" {
-		if claim, ok := payloadTenantMismatch(msg.Payload, v.cfg.TenantField, key.Tenant); ok {
-			return refuse(ErrTenantMismatch, "(payload field %q claims tenant %s, key %q speaks for tenant %q)", v.cfg.TenantField, claim, key.ID, key.Tenant)
-		}
-	}
-	msg.Tenant = key.Tenant
 	return nil
 }
 

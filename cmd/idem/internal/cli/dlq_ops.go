@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 
@@ -11,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/connect"
+	"github.com/idemkit/idem/idemauth"
 )
 
 // selectFlags pick the dead letters replay and discard touch.
@@ -127,8 +130,9 @@ func reportRemaining(e *env, remaining int) {
 
 func newDLQReplayCmd(e *env) *cobra.Command {
 	var (
-		store, broker, topic, note string
-		sf                         selectFlags
+		store, broker, topic, note, keyFile string
+		asNew                               bool
+		sf                                  selectFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "replay",
@@ -136,6 +140,14 @@ func newDLQReplayCmd(e *env) *cobra.Command {
 		Long: `replay republishes pending dead letters — same event id, tenant, type, payload and headers,
 plus Idem-Replay-Of (the dead letter's id) and Idem-Replayed-By (--actor) — and marks them replayed,
 with an audit row each. The consumer that processes the replay records the recovery time.
+
+A dead letter whose payload no longer matches the fingerprint stored with it (edited in the
+database) is refused; --as-new-event sends it instead under the new event id
+"<event id>~edit-<dead letter id>", and the audit row names the original.
+
+With --replay-key-file (or $IDEM_REPLAY_KEY), each replay is signed with that operator key
+("<key id>:<hex secret>", at least 32 bytes), so that a consumer whose idemauth verifier lists it
+in ReplayKeys accepts a signed dead letter older than its tolerance.
 
 Select by --id, or by filter (--consumer, --reason, --tenant, --older-than). At most --limit
 (default 10) are replayed per run, oldest first: replay a small batch, watch it, then go on. More
@@ -179,7 +191,11 @@ or into --topic. --broker nats://HOST:PORT publishes to JetStream subject --topi
 			}
 			defer b.Close()
 
-			res, rerr := idem.NewReplayer(st.DeadLetters, b.Sink).Replay(ctx, idem.ReplayParams{Selection: sel, Topic: strings.TrimSpace(topic)})
+			rp := idem.NewReplayer(st.DeadLetters, b.Sink)
+			if rp.Signer, err = e.replaySigner(keyFile); err != nil {
+				return err
+			}
+			res, rerr := rp.Replay(ctx, idem.ReplayParams{Selection: sel, Topic: strings.TrimSpace(topic), AsNewEvent: asNew})
 			if sf.jsonOut {
 				// Also after an error: the dead letters replayed before it are marked.
 				if err := writeJSON(e.stdout, replayJSON{Replayed: nonNil(res.Replayed), Remaining: res.Remaining}); err != nil {
@@ -208,6 +224,8 @@ or into --topic. --broker nats://HOST:PORT publishes to JetStream subject --topi
 	brokerFlag(cmd, &broker)
 	cmd.Flags().StringVar(&topic, "topic", "", "where to republish: a queue name (sql) or JetStream subject (nats); default: the dead letter's source queue")
 	cmd.Flags().StringVar(&note, "note", "", "why, recorded in the audit trail")
+	cmd.Flags().StringVar(&keyFile, "replay-key-file", "", "sign replays with the operator replay key in this file (\"<key id>:<hex secret>\"; default $IDEM_REPLAY_KEY)")
+	cmd.Flags().BoolVar(&asNew, "as-new-event", false, "send a dead letter whose payload was edited as a new event (otherwise it is refused)")
 	sf.add(cmd, "replay", "reason")
 	return cmd
 }
@@ -276,4 +294,31 @@ func nonNil(ids []int64) []int64 {
 		return []int64{}
 	}
 	return ids
+}
+
+// replaySigner reads the operator replay key from file (or $IDEM_REPLAY_KEY): "<key id>:<hex
+// secret>". No key means replays go out unsigned. The secret never appears in an error.
+func (e *env) replaySigner(file string) (idem.ReplaySigner, error) {
+	raw, from := e.getenv("IDEM_REPLAY_KEY"), "$IDEM_REPLAY_KEY"
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--replay-key-file: %w", err)}
+		}
+		raw, from = string(b), "--replay-key-file "+file
+	}
+	raw = strings.TrimSpace(raw)
+	if raw == "" {
+		return nil, nil
+	}
+	id, hexSecret, ok := strings.Cut(raw, ":")
+	secret, err := hex.DecodeString(strings.TrimSpace(hexSecret))
+	if !ok || err != nil {
+		return nil, usagef("%s: want \"<key id>:<hex secret>\"", from)
+	}
+	s, err := idemauth.NewReplaySigner(idemauth.ReplayKey{ID: strings.TrimSpace(id), Secret: secret}, e.now)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("%s: %w", from, err)}
+	}
+	return s, nil
 }

@@ -113,7 +113,7 @@ func TestDLQWorkflow(t *testing.T) {
 			require.Equal(t, "Bearer s3cr3t-token", m.Headers["Authorization"], "the original headers travel unmasked")
 			require.Equal(t, "trace-1", m.Headers["X-Trace-Id"])
 			require.Equal(t, id, m.Headers[idem.HeaderReplayOf])
-			require.Equal(t, "alice", m.Headers[idem.HeaderReplayedBy])
+			require.Equal(t, "alice (os:tester)", m.Headers[idem.HeaderReplayedBy], "--actor is asserted: the OS user is recorded beside it")
 			got, err := st.DeadLetters.GetDeadLetter(ctx, dl.ID)
 			require.NoError(t, err)
 			require.Equal(t, idem.DeadLetterReplayed, got.Status)
@@ -128,13 +128,13 @@ func TestDLQWorkflow(t *testing.T) {
 			require.NoError(t, json.Unmarshal([]byte(r.stdout), &audit), r.stdout)
 			require.Len(t, audit, 1)
 			require.Equal(t, "replay", audit[0]["action"])
-			require.Equal(t, "alice", audit[0]["actor"])
+			require.Equal(t, "alice (os:tester)", audit[0]["actor"])
 			require.EqualValues(t, dl.ID, audit[0]["dead_letter_id"])
 			require.Equal(t, "evt-1", audit[0]["event_id"])
 			require.Equal(t, "fixed the card service", audit[0]["reason"])
 			r = idemCLI(t, "dlq", "audit", "--store", dsn)
 			requireOK(t, r)
-			require.Regexp(t, `\n\d+\s+\S+ \S+\s+alice\s+replay\s+`+id+`\s+evt-1\s+fixed the card service`, r.stdout)
+			require.Regexp(t, `\n\d+\s+\S+ \S+\s+alice \(os:tester\)\s+replay\s+`+id+`\s+evt-1\s+fixed the card service`, r.stdout)
 
 			// list --status replayed finds it.
 			r = idemCLI(t, "dlq", "list", "--store", dsn, "--json", "--status", "replayed")
@@ -247,7 +247,7 @@ func TestDLQDiscard(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, audit, 3)
 	require.Equal(t, "discard", audit[0].Action)
-	require.Equal(t, "bob", audit[0].Actor)
+	require.Equal(t, "bob (os:tester)", audit[0].Actor)
 	require.Equal(t, "test data", audit[0].Reason)
 	require.Equal(t, "producer bug #12", audit[1].Reason)
 }
@@ -308,11 +308,15 @@ func TestShowNonJSONPayload(t *testing.T) {
 	t.Parallel()
 	dsn := sqliteDSN(t)
 	st := openMigrated(t, dsn)
+	msg := idem.Message{EventID: "e", Payload: []byte("to=a@b.c password=hunter2\xff")}
+	fp, err := idem.ComputeFingerprint(msg, idem.FingerprintConfig{})
+	require.NoError(t, err)
 	dl, err := st.DeadLetters.InsertDeadLetter(context.Background(), idem.DeadLetter{
-		Consumer: "mailer@v2",
-		Message:  idem.Message{EventID: "e", Payload: []byte("to=a@b.c password=hunter2\xff")},
-		Reason:   idem.ReasonInvalidPayload,
-		Source:   "outbox:mail",
+		Consumer:    "mailer@v2",
+		Message:     msg,
+		Fingerprint: fp,
+		Reason:      idem.ReasonInvalidPayload,
+		Source:      "outbox:mail",
 	})
 	require.NoError(t, err)
 	id := strconv.FormatInt(dl.ID, 10)

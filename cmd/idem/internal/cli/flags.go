@@ -109,12 +109,21 @@ func jsonFlag(cmd *cobra.Command, p *bool) {
 
 // actorFlag adds --actor to cmd.
 func actorFlag(cmd *cobra.Command, p *string) {
-	cmd.Flags().StringVar(p, "actor", "", "who does this, recorded in the audit trail (default: your OS user name, else $USER)")
+	cmd.Flags().StringVar(p, "actor", "", "who does this, recorded in the audit trail (asserted, not authenticated: your OS user is recorded beside it; default: your OS user name, else $USER)")
 }
 
-// resolveActor returns --actor, or the operator's user name.
+// resolveActor returns --actor, or the operator's user name. --actor is asserted, not
+// authenticated, so when it names someone other than the OS user the audit row records both:
+// "alice (os:root)".
 func (e *env) resolveActor(v string) (string, error) {
 	if v = strings.TrimSpace(v); v != "" {
+		os := strings.TrimSpace(e.username())
+		if os == "" {
+			os = strings.TrimSpace(e.getenv("USER"))
+		}
+		if os != "" && os != v {
+			v += " (os:" + os + ")"
+		}
 		return v, nil
 	}
 	if u := strings.TrimSpace(e.username()); u != "" {

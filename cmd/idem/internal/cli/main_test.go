@@ -148,16 +148,19 @@ func openMigrated(t testing.TB, dsn string) *connect.Stores {
 func seedDeadLetter(t testing.TB, st *connect.Stores, eventID string, reason idem.Reason, failedAgo time.Duration) idem.DeadLetter {
 	t.Helper()
 	at := time.Now().Add(-failedAgo).Truncate(time.Microsecond)
+	msg := idem.Message{
+		EventID: eventID,
+		Tenant:  "acme",
+		Type:    "payment.captured",
+		Payload: []byte(`{"order_id":42,"amount_cents":1250,"card":{"password":"hunter2","last4":"4242"}}`),
+		Headers: map[string]string{"Authorization": "Bearer s3cr3t-token", "X-Trace-Id": "trace-1"},
+	}
+	fp, err := idem.ComputeFingerprint(msg, idem.FingerprintConfig{})
+	require.NoError(t, err)
 	dl, err := st.DeadLetters.InsertDeadLetter(context.Background(), idem.DeadLetter{
-		Consumer: "ledger@v1",
-		Message: idem.Message{
-			EventID: eventID,
-			Tenant:  "acme",
-			Type:    "payment.captured",
-			Payload: []byte(`{"order_id":42,"amount_cents":1250,"card":{"password":"hunter2","last4":"4242"}}`),
-			Headers: map[string]string{"Authorization": "Bearer s3cr3t-token", "X-Trace-Id": "trace-1"},
-		},
-		Fingerprint: idem.Fingerprint{1, 2, 3},
+		Consumer:    "ledger@v1",
+		Message:     msg,
+		Fingerprint: fp,
 		Reason:      reason,
 		Error:       "charge failed: card declined",
 		Attempts:    3,

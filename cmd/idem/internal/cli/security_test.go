@@ -1,0 +1,188 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/internal/connect"
+	"github.com/idemkit/idem/idemauth"
+	"github.com/idemkit/idem/idemqueue"
+)
+
+// execSQL runs one statement on the store as an operator with a SQL prompt would.
+func execSQL(t testing.TB, st *connect.Stores, sqliteQuery, pgQuery string, args ...any) {
+	t.Helper()
+	ctx := context.Background()
+	var err error
+	switch {
+	case st.SQLite != nil:
+		err = st.SQLite.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, sqliteQuery, args...)
+			return err
+		})
+	default:
+		schema := st.URL.Schema
+		if schema == "" {
+			schema = "public"
+		}
+		err = st.Postgres.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "SET LOCAL search_path TO "+pgx.Identifier{schema}.Sanitize())
+			if err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, pgQuery, args...)
+			return err
+		})
+	}
+	require.NoError(t, err)
+}
+
+// TestReplayRefusesEditedDeadLetter (issue 10 item 3): an operator changes a pending
+// permanent_error dead letter's payload in SQL and replays it. Before, the edited payload was
+// republished under the original event id (money moved); now replay refuses it and publishes
+// nothing, unless --as-new-event says to send it as a new event whose audit row names the
+// original.
+func TestReplayRefusesEditedDeadLetter(t *testing.T) {
+	t.Parallel()
+	for _, kind := range storeKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			dsn := kind.dsn(t)
+			st := openMigrated(t, dsn)
+			dl := seedDeadLetter(t, st, "pay-7", idem.ReasonPermanentError, time.Hour)
+			id := strconv.FormatInt(dl.ID, 10)
+			edited := []byte(`{"order_id":42,"amount_cents":999999,"card":{"last4":"4242"}}`)
+			execSQL(t, st, "UPDATE idem_dead_letters SET payload = ? WHERE id = ?", "UPDATE idem_dead_letters SET payload = $1 WHERE id = $2", edited, dl.ID)
+			backlog := func() int64 {
+				qs, err := st.Queue.QueueStats(ctx, "payments")
+				require.NoError(t, err)
+				return qs.Backlog
+			}
+
+			r := idemCLI(t, "dlq", "replay", "--id", id, "--store", dsn, "--actor", "alice")
+			requireOneLineError(t, r, ExitFailure, "no longer matches the fingerprint")
+			require.Zero(t, backlog(), "nothing was published")
+			got, err := st.DeadLetters.GetDeadLetter(ctx, dl.ID)
+			require.NoError(t, err)
+			require.Equal(t, idem.DeadLetterPending, got.Status)
+
+			r = idemCLI(t, "dlq", "replay", "--id", id, "--store", dsn, "--actor", "alice", "--as-new-event", "--note", "amount fixed by hand")
+			requireOK(t, r)
+			jobs, err := st.Queue.QueueFetch(ctx, idem.QueueFetchParams{Queue: "payments", Max: 10, Lease: time.Minute, Now: time.Now()})
+			require.NoError(t, err)
+			require.Len(t, jobs, 1)
+			m := jobs[0].Message
+			require.Equal(t, "pay-7~edit-"+id, m.EventID, "an edited payload is another event")
+			require.Equal(t, "pay-7", m.Headers[idem.HeaderReplayNewEventOf])
+			require.JSONEq(t, string(edited), string(m.Payload))
+
+			r = idemCLI(t, "dlq", "audit", "--store", dsn, "--json")
+			requireOK(t, r)
+			var audit []map[string]any
+			require.NoError(t, json.Unmarshal([]byte(r.stdout), &audit), r.stdout)
+			require.Len(t, audit, 1)
+			require.Equal(t, "pay-7", audit[0]["event_id"], "the audit row names the original")
+			require.Contains(t, audit[0]["reason"], `replayed as new event "pay-7~edit-`+id+`"`)
+			require.Contains(t, audit[0]["reason"], "amount fixed by hand")
+		})
+	}
+}
+
+// TestReplaySignedDeadLetterAfterTolerance (issue 11 finding 13): a dead letter signed by its
+// producer two hours ago is replayed with an operator replay key and applied, once; a copy
+// carrying a forged replay signature (the right key id, not the key) is refused. Before, the only
+// way was an unsigned replay, which the verifier refuses as stale.
+func TestReplaySignedDeadLetterAfterTolerance(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dsn := sqliteDSN(t)
+	st := openMigrated(t, dsn)
+
+	producer := idemauth.Key{ID: "acme-1", Tenant: "acme", Secret: bytes.Repeat([]byte{'p'}, 32)}
+	operator := idemauth.ReplayKey{ID: "ops-1", Secret: bytes.Repeat([]byte{'o'}, 32)}
+	ring, err := idemauth.NewKeyring(producer)
+	require.NoError(t, err)
+	verifier, err := idemauth.NewVerifier(ring, idemauth.VerifierConfig{ReplayKeys: []idemauth.ReplayKey{operator}})
+	require.NoError(t, err)
+
+	// The dead letter as the consumer stored it: verified, two hours ago.
+	signedAt := time.Now().Add(-2 * time.Hour)
+	msg := idem.Message{EventID: "pay-1", Type: "payment.captured", Payload: []byte(`{"amount_cents":500}`),
+		OccurredAt: signedAt.Truncate(time.Microsecond)}
+	require.NoError(t, idemauth.SignMessage(producer, &msg, signedAt))
+	fp, err := idem.ComputeFingerprint(msg, idem.FingerprintConfig{})
+	require.NoError(t, err)
+	dl, err := st.DeadLetters.InsertDeadLetter(ctx, idem.DeadLetter{Consumer: "ledger@v1", Message: msg, Fingerprint: fp,
+		Reason: idem.ReasonPermanentError, Attempts: 1, FirstFailed: signedAt, LastFailed: signedAt, Source: "queue:payments"})
+	require.NoError(t, err)
+
+	// An attacker who captured the message sends it as a "replay" without the operator's key.
+	forged := msg.Clone()
+	forged.Headers[idem.HeaderReplayOf] = strconv.FormatInt(dl.ID, 10)
+	forger, err := idemauth.NewReplaySigner(idemauth.ReplayKey{ID: operator.ID, Secret: bytes.Repeat([]byte{'x'}, 32)}, nil)
+	require.NoError(t, err)
+	require.NoError(t, forger.SignReplay(ctx, &forged))
+	require.NoError(t, idemqueue.NewSink(st.Queue).Publish(ctx, "payments", forged))
+
+	keyFile := filepath.Join(t.TempDir(), "replay.key")
+	require.NoError(t, os.WriteFile(keyFile, []byte(operator.ID+":"+hex.EncodeToString(operator.Secret)+"\n"), 0o600))
+	r := idemCLI(t, "dlq", "replay", "--id", strconv.FormatInt(dl.ID, 10), "--store", dsn, "--actor", "alice", "--replay-key-file", keyFile)
+	requireOK(t, r)
+	require.NotContains(t, r.stdout, hex.EncodeToString(operator.Secret))
+
+	var (
+		mu      sync.Mutex
+		applied []idem.Message
+	)
+	consumer, err := idem.NewConsumer(st.SQLite, idem.ConsumerConfig[*sql.Tx]{
+		Name:          "ledger@v1",
+		Authenticator: verifier,
+		Handler: func(ctx context.Context, tx *sql.Tx, m idem.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			applied = append(applied, m)
+			return nil
+		},
+	})
+	require.NoError(t, err)
+	src, err := idemqueue.NewSource(st.SQLite, idemqueue.SourceConfig{Queue: "payments", MaxWait: 20 * time.Millisecond})
+	require.NoError(t, err)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- consumer.Run(runCtx, src) }()
+	defer func() {
+		stop()
+		require.NoError(t, <-done)
+	}()
+
+	require.Eventually(t, func() bool {
+		got, err := st.DeadLetters.GetDeadLetter(ctx, dl.ID)
+		require.NoError(t, err)
+		return !got.RecoveredAt.IsZero()
+	}, 10*time.Second, 10*time.Millisecond, "the signed replay was never applied")
+	require.Eventually(t, func() bool {
+		dls, err := st.DeadLetters.ListDeadLetters(ctx, idem.DeadLetterFilter{Reason: idem.ReasonUnauthenticated, Limit: 10})
+		require.NoError(t, err)
+		return len(dls) == 1 && dls[0].Message.EventID == "pay-1"
+	}, 10*time.Second, 10*time.Millisecond, "the forged replay was not refused as unauthenticated")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, applied, 1, "applied once")
+	require.Equal(t, "acme", applied[0].Tenant)
+	require.Equal(t, "alice (os:tester)", applied[0].Header(idem.HeaderReplayedBy))
+}
