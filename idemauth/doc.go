@@ -8,21 +8,38 @@
 //
 // The signature travels in the Idem-Signature header ([HeaderSignature]) as
 //
-//	kid=<key id>,t=<unix seconds>,v1=<64 lowercase hex digits>
+//	kid=<key id>,t=<unix seconds>,v2=<64 lowercase hex digits>
 //
-// where v1 is HMAC-SHA256 under the key's secret over the concatenation of these fields, each
+// where v2 is HMAC-SHA256 under the key's secret over the concatenation of these fields, each
 // preceded by its length in bytes as an 8-byte big-endian integer, so that no two different
 // messages can produce the same input:
 //
-//	"idem-signature-v1"          a domain tag (the scheme's version)
+//	"idem-signature-v2"          a domain tag (the scheme's version)
+//	"event"                      the purpose ("replay" for an operator's replay signature)
 //	t                            the timestamp exactly as written in the header
 //	kid                          the key id
 //	EventID                      the producer's event id
 //	Tenant                       the tenant of the key
 //	Type                         the event type
+//	OccurredAt                   RFC 3339 with nanoseconds, UTC; empty when unknown
 //	SHA-256(Payload)             32 bytes
 //
-// Any language with HMAC-SHA256 can produce it; [Sign] is the reference implementation.
+// Every field that decides the claim key, the tenant or the retention horizon is covered. The
+// topic or subject is not: idem.Message does not carry it, and the key's tenant — not the
+// route — decides where an event belongs.
+//
+// The former scheme v1 ("idem-signature-v1", t, kid, EventID, Tenant, Type, SHA-256(Payload);
+// no purpose, no OccurredAt) is refused with [ErrVersionRetired] unless
+// [VerifierConfig].AcceptV1Until allows it: the rotation window for producers not yet upgraded.
+//
+// # Replays
+//
+// A dead letter's producer signature is older than the tolerance by the time an operator replays
+// it. [ReplaySigner] signs the replay with an operator [ReplayKey] in its own header,
+// Idem-Replay-Signature ([HeaderReplaySignature]), purpose "replay", over the fields above plus
+// the Idem-Replay-Of, Idem-Replayed-By and Idem-Replay-New-Event-Of headers. A [Verifier] lists
+// the replay keys it accepts in [VerifierConfig].ReplayKeys; it still requires the producer's
+// signature and checks its MAC (not its age) when it holds the producer's key.
 //
 // # Rotation
 //
