@@ -18,8 +18,7 @@ func ExampleVerify() {
 	applied := map[string]bool{}
 	handler := func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-		sig := r.Header.Get(idemhttp.SignatureHeaderDefault)
-		if err := idemhttp.Verify(secret, sig, body, time.Now(), 5*time.Minute); err != nil {
+		if err := idemhttp.Verify(secret, r, body, time.Now(), 5*time.Minute); err != nil {
 			http.Error(w, "bad signature", http.StatusUnauthorized)
 			return
 		}
@@ -34,8 +33,8 @@ func ExampleVerify() {
 	body := `{"amount":5}`
 	for _, s := range []string{"shared-secret", "shared-secret", "wrong-secret"} {
 		req := httptest.NewRequest(http.MethodPost, "/hooks/payments", strings.NewReader(body))
-		req.Header.Set(idemhttp.HeaderIdempotencyKey, "acme:pay-1")
-		req.Header.Set(idemhttp.SignatureHeaderDefault, idemhttp.Sign([]byte(s), time.Now(), []byte(body)))
+		req.Header.Set(idemhttp.HeaderIdempotencyKey, idemhttp.IdempotencyKey("acme", "pay-1"))
+		req.Header.Set(idemhttp.SignatureHeaderDefault, idemhttp.Sign([]byte(s), "", time.Now(), idemhttp.RequestOf(req, []byte(body))))
 		rec := httptest.NewRecorder()
 		handler(rec, req)
 		fmt.Println(rec.Code)

@@ -3,9 +3,12 @@ package idemhttp
 import (
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -21,42 +24,81 @@ const ToleranceDefault = 5 * time.Minute
 // maxSignatureHeaderLen bounds the header Verify parses, so an attacker cannot make it work hard.
 const maxSignatureHeaderLen = 4096
 
-// Sign returns the signature header value for body signed with secret at t:
-// "t=<unix seconds>,v1=<hex HMAC-SHA256 of "<unix seconds>.<body>">". Signing the timestamp with
-// the body is what lets a receiver refuse a captured request replayed later. The sink adds the
-// key id ("t=…,kid=…,v1=…"); Verify accepts both forms.
-func Sign(secret []byte, t time.Time, body []byte) string {
-	ts := strconv.FormatInt(t.Unix(), 10)
-	return "t=" + ts + ",v1=" + hex.EncodeToString(mac(secret, ts, body))
+// macDomain starts every MAC input. The HTTP scheme's signature field is "h1", never "v1" or
+// "v2": those belong to idemauth's broker signature (header Idem-Signature), whose MAC input is
+// different, and a receiver must not mistake one for the other.
+const macDomain = "idem-http-signature-h1"
+
+// SignedRequest is what the HTTP signature covers: every part of a request a receiver decides on.
+// RequestOf builds it from a received request.
+type SignedRequest struct {
+	// Method is the HTTP method ("POST").
+	Method string
+	// Target is the request target: the escaped path and, when there is one, "?" and the query
+	// (url.URL.RequestURI). A proxy that rewrites the path breaks the signature on purpose.
+	Target string
+	// IdempotencyKey, EventID, Tenant, Type and OccurredAt are the values of the headers of the
+	// same names (empty when absent).
+	IdempotencyKey, EventID, Tenant, Type, OccurredAt string
+	// Body is the request body.
+	Body []byte
 }
 
-// signHeader is Sign with the key id in the middle, the form the sink sends.
-func signHeader(secret []byte, keyID string, t time.Time, body []byte) string {
-	ts := strconv.FormatInt(t.Unix(), 10)
-	sig := hex.EncodeToString(mac(secret, ts, body))
-	if keyID == "" {
-		return "t=" + ts + ",v1=" + sig
+// RequestOf returns what the signature of r covers; body is r's body, read by the caller.
+func RequestOf(r *http.Request, body []byte) SignedRequest {
+	return SignedRequest{
+		Method:         r.Method,
+		Target:         r.URL.RequestURI(),
+		IdempotencyKey: r.Header.Get(HeaderIdempotencyKey),
+		EventID:        r.Header.Get(HeaderEventID),
+		Tenant:         r.Header.Get(HeaderTenant),
+		Type:           r.Header.Get(HeaderType),
+		OccurredAt:     r.Header.Get(HeaderOccurredAt),
+		Body:           body,
 	}
-	return "t=" + ts + ",kid=" + keyID + ",v1=" + sig
 }
 
-// mac is HMAC-SHA256 over "<ts>.<body>".
-func mac(secret []byte, ts string, body []byte) []byte {
+// Sign returns the signature header value for req signed with secret at t:
+// "t=<unix seconds>[,kid=<key id>],h1=<hex HMAC-SHA256>". The MAC input is the length-prefixed
+// (8 bytes, big-endian) sequence "idem-http-signature-h1", t, kid, method, target,
+// Idempotency-Key, Idem-Event-Id, Idem-Tenant, Idem-Type, Idem-Occurred-At and SHA-256(body):
+// a captured request cannot be re-sent later, under another key or tenant, or to another path.
+func Sign(secret []byte, keyID string, t time.Time, req SignedRequest) string {
+	ts := strconv.FormatInt(t.Unix(), 10)
+	sig := hex.EncodeToString(mac(secret, ts, keyID, req))
+	if keyID == "" {
+		return "t=" + ts + ",h1=" + sig
+	}
+	return "t=" + ts + ",kid=" + keyID + ",h1=" + sig
+}
+
+// mac is HMAC-SHA256 over the length-prefixed fields Sign documents.
+func mac(secret []byte, ts, keyID string, req SignedRequest) []byte {
+	sum := sha256.Sum256(req.Body)
 	h := hmac.New(sha256.New, secret)
-	h.Write([]byte(ts))
-	h.Write([]byte{'.'})
-	h.Write(body)
+	var n [8]byte
+	for _, f := range [][]byte{[]byte(macDomain), []byte(ts), []byte(keyID), []byte(req.Method), []byte(req.Target),
+		[]byte(req.IdempotencyKey), []byte(req.EventID), []byte(req.Tenant), []byte(req.Type), []byte(req.OccurredAt), sum[:]} {
+		binary.BigEndian.PutUint64(n[:], uint64(len(f)))
+		h.Write(n[:])
+		h.Write(f)
+	}
 	return h.Sum(nil)
 }
 
-// Verify checks a signature header made by Sign (or sent by the sink) against body and secret.
-// It refuses, with an error wrapping idem.ErrUnauthenticated: an empty secret, a malformed
-// header, a timestamp further than tolerance from now in either direction (a replayed or
-// pre-dated request; tolerance <= 0 means ToleranceDefault), and a header none of whose v1
-// signatures matches. Several v1 fields are allowed so that a sender can sign with an old and a
-// new key during rotation; kid and unknown fields are ignored. Signatures are compared in
-// constant time.
-func Verify(secret []byte, header string, body []byte, now time.Time, tolerance time.Duration) error {
+// Verify checks the SignatureHeaderDefault header of r, whose body the caller has read into body,
+// with secret: VerifyHeader over RequestOf(r, body).
+func Verify(secret []byte, r *http.Request, body []byte, now time.Time, tolerance time.Duration) error {
+	return VerifyHeader(secret, r.Header.Get(SignatureHeaderDefault), RequestOf(r, body), now, tolerance)
+}
+
+// VerifyHeader checks a signature header made by Sign (or sent by the sink) against req and
+// secret. It refuses, with an error wrapping idem.ErrUnauthenticated: an empty secret, a
+// malformed header, a timestamp further than tolerance from now in either direction (a replayed
+// or pre-dated request; tolerance <= 0 means ToleranceDefault), and a header none of whose h1
+// signatures matches. Several h1 fields are allowed so that a sender can sign with an old and a
+// new key during rotation; they share the header's kid. Signatures are compared in constant time.
+func VerifyHeader(secret []byte, header string, req SignedRequest, now time.Time, tolerance time.Duration) error {
 	if len(secret) == 0 {
 		return fmt.Errorf("%w: idemhttp: verify signature: secret is empty", idem.ErrUnauthenticated)
 	}
@@ -72,13 +114,13 @@ func Verify(secret []byte, header string, body []byte, now time.Time, tolerance 
 		return fmt.Errorf("%w: idemhttp: verify signature: timestamp %s is %s away from now, beyond the tolerance of %s (replayed or pre-dated request)",
 			idem.ErrUnauthenticated, signedAt.UTC().Format(time.RFC3339), d.Round(time.Second), tolerance)
 	}
-	want := mac(secret, sig.ts, body)
-	for _, v := range sig.v1 {
+	want := mac(secret, sig.ts, sig.kid, req)
+	for _, v := range sig.h1 {
 		if hmac.Equal(v, want) {
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: idemhttp: verify signature: no v1 signature matches the body", idem.ErrUnauthenticated)
+	return fmt.Errorf("%w: idemhttp: verify signature: no h1 signature matches the request (method, target, idempotency key, event id, tenant, type, occurrence time or body changed, or another secret)", idem.ErrUnauthenticated)
 }
 
 // SignatureKeyID returns the kid field of a signature header ("" when absent), so that a receiver
@@ -97,12 +139,14 @@ func SignatureKeyID(header string) string {
 type parsedSignature struct {
 	ts   string // the timestamp exactly as signed
 	unix int64
-	v1   [][]byte
+	kid  string
+	h1   [][]byte
 }
 
-// parseHeader splits "t=…,kid=…,v1=…" into its fields. Exactly one t (decimal digits only, so
-// that "+1" and "01" cannot sign the same instant under a different text) and at least one
-// well-formed v1 are required.
+// parseHeader splits "t=…,kid=…,h1=…" into its fields. Exactly one t (decimal digits only, so
+// that "+1" and "01" cannot sign the same instant under a different text), at most one kid and at
+// least one well-formed h1 are required. A v1 or v2 field is refused by name: it is a broker
+// signature (idemauth) or the former HTTP scheme, which signed the body only.
 func parseHeader(header string) (parsedSignature, error) {
 	var p parsedSignature
 	if header == "" {
@@ -111,7 +155,7 @@ func parseHeader(header string) (parsedSignature, error) {
 	if len(header) > maxSignatureHeaderLen {
 		return p, fmt.Errorf("signature header is %d bytes, limit %d", len(header), maxSignatureHeaderLen)
 	}
-	seenT := false
+	seenT, seenKID, seenV := false, false, false
 	for _, f := range strings.Split(header, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(f), "=")
 		if !ok {
@@ -128,19 +172,29 @@ func parseHeader(header string) (parsedSignature, error) {
 				return p, err
 			}
 			p.ts, p.unix = v, n
-		case "v1":
+		case "kid":
+			if seenKID {
+				return p, errors.New("signature header has more than one kid")
+			}
+			seenKID, p.kid = true, v
+		case "h1":
 			b, err := hex.DecodeString(v)
 			if err != nil || len(b) != sha256.Size {
-				return p, fmt.Errorf("signature header v1 %q is not %d hex-encoded bytes", truncate(v, 80), sha256.Size)
+				return p, fmt.Errorf("signature header h1 %q is not %d hex-encoded bytes", truncate(v, 80), sha256.Size)
 			}
-			p.v1 = append(p.v1, b)
+			p.h1 = append(p.h1, b)
+		case "v1", "v2":
+			seenV = true
 		}
 	}
 	if !seenT {
 		return p, errors.New("signature header has no timestamp t")
 	}
-	if len(p.v1) == 0 {
-		return p, errors.New("signature header has no v1 signature")
+	if len(p.h1) == 0 {
+		if seenV {
+			return p, errors.New("signature header has no h1 signature (v1/v2 is a broker signature or the retired body-only HTTP scheme)")
+		}
+		return p, errors.New("signature header has no h1 signature")
 	}
 	return p, nil
 }
@@ -168,4 +222,12 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// IdempotencyKey returns the Idempotency-Key of an event: tenant and event id, each
+// query-escaped, joined by ':'. The escaping makes the encoding unambiguous — ':' only ever
+// separates — so ("acme:eu", "42") and ("acme", "eu:42") get different keys, while ids of
+// letters, digits, '-', '_' and '.' read as before ("acme:pay-1").
+func IdempotencyKey(tenant, eventID string) string {
+	return url.QueryEscape(tenant) + ":" + url.QueryEscape(eventID)
 }

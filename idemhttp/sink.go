@@ -22,8 +22,8 @@ var _ idem.Sink = (*Sink)(nil)
 // Header names the sink sends with every request. They are a contract with the receiving
 // service, so they are constants rather than configuration (except the signature header).
 const (
-	// HeaderIdempotencyKey carries "<tenant>:<event id>". The destination must deduplicate on
-	// it: the relay publishes at least once, so the same request can arrive twice.
+	// HeaderIdempotencyKey carries IdempotencyKey(tenant, event id). The destination must
+	// deduplicate on it: the relay publishes at least once, so the same request can arrive twice.
 	HeaderIdempotencyKey = "Idempotency-Key"
 	// HeaderEventID carries Message.EventID.
 	HeaderEventID = "Idem-Event-Id"
@@ -37,8 +37,10 @@ const (
 
 // Defaults for SinkConfig.
 const (
-	// SignatureHeaderDefault is the header that carries the HMAC signature.
-	SignatureHeaderDefault = "Idem-Signature"
+	// SignatureHeaderDefault is the header that carries the HMAC signature. It is not
+	// idemauth's Idem-Signature: the HTTP signature covers another input (the request) in
+	// another format ("h1"), and the two must never be mistaken for one another.
+	SignatureHeaderDefault = "Idem-Http-Signature"
 	// TimeoutDefault bounds one request of the default client, so that a destination that never
 	// answers costs one retry rather than a stuck relay.
 	TimeoutDefault = 10 * time.Second
@@ -60,8 +62,11 @@ type SinkConfig struct {
 	// BaseURL "https://hooks.example.com/idem" and topic "payments.captured" POST to
 	// "https://hooks.example.com/idem/payments.captured".
 	BaseURL string
-	// Client sends the requests (default: a client with Timeout TimeoutDefault that does not
-	// follow redirects, since following a 301/302/303 would turn the POST into a GET).
+	// Client sends the requests (default: a client with Timeout TimeoutDefault). Redirects are
+	// never followed, with this client or a caller's (the sink uses a copy of it whose
+	// CheckRedirect refuses): a 307 to another origin would hand it the body, the signature and
+	// the idempotency key, and a 301/302/303 would turn the POST into a GET. A redirect is a
+	// permanent error naming the status.
 	Client *http.Client
 	// Secret is the HMAC-SHA256 key requests are signed with. Empty means no signature header:
 	// only acceptable when the channel is authenticated some other way (mTLS, a private network).
@@ -79,12 +84,7 @@ type SinkConfig struct {
 // WithDefaults returns a copy of c with its zero fields set to their defaults.
 func (c SinkConfig) WithDefaults() SinkConfig {
 	if c.Client == nil {
-		c.Client = &http.Client{
-			Timeout: TimeoutDefault,
-			CheckRedirect: func(*http.Request, []*http.Request) error {
-				return http.ErrUseLastResponse
-			},
-		}
+		c.Client = &http.Client{Timeout: TimeoutDefault}
 	}
 	if c.SignatureHeader == "" {
 		c.SignatureHeader = SignatureHeaderDefault
@@ -144,6 +144,10 @@ func NewSink(cfg SinkConfig) (*Sink, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	// A copy, so the caller's client keeps its own redirect policy elsewhere.
+	client := *cfg.Client
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	cfg.Client = &client
 	return &Sink{cfg: cfg, redactor: idem.NewRedactor(idem.RedactConfig{}), ownClient: own}, nil
 }
 
@@ -206,7 +210,7 @@ func (s *Sink) post(ctx context.Context, target string, m idem.Message) error {
 	if err != nil {
 		return idem.Permanent(fmt.Errorf("idemhttp: event %s: POST %s: %w", m.EventID, shown, err))
 	}
-	if err := s.setHeaders(req.Header, m); err != nil {
+	if err := s.setHeaders(req, m); err != nil {
 		return idem.Permanent(fmt.Errorf("idemhttp: event %s: POST %s: %w", m.EventID, shown, err))
 	}
 	resp, err := s.cfg.Client.Do(req)
@@ -242,8 +246,9 @@ func (s *Sink) post(ctx context.Context, target string, m idem.Message) error {
 }
 
 // setHeaders writes the message's own headers first and the sink's after, so that a message
-// header can neither forge the idempotency key nor the signature.
-func (s *Sink) setHeaders(h http.Header, m idem.Message) error {
+// header can neither forge the idempotency key nor the signature, and signs the request last.
+func (s *Sink) setHeaders(req *http.Request, m idem.Message) error {
+	h := req.Header
 	for k, v := range m.Headers {
 		if !validHeaderName(k) {
 			return fmt.Errorf("header name %q is not a valid HTTP header name", k)
@@ -261,7 +266,7 @@ func (s *Sink) setHeaders(h http.Header, m idem.Message) error {
 		}
 	}
 	for _, kv := range [][2]string{
-		{HeaderIdempotencyKey, m.Tenant + ":" + m.EventID},
+		{HeaderIdempotencyKey, IdempotencyKey(m.Tenant, m.EventID)},
 		{HeaderEventID, m.EventID},
 		{HeaderTenant, m.Tenant},
 		{HeaderType, m.Type},
@@ -281,7 +286,7 @@ func (s *Sink) setHeaders(h http.Header, m idem.Message) error {
 	}
 	h.Del(s.cfg.SignatureHeader)
 	if len(s.cfg.Secret) > 0 {
-		h.Set(s.cfg.SignatureHeader, signHeader(s.cfg.Secret, s.cfg.KeyID, s.cfg.Now(), m.Payload))
+		h.Set(s.cfg.SignatureHeader, Sign(s.cfg.Secret, s.cfg.KeyID, s.cfg.Now(), RequestOf(req, m.Payload)))
 	}
 	return nil
 }

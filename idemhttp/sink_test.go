@@ -1,6 +1,7 @@
 package idemhttp_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -28,6 +29,7 @@ type captured struct {
 	method, path string
 	header       http.Header
 	body         []byte
+	req          *http.Request // a clone, for idemhttp.Verify
 }
 
 // server records requests and answers with handle (200 when nil).
@@ -42,9 +44,10 @@ func newServer(tb testing.TB, handle func(w http.ResponseWriter, r *http.Request
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		s.mu.Lock()
-		s.got = append(s.got, captured{method: r.Method, path: r.URL.EscapedPath(), header: r.Header.Clone(), body: body})
+		s.got = append(s.got, captured{method: r.Method, path: r.URL.EscapedPath(), header: r.Header.Clone(), body: body, req: r.Clone(context.Background())})
 		s.mu.Unlock()
 		if s.handle != nil {
+			r.Body = io.NopCloser(bytes.NewReader(body))
 			s.handle(w, r)
 		}
 	}))
@@ -100,9 +103,9 @@ func TestSinkSendsHeadersAndSignature(t *testing.T) {
 		require.Equal(t, tc.typ, r.header.Get(idemhttp.HeaderType))
 		require.Equal(t, tc.occurred, r.header.Get(idemhttp.HeaderOccurredAt))
 		sig := r.header.Get(idemhttp.SignatureHeaderDefault)
-		require.True(t, strings.HasPrefix(sig, "t=1740830400,kid=key-2025,v1="), sig)
+		require.True(t, strings.HasPrefix(sig, "t=1740830400,kid=key-2025,h1="), sig)
 		require.Equal(t, "key-2025", idemhttp.SignatureKeyID(sig))
-		require.NoError(t, idemhttp.Verify(secret, sig, r.body, fixedNow.Add(time.Minute), 0))
+		require.NoError(t, idemhttp.Verify(secret, r.req, r.body, fixedNow.Add(time.Minute), 0))
 	}
 	require.Equal(t, "00-abc-01", got[0].header.Get("Traceparent"), "the message's own headers are sent")
 }
@@ -296,4 +299,69 @@ func TestNewSinkValidates(t *testing.T) {
 			require.ErrorContains(t, err, "idemhttp: sink config")
 		})
 	}
+}
+
+// TestCapturedRequestReplayedUnderAnotherKeyIsRefused (finding 2): a receiver that verifies with
+// Verify and deduplicates on Idempotency-Key. An attacker who captured a signed request re-sends
+// it, within the tolerance, with a new key and another tenant. Before, only the body was signed
+// and the copy was applied a second time.
+func TestCapturedRequestReplayedUnderAnotherKeyIsRefused(t *testing.T) {
+	t.Parallel()
+	secret := []byte("s3cret-shared-with-the-receiver")
+	var (
+		mu      sync.Mutex
+		applied = map[string]bool{}
+	)
+	rec, srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if err := idemhttp.Verify(secret, r, body, time.Now(), time.Minute); err != nil {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		mu.Lock()
+		applied[r.Header.Get(idemhttp.HeaderIdempotencyKey)] = true
+		mu.Unlock()
+	})
+	sink := newSink(t, idemhttp.SinkConfig{BaseURL: srv.URL, Secret: secret, KeyID: "k1"})
+	require.NoError(t, sink.Publish(context.Background(), "payments", idem.Message{EventID: "pay-1", Tenant: "acme", Type: "payment.captured", Payload: []byte(`{"amount":5}`)}))
+	captured := rec.requests()[0]
+
+	resend := func(mod func(h http.Header)) int {
+		req, err := http.NewRequest(captured.method, srv.URL+captured.path, strings.NewReader(string(captured.body)))
+		require.NoError(t, err)
+		req.Header = captured.header.Clone()
+		mod(req.Header)
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusOK, resend(func(http.Header) {}), "the same request again verifies (and is deduplicated by its key)")
+	require.Equal(t, http.StatusUnauthorized, resend(func(h http.Header) {
+		h.Set(idemhttp.HeaderIdempotencyKey, "globex:pay-1")
+		h.Set(idemhttp.HeaderTenant, "globex")
+	}))
+	require.Equal(t, http.StatusUnauthorized, resend(func(h http.Header) { h.Set(idemhttp.HeaderIdempotencyKey, "acme:pay-1-again") }))
+	require.Equal(t, http.StatusUnauthorized, resend(func(h http.Header) { h.Set(idemhttp.HeaderType, "payment.refunded") }))
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, map[string]bool{"acme:pay-1": true}, applied, "applied under one key only")
+}
+
+// TestSinkNeverFollowsRedirects (finding 9): with a caller's client that follows redirects, a 307
+// to another host must not receive the body, the signature or the idempotency key.
+func TestSinkNeverFollowsRedirects(t *testing.T) {
+	t.Parallel()
+	other, otherSrv := newServer(t, nil)
+	_, srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, otherSrv.URL+"/steal", http.StatusTemporaryRedirect)
+	})
+	follows := &http.Client{Timeout: 5 * time.Second} // the zero CheckRedirect follows 307s with the body
+	sink := newSink(t, idemhttp.SinkConfig{BaseURL: srv.URL, Secret: []byte("s3cret"), Client: follows})
+	err := sink.Publish(context.Background(), "payments", idem.Message{EventID: "pay-1", Tenant: "acme", Payload: []byte(`{"amount":5}`)})
+	require.ErrorContains(t, err, "status 307")
+	require.Equal(t, idem.ClassPermanent, idem.Classify(err))
+	require.Empty(t, other.requests(), "the other origin received nothing")
+	require.Nil(t, follows.CheckRedirect, "the caller's client is not changed")
+	follows.CloseIdleConnections()
 }

@@ -45,7 +45,7 @@ func newDestination(tb testing.TB, secret []byte, respond func(n int, w http.Res
 
 func (d *destination) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
-	verr := idemhttp.Verify(d.secret, r.Header.Get(idemhttp.SignatureHeaderDefault), body, time.Now(), time.Minute)
+	verr := idemhttp.Verify(d.secret, r, body, time.Now(), time.Minute)
 	key := r.Header.Get(idemhttp.HeaderIdempotencyKey)
 	d.mu.Lock()
 	d.requests = append(d.requests, hookRequest{at: time.Now(), key: key, verified: verr})
