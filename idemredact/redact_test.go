@@ -1,4 +1,4 @@
-package idem
+package idemredact
 
 import (
 	"reflect"
@@ -21,7 +21,7 @@ func TestDefaultSecretNamesReturnsCopy(t *testing.T) {
 
 func TestRedactorIsSecret(t *testing.T) {
 	t.Parallel()
-	r := NewRedactor(RedactConfig{})
+	r := New(Config{})
 	tests := []struct {
 		name string
 		want bool
@@ -107,7 +107,7 @@ func TestRedactorHeaders(t *testing.T) {
 					before[k] = v
 				}
 			}
-			got := NewRedactor(RedactConfig{}).Headers(tt.in)
+			got := New(Config{}).Headers(tt.in)
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("Headers() = %v, want %v", got, tt.want)
 			}
@@ -186,7 +186,7 @@ func TestRedactorJSON(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if got := string(NewRedactor(RedactConfig{}).JSON([]byte(tt.in))); got != tt.want {
+			if got := string(New(Config{}).JSON([]byte(tt.in))); got != tt.want {
 				t.Errorf("JSON(%s) =\n%s\nwant\n%s", tt.in, got, tt.want)
 			}
 		})
@@ -195,7 +195,7 @@ func TestRedactorJSON(t *testing.T) {
 
 func TestRedactorJSONDoesNotAliasInput(t *testing.T) {
 	t.Parallel()
-	r := NewRedactor(RedactConfig{})
+	r := New(Config{})
 	if got := r.JSON(nil); got != nil {
 		t.Errorf("JSON(nil) = %q, want nil", got)
 	}
@@ -247,7 +247,7 @@ func TestRedactorText(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if got := NewRedactor(RedactConfig{}).Text(tt.in); got != tt.want {
+			if got := New(Config{}).Text(tt.in); got != tt.want {
 				t.Errorf("Text(%q) =\n %q\nwant\n %q", tt.in, got, tt.want)
 			}
 		})
@@ -272,7 +272,7 @@ func TestRedactorTextTruncation(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got := NewRedactor(RedactConfig{MaxErrorLen: tt.max}).Text(tt.in)
+			got := New(Config{MaxErrorLen: tt.max}).Text(tt.in)
 			if got != tt.want {
 				t.Errorf("Text(%q) = %q, want %q", tt.in, got, tt.want)
 			}
@@ -297,7 +297,7 @@ func TestRedactorTextInvalidUTF8(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got := NewRedactor(RedactConfig{}).Text(tt.in)
+			got := New(Config{}).Text(tt.in)
 			if got != tt.want || !utf8.ValidString(got) {
 				t.Errorf("Text(%q) = %q, want %q", tt.in, got, tt.want)
 			}
@@ -331,8 +331,8 @@ func TestRedactURL(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if got := RedactURL(tt.in); got != tt.want {
-				t.Errorf("RedactURL(%q) = %q, want %q", tt.in, got, tt.want)
+			if got := URL(tt.in); got != tt.want {
+				t.Errorf("URL(%q) = %q, want %q", tt.in, got, tt.want)
 			}
 		})
 	}
@@ -342,31 +342,31 @@ func TestRedactConfigNames(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
-		cfg  RedactConfig
+		cfg  Config
 		in   map[string]string
 		want map[string]string
 	}{
 		{
 			name: "names replace defaults",
-			cfg:  RedactConfig{Names: []string{"X-Tenant-Key"}},
+			cfg:  Config{Names: []string{"X-Tenant-Key"}},
 			in:   map[string]string{"x_tenant_key": "k", "Authorization": "Bearer t", "Password": "p"},
 			want: map[string]string{"x_tenant_key": Masked, "Authorization": "Bearer [REDACTED]", "Password": "p"},
 		},
 		{
 			name: "extra extends defaults",
-			cfg:  RedactConfig{Extra: []string{"iban"}},
+			cfg:  Config{Extra: []string{"iban"}},
 			in:   map[string]string{"IBAN": "DE00", "Password": "p", "Amount": "10"},
 			want: map[string]string{"IBAN": Masked, "Password": Masked, "Amount": "10"},
 		},
 		{
 			name: "extra extends custom names",
-			cfg:  RedactConfig{Names: []string{"pin"}, Extra: []string{"otp"}},
+			cfg:  Config{Names: []string{"pin"}, Extra: []string{"otp"}},
 			in:   map[string]string{"PIN": "1234", "OTP": "9", "token": "t"},
 			want: map[string]string{"PIN": Masked, "OTP": Masked, "token": "t"},
 		},
 		{
 			name: "empty non-nil names mask no names, empty names are ignored",
-			cfg:  RedactConfig{Names: []string{}, Extra: []string{"", "-_"}},
+			cfg:  Config{Names: []string{}, Extra: []string{"", "-_"}},
 			in:   map[string]string{"Password": "p", "Amount": "10"},
 			want: map[string]string{"Password": "p", "Amount": "10"},
 		},
@@ -374,7 +374,7 @@ func TestRedactConfigNames(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if got := NewRedactor(tt.cfg).Headers(tt.in); !reflect.DeepEqual(got, tt.want) {
+			if got := New(tt.cfg).Headers(tt.in); !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("Headers() = %v, want %v", got, tt.want)
 			}
 		})
@@ -383,7 +383,7 @@ func TestRedactConfigNames(t *testing.T) {
 
 func TestRedactConfigNamesInText(t *testing.T) {
 	t.Parallel()
-	r := NewRedactor(RedactConfig{Names: []string{"pin"}})
+	r := New(Config{Names: []string{"pin"}})
 	got := r.Text("pin=1234 password=p")
 	if want := "pin=[REDACTED] password=p"; got != want {
 		t.Errorf("Text() = %q, want %q", got, want)
@@ -392,7 +392,7 @@ func TestRedactConfigNamesInText(t *testing.T) {
 
 func TestNilAndZeroRedactor(t *testing.T) {
 	t.Parallel()
-	def := NewRedactor(RedactConfig{})
+	def := New(Config{})
 	tests := []struct {
 		name string
 		r    *Redactor

@@ -1,4 +1,4 @@
-package idem
+package idemredact
 
 import (
 	"strings"
@@ -18,7 +18,7 @@ func FuzzRedactText(f *testing.F) {
 	f.Add("token=\"", "zzzz", "\" \xff\xfe")
 	f.Add(strings.Repeat("日本", 700), "longsecret", strings.Repeat("é", 700))
 
-	redactors := []*Redactor{nil, NewRedactor(RedactConfig{MaxErrorLen: 16})}
+	redactors := []*Redactor{nil, New(Config{MaxErrorLen: 16})}
 	f.Fuzz(func(t *testing.T, prefix, secret, suffix string) {
 		// The planted value: the ASCII letters and digits of secret.
 		tok := strings.Map(func(r rune) rune {
