@@ -6,6 +6,8 @@ package idemredact
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"net/url"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -298,21 +300,94 @@ func truncateRunes(s string, max int) string {
 	return s
 }
 
-// URL masks the password in a connection URL or DSN — "postgres://u:p@h/db",
-// "nats://u:p@h", "amqp://u:p@h/vhost", the token of "nats://token@h", and secret key=value
-// pairs such as "host=h user=u password=p" — so that it can be logged or printed. It returns raw
-// unchanged when there is nothing to mask.
+// URL masks the credentials of one connection URL or DSN so that it can be logged or printed:
+// the password of "postgres://u:p@h/db" (up to the last '@', so a password with an unescaped '@',
+// '#', '?' or '/' is masked whole), the whole user info of a URL whose scheme may carry a token
+// ("nats://TOKEN@h", "tls://TOKEN@h", "amqp://u:p@h": every scheme but the few in which it is a
+// user name and a password), and
+// secret key=value pairs ("host=h password=p", "?password=p"). A "scheme://…" that url.Parse
+// refuses comes back as its scheme only ("postgres://[REDACTED]"): the parser's reading of a
+// malformed URL is no guide to where its secrets are. It returns raw unchanged when there is
+// nothing to mask.
 func URL(raw string) string {
+	if strings.Contains(raw, ",") {
+		// A list of URLs ("nats://h1:4222,nats://h2:4222"): each on its own.
+		parts := strings.Split(raw, ",")
+		list := true
+		for _, p := range parts {
+			scheme, _, ok := strings.Cut(p, "://")
+			list = list && ok && validScheme(scheme)
+		}
+		if list && len(parts) > 1 {
+			for i, p := range parts {
+				parts[i] = URL(p)
+			}
+			return strings.Join(parts, ",")
+		}
+	}
+	if scheme, _, ok := strings.Cut(raw, "://"); ok && validScheme(scheme) {
+		// Masked is not valid in a URL's user info; text already masked is still a URL.
+		if _, err := url.Parse(strings.ReplaceAll(raw, Masked, "x")); err != nil {
+			return scheme + "://" + Masked
+		}
+	}
 	return defaultRedactor.maskPairs(maskUserinfo(raw))
 }
 
-// tokenSchemes are URL schemes in which a userinfo without a password is a credential, as in
-// NATS token authentication ("nats://s3cr3t@host").
-var tokenSchemes = []string{"nats"}
+// validScheme reports whether s is a URL scheme (RFC 3986): a letter, then letters, digits, '+',
+// '-' or '.'.
+func validScheme(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case i > 0 && ('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.'):
+		default:
+			return false
+		}
+	}
+	return s != ""
+}
 
-// maskUserinfo masks the password of every "scheme://user:password@host" in s, and the whole
-// userinfo of token-scheme URLs. The authority ends at the first character a URL authority may
-// not hold, and the last '@' in it ends the userinfo, so unencoded '@' in a password is masked too.
+// URLError describes why url.Parse refused a URL without repeating any of it: the parser quotes
+// the part it could not read (`invalid port ":S3cret" after host`), which is often the password.
+// Every quoted part is dropped, and a hint says how to write special characters.
+func URLError(err error) string {
+	if err == nil {
+		return ""
+	}
+	msg := err.Error()
+	var ue *url.Error
+	if errors.As(err, &ue) && ue.Err != nil {
+		msg = ue.Err.Error()
+	}
+	var b strings.Builder
+	for i := 0; i < len(msg); i++ {
+		if msg[i] != '"' {
+			b.WriteByte(msg[i])
+			continue
+		}
+		for i++; i < len(msg) && msg[i] != '"'; i++ {
+			if msg[i] == '\\' {
+				i++
+			}
+		}
+	}
+	out := strings.Join(strings.Fields(strings.TrimPrefix(b.String(), "net/url: ")), " ")
+	return out + " (write '@', ':', '/', '?', '#' and '%' in a user name or password as %XX)"
+}
+
+// userSchemes are URL schemes in which a user info without a password is a user name, shown as
+// it is ("postgres://alice@host"). In every other scheme — NATS, TLS, AMQP, Redis, Kafka and the
+// brokers to come — it may be a token and is masked whole.
+var userSchemes = []string{"postgres", "postgresql", "mysql", "http", "https", "ftp", "sftp", "ssh", "git", "sqlite", "sqlite3", "file"}
+
+// maskUserinfo masks the password of every "scheme://user:password@host" in s whose scheme is in
+// userSchemes, and the whole user info of any other scheme: a broker's user info may be a token,
+// "user:password" or "token:" alike, and a partial mask would show part of a token. The user info ends at the last '@' before the
+// URL ends (at a blank, a quote or an angle bracket), not at the first '/', '?' or '#': a
+// password may hold them unescaped, and url.Parse would then read part of it as the host, port
+// or path. Erring towards masking is deliberate.
 func maskUserinfo(s string) string {
 	var b strings.Builder
 	last := 0
@@ -332,21 +407,40 @@ func maskUserinfo(s string) string {
 		}
 		scheme := s[start:k]
 		authStart := k + 3
-		authEnd := authStart
-		for authEnd < len(s) && !isAuthorityEnd(s[authEnd]) {
-			authEnd++
+		end := authStart
+		for end < len(s) && !isURLEnd(s[end]) {
+			end++
 		}
-		at := strings.LastIndexByte(s[authStart:authEnd], '@')
+		// A list of URLs is a run of URLs ("nats://a@h1,nats://b@h2"): ",scheme://" ends one.
+		for n := authStart; ; n += 3 {
+			m := strings.Index(s[n:end], "://")
+			if m < 0 {
+				break
+			}
+			n += m
+			sch := n
+			for sch > authStart && isSchemeByte(s[sch-1]) {
+				sch--
+			}
+			if sch < n && sch > authStart && s[sch-1] == ',' {
+				end = sch - 1
+				break
+			}
+		}
+		at := strings.LastIndexByte(s[authStart:end], '@')
 		if at < 0 {
 			continue
 		}
 		from, to := authStart, authStart+at
-		if c := strings.IndexByte(s[from:to], ':'); c >= 0 {
+		if containsFold(userSchemes, scheme) {
+			c := strings.IndexByte(s[from:to], ':')
+			if c < 0 {
+				continue // a user name only
+			}
 			from += c + 1
-		} else if !containsFold(tokenSchemes, scheme) {
-			continue
 		}
-		if from == to || strings.HasPrefix(s[from:to], Masked) {
+		if from == to || s[from:to] == Masked {
+			i = to
 			continue
 		}
 		b.WriteString(s[last:from])
@@ -601,12 +695,17 @@ func isNameByte(c byte) bool { return isWordByte(c) || c == '-' || c == '.' }
 
 func isSchemeByte(c byte) bool { return isWordByte(c) && c != '_' || c == '+' || c == '-' || c == '.' }
 
-// isAuthorityEnd reports whether c cannot be part of a URL authority (RFC 3986): it ends the
-// host part, or is a character that must be percent-encoded there.
-func isAuthorityEnd(c byte) bool {
+// isURLEnd reports whether c ends a URL written in text: a blank, a control character, a quote
+// or an angle bracket.
+func isURLEnd(c byte) bool {
 	switch c {
-	case '/', '?', '#', '"', '<', '>', '`', '{', '}', '|', '\\', '^':
+	case '"', '\'', '<', '>', '`':
 		return true
 	}
 	return c <= ' ' || c == 0x7f
 }
+
+// MaskText masks every secret pattern of Text in s (URL credentials, secret key=value pairs,
+// bearer tokens) without bounding its length: for free text such as an error that may repeat a
+// URL. Use URL for a string that is one URL.
+func MaskText(s string) string { return defaultRedactor.mask(s) }

@@ -21,8 +21,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/demo"
+	"github.com/idemkit/idem/idemredact"
 )
 
 // Exit codes of Main.
@@ -223,7 +223,7 @@ func oneLine(err error) string {
 	for strings.HasPrefix(s, "idem: ") {
 		s = strings.TrimPrefix(s, "idem: ")
 	}
-	return idem.RedactURL(s)
+	return idemredact.MaskText(s)
 }
 
 // osUsername is the operator's login name, from the OS or $USER.

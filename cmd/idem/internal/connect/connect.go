@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemredact"
 	"github.com/idemkit/idem/idemnats"
 	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/idemqueue"
@@ -91,7 +93,10 @@ func ParseStore(raw string) (StoreURL, error) {
 		if u.Host == "" && u.Query().Get("host") == "" {
 			return StoreURL{}, fmt.Errorf("store URL %q has no host", redactDSN(raw))
 		}
-		q := u.Query()
+		q, err := parseQuery(u.RawQuery)
+		if err != nil {
+			return StoreURL{}, fmt.Errorf("store URL %q: %w", redactDSN(raw), err)
+		}
 		schema := q.Get("idem_schema")
 		q.Del("idem_schema")
 		// Encode writes a space as '+', which pgx reads literally ("options=-c x=y" would break);
@@ -104,6 +109,43 @@ func ParseStore(raw string) (StoreURL, error) {
 		}
 		return StoreURL{}, fmt.Errorf("store URL %q: unknown scheme %q (want sqlite or postgres)", redactDSN(raw), scheme)
 	}
+}
+
+// parseQuery parses a URL query strictly: url.URL.Query drops the whole query when one part is
+// malformed, so "idem_schema=tenant_a;x" ran in public and "sslmode=verify-full;" vanished. A
+// ';', a bad %-escape or a repeated parameter is an error naming the parameter (its value is not
+// repeated: it may be a password).
+func parseQuery(raw string) (url.Values, error) {
+	q := url.Values{}
+	if raw == "" {
+		return q, nil
+	}
+	for _, part := range strings.Split(raw, "&") {
+		if part == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(part, "=")
+		name, err := url.QueryUnescape(k)
+		if err != nil {
+			return nil, errors.New("query has a parameter name with a bad %-escape")
+		}
+		shown := strconv.Quote(name)
+		if len(name) > 64 || strings.ContainsFunc(name, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+			shown = "(unprintable)"
+		}
+		if strings.Contains(part, ";") {
+			return nil, fmt.Errorf("query parameter %s contains ';' (separate parameters with '&'; write a literal ';' as %%3B)", shown)
+		}
+		val, err := url.QueryUnescape(v)
+		if err != nil {
+			return nil, fmt.Errorf("query parameter %s has a bad %%-escape in its value (write '%%' as %%25)", shown)
+		}
+		if q.Has(name) {
+			return nil, fmt.Errorf("query parameter %s is given twice", shown)
+		}
+		q.Set(name, val)
+	}
+	return q, nil
 }
 
 // validScheme reports whether s is a URL scheme (RFC 3986: a letter, then letters, digits, '+',
@@ -158,18 +200,7 @@ func redactDSN(raw string) string {
 }
 
 // urlErr is the reason of a url.Parse error without the URL it repeats.
-func urlErr(err error) string {
-	var ee url.EscapeError
-	if errors.As(err, &ee) {
-		// The message would repeat the bad escape, which may be part of the password.
-		return "invalid URL escape: a '%' not followed by two hex digits (write special characters as %XX)"
-	}
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return redactDSN(ue.Err.Error())
-	}
-	return redactDSN(err.Error())
-}
+func urlErr(err error) string { return idemredact.URLError(err) }
 
 // redactErr masks passwords that driver errors may repeat.
 func redactErr(err error) string { return redactDSN(err.Error()) }

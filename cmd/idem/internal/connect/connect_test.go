@@ -58,6 +58,16 @@ func TestParseStore(t *testing.T) {
 		{raw: "mysql://u:secretpw@h/db", errHas: `unknown scheme "mysql"`},
 		{raw: "postgres:///app", errHas: "has no host"},
 		{raw: "postgres://u:secretpw@h:port/db", errHas: "is not a valid URL"},
+		// Finding 4: a password with an unescaped '#', '?' or '/' was echoed by url.Parse's error.
+		{raw: "postgres://u:secretpw#1@h:5432/db", errHas: `store URL "postgres://[REDACTED]" is not a valid URL: invalid port after host`},
+		{raw: "postgres://u:secretpw?1@h:5432/db", errHas: "is not a valid URL"},
+		{raw: "postgres://u:secretpw/1@h:5432/db", errHas: "is not a valid URL"},
+		{raw: "postgres://u:secretpw%zz@h:5432/db", errHas: "is not a valid URL"},
+		// Finding 10: a malformed query was dropped whole, silently.
+		{raw: "postgres://u@h/db?idem_schema=tenant_a;x", errHas: `query parameter "idem_schema" contains ';'`},
+		{raw: "postgres://u@h/db?sslmode=verify-full;", errHas: `query parameter "sslmode" contains ';'`},
+		{raw: "postgres://u@h/db?password=secretpw%zz", errHas: `query parameter "password" has a bad %-escape`},
+		{raw: "postgres://u@h/db?sslmode=disable&sslmode=verify-full", errHas: `query parameter "sslmode" is given twice`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.raw, func(t *testing.T) {
@@ -91,7 +101,7 @@ func TestParseBroker(t *testing.T) {
 		{raw: " sql:// ", want: connect.BrokerURL{Kind: connect.BrokerSQL}, str: "sql"},
 		{raw: "nats://127.0.0.1:4222", want: connect.BrokerURL{Kind: connect.BrokerNATS, URL: "nats://127.0.0.1:4222"}, str: "nats://127.0.0.1:4222"},
 		{raw: "nats://u:secretpw@n1:4222,nats://n2:4222", want: connect.BrokerURL{Kind: connect.BrokerNATS, URL: "nats://u:secretpw@n1:4222,nats://n2:4222"},
-			str: "nats://u:[REDACTED]@n1:4222,nats://n2:4222"},
+			str: "nats://[REDACTED]@n1:4222,nats://n2:4222"},
 		{raw: "nats://s3cr3ttoken@n1:4222", want: connect.BrokerURL{Kind: connect.BrokerNATS, URL: "nats://s3cr3ttoken@n1:4222"}, str: "nats://[REDACTED]@n1:4222"},
 		{raw: "tls://n1:4443", want: connect.BrokerURL{Kind: connect.BrokerNATS, URL: "tls://n1:4443"}, str: "tls://n1:4443"},
 		{raw: "", errHas: "broker URL is empty"},
