@@ -17,12 +17,12 @@ import (
 func TestURLMasksEveryPassword(t *testing.T) {
 	t.Parallel()
 	tests := []struct{ in, want string }{
-		{"postgres://u:S3c#ret@h:5432/db", "postgres://[REDACTED]"},                       // does not parse: scheme only
-		{"postgres://u:S3c?ret@h/db", "postgres://[REDACTED]"},                            // idem
-		{"postgres://u:S3c/ret@h/db", "postgres://[REDACTED]"},                            // idem
-		{"postgres://u:1234/S3cret@h/db", "postgres://u:[REDACTED]@h/db"},                 // parses, wrongly: masked up to the last '@'
+		{"postgres://u:S3c#ret@h:5432/db", "postgres://[REDACTED]"},       // does not parse: scheme only
+		{"postgres://u:S3c?ret@h/db", "postgres://[REDACTED]"},            // idem
+		{"postgres://u:S3c/ret@h/db", "postgres://[REDACTED]"},            // idem
+		{"postgres://u:1234/S3cret@h/db", "postgres://u:[REDACTED]@h/db"}, // parses, wrongly: masked up to the last '@'
 		{"postgres://u:p@ss@h/db?sslmode=disable", "postgres://u:[REDACTED]@h/db?sslmode=disable"},
-		{"postgres://alice@h/db", "postgres://alice@h/db"},                                // a user name only
+		{"postgres://alice@h/db", "postgres://alice@h/db"}, // a user name only
 		{"tls://S3cretToken@broker:4443", "tls://[REDACTED]@broker:4443"},
 		{"nats://S3cretToken@h:4222", "nats://[REDACTED]@h:4222"},
 		{"amqp://guest:S3cret@h:5672/", "amqp://[REDACTED]@h:5672/"},

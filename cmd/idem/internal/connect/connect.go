@@ -20,10 +20,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idemredact"
 	"github.com/idemkit/idem/idemnats"
 	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/idemqueue"
+	"github.com/idemkit/idem/idemredact"
 	"github.com/idemkit/idem/idemsqlite"
 )
 
