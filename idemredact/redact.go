@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 	"unicode"
@@ -50,15 +51,32 @@ type Config struct {
 	// MaxErrorLen bounds the summaries returned by Text, in runes; zero or less means
 	// DefaultMaxErrorLen.
 	MaxErrorLen int
+	// MaxJSONDepth bounds the nesting JSON pretty-prints (default DefaultMaxJSONDepth): a deeper
+	// document is shown as masked text, on one line, so that its indentation cannot grow with
+	// the square of its size.
+	MaxJSONDepth int
+	// MaxOutputBytes bounds what JSON returns (default DefaultMaxOutputBytes); a longer
+	// rendering is cut and marked "… (truncated, payload of N bytes)".
+	MaxOutputBytes int
 }
+
+// Bounds on what JSON renders: a hostile payload must cost no more to show than a real one.
+const (
+	// DefaultMaxJSONDepth is Config.MaxJSONDepth when unset.
+	DefaultMaxJSONDepth = 64
+	// DefaultMaxOutputBytes is Config.MaxOutputBytes when unset.
+	DefaultMaxOutputBytes = 64 << 10
+)
 
 // Redactor masks secrets in everything that leaves the process: dead-letter error summaries and
 // payloads, CLI output and logs. It is immutable and safe for concurrent use; a nil *Redactor and
 // the zero Redactor behave like New(Config{}), so callers can hold a zero config.
 type Redactor struct {
-	names  []string // normalised secret names, none empty
-	maxLen int      // bound on Text output, in runes, before the truncation marker
-	built  bool     // set by New; the zero Redactor falls back to the defaults
+	names    []string // normalised secret names, none empty
+	maxLen   int      // bound on Text output, in runes, before the truncation marker
+	maxDepth int      // bound on JSON nesting
+	maxOut   int      // bound on JSON output, in bytes, before the truncation marker
+	built    bool     // set by New; the zero Redactor falls back to the defaults
 }
 
 // defaultRedactor serves nil and zero Redactors.
@@ -67,9 +85,15 @@ var defaultRedactor = New(Config{})
 // New returns a Redactor for cfg. Names are normalised once here, so matching a name later
 // costs a lower-casing and a few substring searches.
 func New(cfg Config) *Redactor {
-	r := &Redactor{maxLen: cfg.MaxErrorLen, built: true}
+	r := &Redactor{maxLen: cfg.MaxErrorLen, maxDepth: cfg.MaxJSONDepth, maxOut: cfg.MaxOutputBytes, built: true}
 	if r.maxLen <= 0 {
 		r.maxLen = DefaultMaxErrorLen
+	}
+	if r.maxDepth <= 0 {
+		r.maxDepth = DefaultMaxJSONDepth
+	}
+	if r.maxOut <= 0 {
+		r.maxOut = DefaultMaxOutputBytes
 	}
 	base := defaultSecretNames
 	if cfg.Names != nil {
@@ -152,31 +176,77 @@ func (r *Redactor) Headers(h map[string]string) map[string]string {
 // JSON returns payload ready to show to an operator. A JSON document comes back pretty-printed
 // with a 2-space indent, keys in their original order, numbers as written, the value of every
 // secret field (at any depth, arrays included) replaced by the string Masked and secrets embedded
-// in other string values masked as in Text. Anything else comes back as a copy with the secret
-// patterns of Text masked, but neither truncated nor re-encoded.
+// in other string values masked as in Text. A document nested deeper than MaxJSONDepth, and
+// anything that is not JSON, comes back as a copy with the secret patterns of Text masked, not
+// re-encoded. Either way the result is at most MaxOutputBytes long plus a marker
+// "… (truncated, payload of N bytes)" when it was cut.
 func (r *Redactor) JSON(payload []byte) []byte {
+	out, _ := r.Render(payload)
+	return out
+}
+
+// Render is JSON, and reports whether out is the pretty-printed JSON document (complete, within
+// the bounds) rather than masked text: only then may a caller embed it in a JSON output as a
+// value, since an encoder re-indents what it embeds.
+func (r *Redactor) Render(payload []byte) (out []byte, pretty bool) {
 	r = r.get()
 	if json.Valid(payload) {
-		var buf bytes.Buffer
-		buf.Grow(len(payload) + len(payload)/4)
+		buf := &limitedBuffer{max: r.maxOut}
+		buf.Grow(min(len(payload)+len(payload)/4, r.maxOut+1))
 		dec := json.NewDecoder(bytes.NewReader(payload))
 		dec.UseNumber()
-		enc := json.NewEncoder(&buf)
+		enc := json.NewEncoder(buf)
 		enc.SetEscapeHTML(false)
-		if err := r.writeJSONValue(dec, enc, &buf, 0); err == nil {
-			return buf.Bytes()
+		err := r.writeJSONValue(dec, enc, buf, 0)
+		switch {
+		case err == nil && !buf.full():
+			return buf.Bytes(), true
+		case err == nil || errors.Is(err, errOutputFull):
+			return r.cut(buf.Bytes(), len(payload)), false
 		}
-		// Unreachable for a valid document; fall through to text masking to be safe.
+		// Too deep: fall through to text masking, which does not indent.
 	}
 	if payload == nil {
-		return nil
+		return nil, false
 	}
-	return []byte(r.mask(string(payload)))
+	return r.cut([]byte(r.mask(string(payload))), len(payload)), false
+}
+
+// errOutputFull and errTooDeep stop writeJSONValue.
+var (
+	errOutputFull = errors.New("idemredact: output bound reached")
+	errTooDeep    = errors.New("idemredact: nesting bound reached")
+)
+
+// limitedBuffer is a bytes.Buffer that refuses to grow much past max.
+type limitedBuffer struct {
+	bytes.Buffer
+	max int
+}
+
+func (b *limitedBuffer) full() bool { return b.Len() > b.max }
+
+// cut bounds out to maxOut bytes at a rune boundary, marking the cut with the payload's size.
+func (r *Redactor) cut(out []byte, payloadLen int) []byte {
+	if len(out) <= r.maxOut {
+		return out
+	}
+	n := r.maxOut
+	for n > 0 && !utf8.RuneStart(out[n]) {
+		n--
+	}
+	return append(out[:n:n], fmt.Sprintf("\n… (truncated, payload of %d bytes)", payloadLen)...)
 }
 
 // writeJSONValue copies the next value of dec to buf, pretty-printed at nesting depth, masking
 // secret fields. Walking tokens rather than decoding into maps keeps key order and number text.
-func (r *Redactor) writeJSONValue(dec *json.Decoder, enc *json.Encoder, buf *bytes.Buffer, depth int) error {
+func (r *Redactor) writeJSONValue(dec *json.Decoder, enc *json.Encoder, buf *limitedBuffer, depth int) error {
+	if buf.full() {
+		return errOutputFull
+	}
+	if depth > r.maxDepth {
+		return errTooDeep
+	}
 	tok, err := dec.Token()
 	if err != nil {
 		return err
@@ -248,7 +318,7 @@ func (r *Redactor) writeJSONValue(dec *json.Decoder, enc *json.Encoder, buf *byt
 }
 
 // writeJSONString appends s to buf as a JSON string, without the newline the encoder adds.
-func writeJSONString(enc *json.Encoder, buf *bytes.Buffer, s string) error {
+func writeJSONString(enc *json.Encoder, buf *limitedBuffer, s string) error {
 	if err := enc.Encode(s); err != nil {
 		return err
 	}
@@ -257,7 +327,7 @@ func writeJSONString(enc *json.Encoder, buf *bytes.Buffer, s string) error {
 }
 
 // newlineIndent starts a new line indented for depth.
-func newlineIndent(buf *bytes.Buffer, depth int) {
+func newlineIndent(buf *limitedBuffer, depth int) {
 	buf.WriteByte('\n')
 	for range depth {
 		buf.WriteString("  ")

@@ -223,7 +223,7 @@ func oneLine(err error) string {
 	for strings.HasPrefix(s, "idem: ") {
 		s = strings.TrimPrefix(s, "idem: ")
 	}
-	return idemredact.MaskText(s)
+	return escapeControls(idemredact.MaskText(s))
 }
 
 // osUsername is the operator's login name, from the OS or $USER.

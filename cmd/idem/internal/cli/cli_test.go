@@ -108,7 +108,7 @@ func TestErrors(t *testing.T) {
 		{"gc retention too short", []string{"gc", "--retention", "1h", "--store", migrated}, ExitUsage, "too short"},
 		{"gc bad batch", []string{"gc", "--batch", "0", "--store", migrated}, ExitUsage, "--batch is 0"},
 		{"relay bad log format", []string{"relay", "--log-format", "xml", "--store", migrated}, ExitUsage, `--log-format "xml"`},
-		{"relay unreachable nats", []string{"relay", "--broker", "nats://u:secretpw@127.0.0.1:1", "--store", migrated}, ExitFailure, "broker nats://u:[REDACTED]@127.0.0.1:1 is unreachable"},
+		{"relay unreachable nats", []string{"relay", "--broker", "nats://u:secretpw@127.0.0.1:1", "--store", migrated}, ExitFailure, "broker nats://[REDACTED]@127.0.0.1:1 is unreachable"},
 		{"demo bad store", []string{"demo", "--store", "mysql://u:secretpw@x/db"}, ExitUsage, `unknown scheme "mysql"`},
 	}
 	for _, tt := range tests {

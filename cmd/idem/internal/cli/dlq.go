@@ -194,8 +194,8 @@ func toDetailJSON(dl idem.DeadLetter, r *idem.Redactor) deadLetterDetailJSON {
 		headers = map[string]string{}
 	}
 	var payload json.RawMessage
-	masked := r.JSON(dl.Message.Payload)
-	if len(masked) > 0 && json.Valid(masked) {
+	masked, pretty := r.Render(dl.Message.Payload)
+	if pretty && len(masked) > 0 && json.Valid(masked) {
 		payload = masked
 	} else {
 		payload, _ = json.Marshal(string(masked)) // invalid UTF-8 becomes U+FFFD
@@ -316,7 +316,12 @@ func newDLQShowCmd(e *env) *cobra.Command {
 	return cmd
 }
 
-// writeDeadLetter prints every field of dl for a person, secrets masked.
+// payloadShowMax bounds the payload dlq show prints, indentation and escapes included: a hostile
+// payload costs no more screen or memory than a large real one.
+const payloadShowMax = 64 << 10
+
+// writeDeadLetter prints every field of dl for a person, secrets masked, control characters
+// escaped, the payload bounded.
 func writeDeadLetter(e *env, dl idem.DeadLetter, r *idem.Redactor) error {
 	now := e.now()
 	t := newTable(e.stdout)
@@ -347,7 +352,7 @@ func writeDeadLetter(e *env, dl idem.DeadLetter, r *idem.Redactor) error {
 		fmt.Fprintln(w, "Headers:")
 		ht := newTable(w)
 		for _, k := range slices.Sorted(maps.Keys(headers)) {
-			ht.row("  "+k+":", headers[k])
+			ht.row("  "+k+":", headers[k]) // row escapes both
 		}
 		if err := ht.flush(); err != nil {
 			return err
@@ -359,9 +364,14 @@ func writeDeadLetter(e *env, dl idem.DeadLetter, r *idem.Redactor) error {
 		return err
 	}
 	fmt.Fprintln(w, "Payload:")
-	text := strings.ToValidUTF8(string(payload), "\uFFFD")
-	for line := range strings.SplitSeq(strings.TrimRight(text, "\n"), "\n") {
-		if _, err := fmt.Fprintln(w, "  "+line); err != nil {
+	written := 0
+	for line := range strings.SplitSeq(strings.TrimRight(string(payload), "\n"), "\n") {
+		line = "  " + escapeControls(line)
+		if written += len(line) + 1; written > payloadShowMax {
+			_, err := fmt.Fprintf(w, "  … (truncated, payload of %d bytes)\n", len(dl.Message.Payload))
+			return err
+		}
+		if _, err := fmt.Fprintln(w, line); err != nil {
 			return err
 		}
 	}

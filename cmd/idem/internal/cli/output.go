@@ -40,17 +40,49 @@ func (t *table) row(cells ...string) {
 
 func (t *table) flush() error { return t.tw.Flush() }
 
-// cell flattens s for a table: "-" when empty, control characters as spaces.
+// cell flattens s for a table: "-" when empty, control characters escaped.
 func cell(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return strings.Map(func(r rune) rune {
-		if r < ' ' || r == 0x7f {
-			return ' '
+	return escapeControls(s)
+}
+
+// escapeControls makes untrusted text safe to print to a terminal, on one line: C0 control
+// characters (newline and tab included), DEL, C1 control characters and the bidirectional
+// overrides become visible escapes ("\x1b", "\u009b", "\u202e"), and invalid UTF-8 becomes
+// U+FFFD, so that a payload or an id can neither move the cursor, recolour the screen nor fake a
+// line of output.
+func escapeControls(s string) string {
+	clean := true
+	for _, r := range s {
+		if needsEscape(r) || r == utf8.RuneError {
+			clean = false
+			break
 		}
-		return r
-	}, s)
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
+		switch {
+		case r < 0x80 && needsEscape(r):
+			fmt.Fprintf(&b, "\\x%02x", r)
+		case needsEscape(r):
+			fmt.Fprintf(&b, "\\u%04x", r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// needsEscape reports whether r must not reach a terminal as it is.
+func needsEscape(r rune) bool {
+	return r < 0x20 || r == 0x7f || (0x80 <= r && r <= 0x9f) ||
+		(0x202a <= r && r <= 0x202e) || (0x2066 <= r && r <= 0x2069)
 }
 
 // truncate cuts s to max runes, marking the cut with "…".

@@ -156,7 +156,7 @@ func TestReplayNATS(t *testing.T) {
 	require.Equal(t, "acme", h.Get(idemnats.HeaderTenant))
 	require.Equal(t, "Bearer s3cr3t-token", h.Get("Authorization"))
 	require.Equal(t, strconv.FormatInt(dl.ID, 10), h.Get(idem.HeaderReplayOf))
-	require.Equal(t, "carol", h.Get(idem.HeaderReplayedBy))
+	require.Equal(t, "carol (os:tester)", h.Get(idem.HeaderReplayedBy))
 	require.JSONEq(t, string(dl.Message.Payload), string(msg.Data()))
 }
 

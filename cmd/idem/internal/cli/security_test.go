@@ -6,9 +6,11 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -185,4 +187,49 @@ func TestReplaySignedDeadLetterAfterTolerance(t *testing.T) {
 	require.Len(t, applied, 1, "applied once")
 	require.Equal(t, "acme", applied[0].Tenant)
 	require.Equal(t, "alice (os:tester)", applied[0].Header(idem.HeaderReplayedBy))
+}
+
+// TestShowBoundsHostilePayloads (findings 6, 7): a 20 KB "[[[…]]]" payload made dlq show print
+// 200 MB (0.7–1.0 GB of memory), and escape sequences in a payload, an id or an error reached the
+// operator's terminal raw and could fake lines.
+func TestShowBoundsHostilePayloads(t *testing.T) {
+	t.Parallel()
+	dsn := sqliteDSN(t)
+	st := openMigrated(t, dsn)
+	insert := func(msg idem.Message, errText string) string {
+		dl, err := st.DeadLetters.InsertDeadLetter(context.Background(), idem.DeadLetter{Consumer: "ledger@v1", Message: msg,
+			Fingerprint: idem.Fingerprint{7}, Reason: idem.ReasonInvalidPayload, Error: errText, Source: "queue:payments"})
+		require.NoError(t, err)
+		return strconv.FormatInt(dl.ID, 10)
+	}
+
+	deep := strings.Repeat("[", 10000) + strings.Repeat("]", 10000)
+	wide := "[" + strings.Repeat(`{"a":[1,2,3]},`, 20000) + "0]"
+	for name, payload := range map[string]string{"deep": deep, "wide": wide} {
+		id := insert(idem.Message{EventID: name, Payload: []byte(payload)}, "bad")
+		for _, args := range [][]string{{"dlq", "show", id, "--store", dsn}, {"dlq", "show", id, "--store", dsn, "--json"}} {
+			r := idemCLI(t, args...)
+			requireOK(t, r)
+			require.Less(t, len(r.stdout), 80<<10, "%s %v: %d bytes", name, args, len(r.stdout))
+			if name == "wide" {
+				require.Contains(t, r.stdout, fmt.Sprintf("… (truncated, payload of %d bytes)", len(payload)))
+			}
+		}
+	}
+
+	esc := "\x1b[2J\x1b[1;1Hidem: all dead letters replayed\r\n\u009b31m\u202egnp.exe"
+	id := insert(idem.Message{EventID: "evt\x1b[31m-red", Tenant: "acme\x07", Payload: []byte("note " + esc),
+		Headers: map[string]string{"X-Note": esc}}, "handler said "+esc)
+	for _, args := range [][]string{{"dlq", "show", id, "--store", dsn}, {"dlq", "list", "--store", dsn}} {
+		r := idemCLI(t, args...)
+		requireOK(t, r)
+		for _, raw := range []string{"\x1b", "\x07", "\r", "\u009b", "\u202e"} {
+			require.NotContains(t, r.stdout, raw, "%v", args)
+		}
+		require.Contains(t, r.stdout, `\x1b[`, "%v", args)
+	}
+	r := idemCLI(t, "dlq", "show", id, "--store", dsn)
+	require.Contains(t, r.stdout, `note \x1b[2J\x1b[1;1Hidem: all dead letters replayed\x0d`)
+	require.Contains(t, r.stdout, `\u009b31m\u202egnp.exe`)
+	require.Contains(t, r.stdout, `evt\x1b[31m-red`)
 }
