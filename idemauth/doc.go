@@ -21,7 +21,8 @@
 //	EventID                      the producer's event id
 //	Tenant                       the tenant of the key
 //	Type                         the event type
-//	OccurredAt                   RFC 3339 with nanoseconds, UTC; empty when unknown
+//	OccurredAt                   RFC 3339 in UTC, truncated to the microsecond (as
+//	                             PostgreSQL stores it), without trailing zeros; empty when unknown
 //	SHA-256(Payload)             32 bytes
 //
 // Every field that decides the claim key, the tenant or the retention horizon is covered. The

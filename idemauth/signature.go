@@ -226,7 +226,7 @@ func computeMAC(key Key, unix int64, msg idem.Message) [sha256.Size]byte {
 
 // macV2 is HMAC-SHA256 under secret over "idem-signature-v2", the purpose, the timestamp, the key
 // id, the event id, the tenant, the type, the occurrence time (RFC 3339 with nanoseconds, UTC;
-// empty when unknown), the purpose's own fields (none for "event"; for "replay" the replay
+// to the microsecond, empty when unknown), the purpose's own fields (none for "event"; for "replay" the replay
 // headers) and SHA-256 of the payload, each preceded by its length. The purpose fixes how many
 // fields follow, so the length prefixes keep every input unambiguous.
 func macV2(secret []byte, purpose string, unix int64, kid, tenant string, msg idem.Message, extra ...string) [sha256.Size]byte {
@@ -245,13 +245,14 @@ func macV2(secret []byte, purpose string, unix int64, kid, tenant string, msg id
 	return out
 }
 
-// occurredText is the signed spelling of an occurrence time: the one idemnats and idemhttp put
-// on the wire, so that a verifier recomputes it from the decoded message exactly.
+// occurredText is the signed spelling of an occurrence time: RFC 3339 in UTC, to the
+// microsecond. Microseconds, because that is what PostgreSQL keeps of a dead letter's
+// occurred_at: a replayed dead letter must still match its producer's signature.
 func occurredText(t time.Time) string {
 	if t.IsZero() {
 		return ""
 	}
-	return t.UTC().Format(time.RFC3339Nano)
+	return t.UTC().Truncate(time.Microsecond).Format(time.RFC3339Nano)
 }
 
 // computeMACv1 is the former scheme, verified during a rotation window only: it covers neither
