@@ -16,9 +16,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/connect"
 	"github.com/idemkit/idem/idemprom"
+	"github.com/idemkit/idem/idemredact"
 	"github.com/idemkit/idem/idemrelay"
 )
 
@@ -107,7 +107,7 @@ dead-letter backlog, and queue backlog of the --queue names) and a health check 
 				if err != nil {
 					return fmt.Errorf("--metrics-addr %s: %w", metricsAddr, err)
 				}
-				srv = metricsServer(s, metrics, queues)
+				srv = metricsServer(s, metrics, queues, logger)
 				go func() {
 					if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 						logger.Error("idem relay: metrics server failed", slog.String("error", err.Error()))
@@ -164,7 +164,11 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 
 // metricsServer serves the relay's metrics, the store's backlog figures and the Go runtime's on
 // /metrics from a registry of its own, and the store's health on /healthz.
-func metricsServer(s *connect.Stores, metrics *idemprom.Metrics, queues []string) *http.Server {
+//
+// /healthz answers anyone who can reach the port, so its body is a bare status ("ok", or
+// "unavailable" with 503); the reason — the store's error, which may name hosts, users and
+// schemas — goes to the log only.
+func metricsServer(s *connect.Stores, metrics *idemprom.Metrics, queues []string, logger *slog.Logger) *http.Server {
 	reg := prometheus.NewRegistry()
 	sc := idemprom.StoreCollectorConfig{DeadLetters: s.DeadLetters, Outbox: s.Outbox}
 	if len(queues) > 0 {
@@ -184,7 +188,9 @@ func metricsServer(s *connect.Stores, metrics *idemprom.Metrics, queues []string
 		ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
 		defer cancel()
 		if _, err := s.Outbox.OutboxStats(ctx); err != nil {
-			http.Error(w, "store "+s.URL.String()+": "+idem.RedactURL(err.Error()), http.StatusServiceUnavailable)
+			logger.Warn("idem relay: health check failed", slog.String("store", s.URL.String()),
+				slog.String("error", idemredact.MaskText(err.Error())))
+			http.Error(w, "unavailable", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = io.WriteString(w, "ok\n")

@@ -6,7 +6,11 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,6 +25,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/connect"
 	"github.com/idemkit/idem/idemauth"
+	"github.com/idemkit/idem/idemprom"
 	"github.com/idemkit/idem/idemqueue"
 )
 
@@ -232,4 +237,58 @@ func TestShowBoundsHostilePayloads(t *testing.T) {
 	require.Contains(t, r.stdout, `note \x1b[2J\x1b[1;1Hidem: all dead letters replayed\x0d`)
 	require.Contains(t, r.stdout, `\u009b31m\u202egnp.exe`)
 	require.Contains(t, r.stdout, `evt\x1b[31m-red`)
+}
+
+// failingOutbox is a store whose health check fails with an error that names the database.
+type failingOutbox struct{ idem.OutboxRelayStore }
+
+func (failingOutbox) OutboxStats(context.Context) (idem.QueueStats, error) {
+	return idem.QueueStats{}, errors.New(`failed to connect to user=app database=payments host=db-7.internal: password=hunter2 authentication failed`)
+}
+
+// TestHealthzSaysNothingToStrangers (finding 11): /healthz sent the masked DSN and the raw
+// database error to anyone who could reach the port. Now the body is a bare status and the
+// detail goes to the log, masked.
+func TestHealthzSaysNothingToStrangers(t *testing.T) {
+	t.Parallel()
+	st := openMigrated(t, sqliteDSN(t))
+	bad := *st
+	bad.Outbox = failingOutbox{st.Outbox}
+	var logs bytes.Buffer
+	srv := httptest.NewServer(metricsServer(&bad, idemprom.New(idemprom.Config{}), nil, slog.New(slog.NewTextHandler(&logs, nil))).Handler)
+	defer srv.Close()
+	code, body := httpGet(t, srv.URL+"/healthz")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, "unavailable\n", body)
+	require.Contains(t, logs.String(), "db-7.internal", "the operator sees why")
+	require.NotContains(t, logs.String(), "hunter2")
+
+	good := httptest.NewServer(metricsServer(st, idemprom.New(idemprom.Config{}), nil, slog.New(slog.NewTextHandler(&logs, nil))).Handler)
+	defer good.Close()
+	code, body = httpGet(t, good.URL+"/healthz")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "ok\n", body)
+}
+
+// TestAuditActorIsValidated (finding 12): the Replayer accepted " " as the actor; an actor with
+// control characters could forge lines in the audit output.
+func TestAuditActorIsValidated(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := sqliteDSN(t)
+	st := openMigrated(t, dsn)
+	dl := seedDeadLetter(t, st, "evt-a", idem.ReasonPermanentError, time.Hour)
+	rp := idem.NewReplayer(st.DeadLetters, idemqueue.NewSink(st.Queue))
+	for _, actor := range []string{"", " ", "\t\n", "alice\x1b[31m", "alice\nroot replay", strings.Repeat("a", idem.ActorMaxLen+1), "\xff"} {
+		_, _, err := rp.Discard(ctx, idem.Selection{IDs: []int64{dl.ID}, Actor: actor, Reason: "x"})
+		require.Error(t, err, "%q", actor)
+		_, err = rp.Replay(ctx, idem.ReplayParams{Selection: idem.Selection{IDs: []int64{dl.ID}, Actor: actor}})
+		require.Error(t, err, "%q", actor)
+	}
+	got, err := st.DeadLetters.GetDeadLetter(ctx, dl.ID)
+	require.NoError(t, err)
+	require.Equal(t, idem.DeadLetterPending, got.Status, "nothing was done")
+
+	r := idemCLI(t, "dlq", "discard", "--id", strconv.FormatInt(dl.ID, 10), "--reason", "x", "--actor", "root\x1b[2K", "--store", dsn)
+	requireOneLineError(t, r, ExitFailure, `Actor "root\x1b[2K (os:tester)" has a control character`)
 }
