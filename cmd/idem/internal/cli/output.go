@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,12 +11,34 @@ import (
 	"unicode/utf8"
 )
 
-// writeJSON writes v as one indented JSON document followed by a newline.
+// writeJSON writes v as one indented JSON document followed by a newline. The encoder escapes
+// C0 control characters; DEL, C1 control characters and bidirectional overrides, which it writes
+// as they are, are escaped too, so that JSON output is as safe on a terminal as the tables.
 func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	out := buf.String()
+	esc := func(r rune) bool { return r != '\n' && needsEscape(r) }
+	if strings.IndexFunc(out, esc) >= 0 {
+		// Outside strings JSON has no such characters, so every one is inside a string, where
+		// \uXXXX means the same character.
+		var b strings.Builder
+		for _, r := range out {
+			if esc(r) {
+				fmt.Fprintf(&b, "\\u%04x", r)
+				continue
+			}
+			b.WriteRune(r)
+		}
+		out = b.String()
+	}
+	_, err := io.WriteString(w, out)
+	return err
 }
 
 // table writes aligned columns; call flush when done.

@@ -225,13 +225,14 @@ func TestShowBoundsHostilePayloads(t *testing.T) {
 	esc := "\x1b[2J\x1b[1;1Hidem: all dead letters replayed\r\n\u009b31m\u202egnp.exe"
 	id := insert(idem.Message{EventID: "evt\x1b[31m-red", Tenant: "acme\x07", Payload: []byte("note " + esc),
 		Headers: map[string]string{"X-Note": esc}}, "handler said "+esc)
-	for _, args := range [][]string{{"dlq", "show", id, "--store", dsn}, {"dlq", "list", "--store", dsn}} {
+	for _, args := range [][]string{{"dlq", "show", id, "--store", dsn}, {"dlq", "list", "--store", dsn},
+		{"dlq", "show", id, "--store", dsn, "--json"}, {"dlq", "list", "--store", dsn, "--json"}} {
 		r := idemCLI(t, args...)
 		requireOK(t, r)
 		for _, raw := range []string{"\x1b", "\x07", "\r", "\u009b", "\u202e"} {
 			require.NotContains(t, r.stdout, raw, "%v", args)
 		}
-		require.Contains(t, r.stdout, `\x1b[`, "%v", args)
+		require.Regexp(t, `\\(x|u00)1b\[`, r.stdout, "%v", args)
 	}
 	r := idemCLI(t, "dlq", "show", id, "--store", dsn)
 	require.Contains(t, r.stdout, `note \x1b[2J\x1b[1;1Hidem: all dead letters replayed\x0d`)
