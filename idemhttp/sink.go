@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemredact"
 )
 
 // The sink implements idem.Sink; the compiler checks it here.
@@ -106,9 +107,9 @@ func (c SinkConfig) validate() error {
 	case c.BaseURL != "":
 		u, err := url.Parse(c.BaseURL)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("BaseURL %q: %w", idem.RedactURL(c.BaseURL), err))
+			errs = append(errs, fmt.Errorf("BaseURL %q: %s", idemredact.URL(c.BaseURL), idemredact.URLError(err)))
 		} else if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			errs = append(errs, fmt.Errorf("BaseURL %q: want an absolute http or https URL", idem.RedactURL(c.BaseURL)))
+			errs = append(errs, fmt.Errorf("BaseURL %q: want an absolute http or https URL", idemredact.URL(c.BaseURL)))
 		}
 	}
 	if !validHeaderName(c.SignatureHeader) {
@@ -132,7 +133,7 @@ func (c SinkConfig) validate() error {
 // safe for concurrent use.
 type Sink struct {
 	cfg      SinkConfig
-	redactor *idem.Redactor
+	redactor *idemredact.Redactor
 	// ownClient is true when the sink built its client and may close its idle connections.
 	ownClient bool
 }
@@ -148,7 +149,7 @@ func NewSink(cfg SinkConfig) (*Sink, error) {
 	client := *cfg.Client
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	cfg.Client = &client
-	return &Sink{cfg: cfg, redactor: idem.NewRedactor(idem.RedactConfig{}), ownClient: own}, nil
+	return &Sink{cfg: cfg, redactor: idemredact.New(idemredact.Config{}), ownClient: own}, nil
 }
 
 // Close closes the idle connections of the client the sink built; a client passed in the config

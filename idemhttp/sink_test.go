@@ -283,6 +283,7 @@ func TestNewSinkValidates(t *testing.T) {
 		{"both", idemhttp.SinkConfig{URL: url, BaseURL: "http://x"}, "URL and BaseURL are both set"},
 		{"relative base", idemhttp.SinkConfig{BaseURL: "/hooks"}, "BaseURL \"/hooks\": want an absolute http or https URL"},
 		{"base password redacted", idemhttp.SinkConfig{BaseURL: "ftp://u:hunter2@x"}, "BaseURL \"ftp://u:[REDACTED]@x\""},
+		{"unparseable base password not echoed", idemhttp.SinkConfig{BaseURL: "https://u:hunter2#x@h/hooks"}, "BaseURL \"https://[REDACTED]\": invalid port after host"},
 		{"header", idemhttp.SinkConfig{BaseURL: "http://x", SignatureHeader: "Bad Header"}, "SignatureHeader \"Bad Header\""},
 		{"key id", idemhttp.SinkConfig{BaseURL: "http://x", Secret: []byte("k"), KeyID: "a,b"}, "KeyID \"a,b\""},
 		{"key id without secret", idemhttp.SinkConfig{BaseURL: "http://x", KeyID: "k1"}, "Secret is empty"},
@@ -297,6 +298,7 @@ func TestNewSinkValidates(t *testing.T) {
 			}
 			require.ErrorContains(t, err, tc.want)
 			require.ErrorContains(t, err, "idemhttp: sink config")
+			require.NotContains(t, err.Error(), "hunter2")
 		})
 	}
 }
