@@ -59,5 +59,5 @@ func ExampleVerifier() {
 	// kid=acme-2025-06,t=1748779200,v2=320da5afba04484f9e6410130e12566a34242bf6a523bcda0d9eaf6c7ec04741
 	// <nil> acme
 	// true true
-	// idem: message not authenticated: event evt-2: idemauth: tenant not allowed for the signing key (payload field "tenant_id" claims tenant "globex", key "acme-2025-06" speaks for tenant "acme")
+	// idem: message not authenticated: idemauth: tenant not allowed for the signing key (payload field "tenant_id" claims tenant "globex", key "acme-2025-06" speaks for tenant "acme")
 }

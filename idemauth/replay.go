@@ -135,7 +135,7 @@ func replayMAC(key ReplayKey, unix int64, msg idem.Message) [32]byte {
 func (v *Verifier) authenticateReplay(msg *idem.Message, refuse func(error, string, ...any) error) error {
 	sig, err := ParseSignature(msg.Header(HeaderReplaySignature))
 	if err != nil {
-		return fmt.Errorf("%w: event %s: %s: %w", idem.ErrUnauthenticated, msg.EventID, HeaderReplaySignature, err)
+		return fmt.Errorf("%w: %s: %w", idem.ErrUnauthenticated, HeaderReplaySignature, err)
 	}
 	key, ok := v.replay[sig.KeyID]
 	if !ok {
@@ -165,7 +165,7 @@ func (v *Verifier) authenticateReplay(msg *idem.Message, refuse func(error, stri
 	}
 	osig, err := ParseSignature(orig)
 	if err != nil {
-		return fmt.Errorf("%w: event %s: %w", idem.ErrUnauthenticated, msg.EventID, err)
+		return fmt.Errorf("%w: %w", idem.ErrUnauthenticated, err)
 	}
 	if pk, ok := v.ring.Key(osig.KeyID); ok {
 		if pk.Tenant != msg.Tenant {

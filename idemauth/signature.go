@@ -180,17 +180,17 @@ func parseUnix(v string) (int64, error) {
 // producer bug that the consumer would refuse anyway) and a time before 1970 or after 9999.
 func Sign(key Key, msg idem.Message, now time.Time) (string, error) {
 	if err := key.validate(0); err != nil {
-		return "", fmt.Errorf("idemauth: sign event %s: %w", msg.EventID, err)
+		return "", fmt.Errorf("idemauth: sign: %w (event %s)", err, quoteTrunc(msg.EventID))
 	}
 	switch {
 	case msg.EventID == "":
 		return "", fmt.Errorf("idemauth: sign (type %q): EventID is empty", msg.Type)
 	case msg.Tenant != "" && msg.Tenant != key.Tenant:
-		return "", fmt.Errorf("idemauth: sign event %s: Tenant %s differs from the tenant %q of key %q", msg.EventID, quoteTrunc(msg.Tenant), key.Tenant, key.ID)
+		return "", fmt.Errorf("idemauth: sign: Tenant %s differs from the tenant %q of key %q (event %s)", quoteTrunc(msg.Tenant), key.Tenant, key.ID, quoteTrunc(msg.EventID))
 	case key.expiredAt(now):
-		return "", fmt.Errorf("idemauth: sign event %s: key %q expired at %s", msg.EventID, key.ID, key.NotAfter.UTC().Format(time.RFC3339))
+		return "", fmt.Errorf("idemauth: sign: key %q expired at %s (event %s)", key.ID, key.NotAfter.UTC().Format(time.RFC3339), quoteTrunc(msg.EventID))
 	case now.Unix() < 0 || now.Unix() > maxUnix:
-		return "", fmt.Errorf("idemauth: sign event %s: time %s is outside 1970-9999", msg.EventID, now.UTC().Format(time.RFC3339))
+		return "", fmt.Errorf("idemauth: sign: time %s is outside 1970-9999 (event %s)", now.UTC().Format(time.RFC3339), quoteTrunc(msg.EventID))
 	}
 	s := Signature{KeyID: key.ID, Timestamp: time.Unix(now.Unix(), 0).UTC(), Version: 2}
 	s.MAC = computeMAC(key, s.Timestamp.Unix(), msg)

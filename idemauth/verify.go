@@ -141,17 +141,17 @@ func NewVerifier(ring *Keyring, cfg VerifierConfig) (*Verifier, error) {
 
 // Authenticate verifies msg's signature and, on success, sets msg.Tenant to the key's tenant.
 // It refuses — with an error wrapping idem.ErrUnauthenticated and one of this package's reasons,
-// naming the event id but never a secret or a MAC — a missing or malformed header, an unknown
-// key, a MAC that does not match, a signature made after its key's NotAfter or outside the
+// naming neither the event id (the consumer adds it, once) nor a secret or a MAC — a missing or
+// malformed header, an unknown key, a MAC that does not match, a signature made after its key's NotAfter or outside the
 // tolerance, and a tenant claimed by the transport (msg.Tenant, the Idem-Tenant header) or by
 // the payload's TenantField that is not the key's. The MAC is checked before the times, so that
 // a time is only reported for a signature that is genuine.
 func (v *Verifier) Authenticate(_ context.Context, msg *idem.Message) error {
 	refuse := func(reason error, format string, args ...any) error {
 		if format == "" {
-			return fmt.Errorf("%w: event %s: %w", idem.ErrUnauthenticated, msg.EventID, reason)
+			return fmt.Errorf("%w: %w", idem.ErrUnauthenticated, reason)
 		}
-		return fmt.Errorf("%w: event %s: %w %s", idem.ErrUnauthenticated, msg.EventID, reason, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: %w %s", idem.ErrUnauthenticated, reason, fmt.Sprintf(format, args...))
 	}
 
 	if msg.Header(HeaderReplaySignature) != "" {
@@ -163,7 +163,7 @@ func (v *Verifier) Authenticate(_ context.Context, msg *idem.Message) error {
 	}
 	sig, err := ParseSignature(header)
 	if err != nil {
-		return fmt.Errorf("%w: event %s: %w", idem.ErrUnauthenticated, msg.EventID, err)
+		return fmt.Errorf("%w: %w", idem.ErrUnauthenticated, err)
 	}
 	key, err := v.checkProducerMAC(sig, *msg, refuse)
 	if err != nil {
