@@ -293,3 +293,65 @@ func TestAuditActorIsValidated(t *testing.T) {
 	r := idemCLI(t, "dlq", "discard", "--id", strconv.FormatInt(dl.ID, 10), "--reason", "x", "--actor", "root\x1b[2K", "--store", dsn)
 	requireOneLineError(t, r, ExitFailure, `Actor "root\x1b[2K (os:tester)" has a control character`)
 }
+
+// TestMovedOccurrenceTimeIsRefused (finding 1): a captured signed message re-sent with
+// Idem-Occurred-At moved back a day was accepted (v1 did not sign it) and, on the partitioned
+// inbox, claimed in another bucket and applied twice. Against the queue table: the copy is now
+// dead-lettered as unauthenticated, and the effect applied once.
+func TestMovedOccurrenceTimeIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st := openMigrated(t, sqliteDSN(t))
+	producer := idemauth.Key{ID: "acme-1", Tenant: "acme", Secret: bytes.Repeat([]byte{'p'}, 32)}
+	ring, err := idemauth.NewKeyring(producer)
+	require.NoError(t, err)
+	verifier, err := idemauth.NewVerifier(ring, idemauth.VerifierConfig{})
+	require.NoError(t, err)
+
+	msg := idem.Message{EventID: "pay-9", Type: "payment.captured", Payload: []byte(`{"amount_cents":500}`),
+		OccurredAt: time.Now().Add(-time.Minute)}
+	require.NoError(t, idemauth.SignMessage(producer, &msg, time.Now()))
+	moved := msg.Clone()
+	moved.OccurredAt = moved.OccurredAt.Add(-24 * time.Hour)
+	require.NoError(t, idemqueue.NewSink(st.Queue).Publish(ctx, "payments", msg, moved))
+
+	var (
+		mu      sync.Mutex
+		applied int
+	)
+	consumer, err := idem.NewConsumer(st.SQLite, idem.ConsumerConfig[*sql.Tx]{
+		Name:          "ledger@v1",
+		Authenticator: verifier,
+		Handler: func(context.Context, *sql.Tx, idem.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			applied++
+			return nil
+		},
+	})
+	require.NoError(t, err)
+	src, err := idemqueue.NewSource(st.SQLite, idemqueue.SourceConfig{Queue: "payments", MaxWait: 20 * time.Millisecond})
+	require.NoError(t, err)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- consumer.Run(runCtx, src) }()
+	defer func() {
+		stop()
+		require.NoError(t, <-done)
+	}()
+	require.Eventually(t, func() bool {
+		dls, err := st.DeadLetters.ListDeadLetters(ctx, idem.DeadLetterFilter{Reason: idem.ReasonUnauthenticated, Limit: 10})
+		require.NoError(t, err)
+		return len(dls) == 1 && strings.Contains(dls[0].Error, "signature does not match")
+	}, 10*time.Second, 10*time.Millisecond, "the copy with a moved occurrence time was not refused")
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return applied == 1
+	}, 10*time.Second, 10*time.Millisecond, "the original was not applied")
+	time.Sleep(50 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, 1, applied, "applied once")
+}
