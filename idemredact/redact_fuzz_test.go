@@ -1,6 +1,8 @@
 package idemredact
 
 import (
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -50,4 +52,32 @@ func FuzzRedactText(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzRedactJSONBounded checks that rendering any payload stays within the output bound plus its
+// marker, and that a pretty result is one valid JSON document.
+func FuzzRedactJSONBounded(f *testing.F) {
+	f.Add([]byte(strings.Repeat("[", 300)+strings.Repeat("]", 300)), 8, 256)
+	f.Add([]byte(`{"password":"x","a":[1,{"b":"Bearer abc"}]}`), 2, 64)
+	f.Add([]byte("not json \x1b[2J"), 64, 16)
+	f.Add([]byte(`"`+strings.Repeat("é", 100)+`"`), 4, 17)
+	f.Fuzz(func(t *testing.T, payload []byte, depth, max int) {
+		depth, max = 1+abs(depth)%100, 1+abs(max)%4096
+		r := New(Config{MaxJSONDepth: depth, MaxOutputBytes: max})
+		out, pretty := r.Render(payload)
+		marker := len(fmt.Sprintf("\n… (truncated, payload of %d bytes)", len(payload)))
+		if len(out) > max+marker {
+			t.Fatalf("Render(%q) is %d bytes, bound %d + marker %d", payload, len(out), max, marker)
+		}
+		if pretty && !json.Valid(out) {
+			t.Fatalf("Render(%q) says pretty but %q is not JSON", payload, out)
+		}
+	})
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
 }
