@@ -1,6 +1,9 @@
 package idemnats
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -17,10 +20,12 @@ import (
 // are constants rather than configuration: a sink and a source configured differently would
 // silently lose event ids. Matching is case-sensitive, as it is in the NATS server.
 const (
-	// HeaderMsgID is JetStream's message id header. A sink sets it to the event id, so the
-	// stream drops a second publish of the same event within its Duplicates window — except for
-	// a dead-letter replay, which must get through: its message id is "<event id>/replay/<dead
-	// letter id>" while its event id stays the same.
+	// HeaderMsgID is JetStream's message id header. A sink sets it to BrokerMsgID: the event
+	// id scoped by the subject and the content, so the stream drops a true republish within its
+	// Duplicates window while a reused id with other content, or the same id on another subject
+	// of the stream, still reaches the consumer (which dead-letters key reuse). A dead-letter
+	// replay must get through as well: its message id is "<event id>/replay/<dead letter id>"
+	// while its event id stays the same.
 	HeaderMsgID = jetstream.MsgIDHeader
 	// HeaderEventID carries Message.EventID. A message without it (published by a producer that
 	// does not know idem) takes its event id from Nats-Msg-Id.
@@ -80,7 +85,7 @@ func EncodeMessage(subject string, m idem.Message) (*nats.Msg, error) {
 		h[k] = []string{v}
 	}
 	h[HeaderEventID] = []string{m.EventID}
-	msgID := m.EventID
+	msgID := BrokerMsgID(subject, m)
 	if id := m.Headers[HeaderBrokerMsgID]; id != "" {
 		msgID = id
 	} else if id := m.Headers[idem.HeaderReplayOf]; id != "" {
@@ -110,6 +115,35 @@ func EncodeMessage(subject string, m idem.Message) (*nats.Msg, error) {
 		h[HeaderOccurredAt] = []string{t.Format(time.RFC3339Nano)}
 	}
 	return &nats.Msg{Subject: subject, Header: h, Data: m.Payload}, nil
+}
+
+// maxMsgIDEventID bounds the event id part of a broker message id; a longer event id is
+// replaced by its hash, so that the header stays small whatever the producer sends.
+const maxMsgIDEventID = 128
+
+// BrokerMsgID is the Nats-Msg-Id a Sink gives m on subject: "<event id>/<16 hex digits>", the
+// digits being the start of SHA-256 over the subject, tenant, type and payload (each
+// length-prefixed). JetStream deduplicates on the whole id within the stream's Duplicates
+// window, so it drops only what is truly the same publish — same event, subject and content —
+// and lets through what the consumer must judge: a reused event id with other content (key
+// reuse, dead-lettered by the consumer) and the same event id on two subjects of one stream
+// (two events for JetStream, one per subscriber). An event id longer than 128 bytes is replaced
+// by "sha256:" and the first 32 hex digits of its own hash, which bounds the header.
+func BrokerMsgID(subject string, m idem.Message) string {
+	h := sha256.New()
+	for _, part := range [][]byte{[]byte(subject), []byte(m.Tenant), []byte(m.Type), m.Payload} {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
+		h.Write(part)
+	}
+	sum := h.Sum(nil)
+	id := m.EventID
+	if len(id) > maxMsgIDEventID {
+		idSum := sha256.Sum256([]byte(id))
+		id = "sha256:" + hex.EncodeToString(idSum[:16])
+	}
+	return id + "/" + hex.EncodeToString(sum[:8])
 }
 
 // DecodeHeaders builds the idem.Message carried by a JetStream message's headers, data and

@@ -77,7 +77,8 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 			nm, err := idemnats.EncodeMessage("orders.paid", tt.msg)
 			require.NoError(t, err)
 			require.Equal(t, "orders.paid", nm.Subject)
-			require.Equal(t, tt.msg.EventID, nm.Header.Get(jetstream.MsgIDHeader), "EventID must be JetStream's message id")
+			require.Equal(t, idemnats.BrokerMsgID("orders.paid", tt.msg), nm.Header.Get(jetstream.MsgIDHeader),
+				"JetStream's message id is the event id scoped by subject and content")
 			md := &jetstream.MsgMetadata{NumDelivered: 3, Timestamp: time.Date(2025, 3, 4, 5, 6, 8, 0, time.UTC)}
 			got, err := idemnats.DecodeHeaders(wire(t, nm.Header), nm.Data, md)
 			require.NoError(t, err)
@@ -172,7 +173,8 @@ func TestEncodeMessage(t *testing.T) {
 			},
 		})
 		require.NoError(t, err)
-		require.Equal(t, nats.Header{"Nats-Msg-Id": {"e"}, "Idem-Event-Id": {"e"}, "Idem-Tenant": {"real"}, "Keep": {"k"}}, nm.Header)
+		wantID := idemnats.BrokerMsgID("s", idem.Message{EventID: "e", Tenant: "real"})
+		require.Equal(t, nats.Header{"Nats-Msg-Id": {wantID}, "Idem-Event-Id": {"e"}, "Idem-Tenant": {"real"}, "Keep": {"k"}}, nm.Header)
 	})
 	errs := []struct {
 		name    string
@@ -205,7 +207,7 @@ func TestReplayAndBrokerMsgIDBypassDedup(t *testing.T) {
 		headers map[string]string
 		wantID  string
 	}{
-		{"plain", nil, "evt-1"},
+		{"plain", nil, idemnats.BrokerMsgID("s", idem.Message{EventID: "evt-1"})},
 		{"replay", map[string]string{idem.HeaderReplayOf: "42"}, "evt-1/replay/42"},
 		{"explicit", map[string]string{idemnats.HeaderBrokerMsgID: "evt-1#dup"}, "evt-1#dup"},
 	} {
@@ -220,4 +222,43 @@ func TestReplayAndBrokerMsgIDBypassDedup(t *testing.T) {
 			require.Equal(t, "evt-1", m.EventID, "the event id survives whatever the broker id is")
 		})
 	}
+}
+
+// TestBrokerMsgID: the broker message id is the same for a true republish and differs for
+// anything the consumer must judge (key reuse, another subject, another tenant), so the
+// stream's duplicate window never hides key reuse; it is bounded whatever the event id.
+func TestBrokerMsgID(t *testing.T) {
+	t.Parallel()
+	base := idem.Message{EventID: "evt-1", Tenant: "acme", Type: "order.created", Payload: []byte(`{"n":1}`),
+		Headers: map[string]string{"Trace-Id": "a"}, OccurredAt: time.Unix(1, 0)}
+	id := idemnats.BrokerMsgID("orders.a", base)
+	require.Regexp(t, `^evt-1/[0-9a-f]{16}$`, id)
+
+	republish := base.Clone()
+	republish.Headers["Trace-Id"] = "b"
+	republish.OccurredAt = time.Unix(2, 0)
+	republish.Attempt = 3
+	require.Equal(t, id, idemnats.BrokerMsgID("orders.a", republish),
+		"volatile fields (headers, times, attempt) do not change the broker id: a republish is dropped")
+
+	differ := map[string]func(m *idem.Message) string{
+		"payload": func(m *idem.Message) string { m.Payload = []byte(`{"n":2}`); return "orders.a" },
+		"type":    func(m *idem.Message) string { m.Type = "order.cancelled"; return "orders.a" },
+		"tenant":  func(m *idem.Message) string { m.Tenant = "globex"; return "orders.a" },
+		"subject": func(*idem.Message) string { return "orders.b" },
+		// Length prefixes keep field boundaries: moving a byte from type to payload changes it.
+		"boundary": func(m *idem.Message) string { m.Type, m.Payload = "order.created{", []byte(`"n":1}`); return "orders.a" },
+	}
+	for name, mutate := range differ {
+		m := base.Clone()
+		subject := mutate(&m)
+		require.NotEqual(t, id, idemnats.BrokerMsgID(subject, m), "another %s must give another broker id", name)
+	}
+
+	long := base
+	long.EventID = strings.Repeat("x", 5000)
+	longID := idemnats.BrokerMsgID("orders.a", long)
+	require.Regexp(t, `^sha256:[0-9a-f]{32}/[0-9a-f]{16}$`, longID)
+	long.EventID = strings.Repeat("x", 4999) + "y"
+	require.NotEqual(t, longID, idemnats.BrokerMsgID("orders.a", long), "long ids are hashed, not cut")
 }

@@ -21,7 +21,16 @@ func TestSourceConfigValidate(t *testing.T) {
 		{name: "missing stream", mutate: func(c *SourceConfig) { c.Stream = "" }, wantErr: []string{"Stream is empty"}},
 		{name: "missing durable", mutate: func(c *SourceConfig) { c.Durable = "" }, wantErr: []string{"Durable is empty"}},
 		{name: "negative ack wait", mutate: func(c *SourceConfig) { c.AckWait = -time.Second }, wantErr: []string{"AckWait is -1s"}},
-		{name: "one delivery leaves no retry", mutate: func(c *SourceConfig) { c.MaxDeliver = 1 }, wantErr: []string{"MaxDeliver is 1"}},
+		{name: "one delivery leaves no retry", mutate: func(c *SourceConfig) { c.MaxDeliver = 1 }, wantErr: []string{"MaxDeliver is 1, want -1 (unlimited) or at least 18"}},
+		// A limit that leaves no room for deliveries without a verdict: the broker would drop
+		// an event the policy still wants to retry.
+		{name: "no room for give-backs", mutate: func(c *SourceConfig) { c.MaxDeliver = 17 }, wantErr: []string{"MaxDeliver is 17", "8 attempts"}},
+		{name: "bounded above the policy", mutate: func(c *SourceConfig) { c.MaxDeliver = 18 }},
+		{name: "bounded for a longer policy", mutate: func(c *SourceConfig) { c.MaxDeliver = 40; c.Retry.MaxAttempts = 30 }},
+		{name: "bounded below a longer policy", mutate: func(c *SourceConfig) { c.MaxDeliver = 39; c.Retry.MaxAttempts = 30 },
+			wantErr: []string{"MaxDeliver is 39, want -1 (unlimited) or at least 40"}},
+		{name: "unlimited with any policy", mutate: func(c *SourceConfig) { c.MaxDeliver = -1; c.Retry.MaxAttempts = 1000 }},
+		{name: "invalid policy", mutate: func(c *SourceConfig) { c.Retry.MaxAttempts = -1 }, wantErr: []string{"Retry: retry: MaxAttempts (-1) is negative"}},
 		{name: "max deliver below -1", mutate: func(c *SourceConfig) { c.MaxDeliver = -2 }, wantErr: []string{"MaxDeliver is -2"}},
 		{name: "max wait too short", mutate: func(c *SourceConfig) { c.MaxWait = time.Millisecond }, wantErr: []string{"MaxWait is 1ms"}},
 		{
@@ -53,6 +62,7 @@ func TestSourceConfigDefaults(t *testing.T) {
 	cfg := SourceConfig{Stream: "S", Durable: "d"}.WithDefaults()
 	require.Equal(t, AckWaitDefault, cfg.AckWait)
 	require.Equal(t, MaxDeliverDefault, cfg.MaxDeliver)
+	require.Equal(t, -1, cfg.MaxDeliver, "unlimited: the retry policy, not the broker, ends retries")
 	require.Equal(t, MaxWaitDefault, cfg.MaxWait)
 }
 

@@ -33,6 +33,11 @@ func harness(js jetstream.JetStream) transporttest.Harness {
 			return src
 		},
 		Sink: func(tb testing.TB) idem.Sink { return idemnats.NewSink(js) },
+		// The test streams store at most testMaxMsgSize bytes per message.
+		Refuse: func(m idem.Message) idem.Message {
+			m.Payload = make([]byte, 2*testMaxMsgSize)
+			return m
+		},
 	}
 }
 

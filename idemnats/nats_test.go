@@ -32,6 +32,10 @@ func connect(tb testing.TB) jetstream.JetStream {
 	return js
 }
 
+// testMaxMsgSize is the largest message the test streams store; a bigger one is refused by the
+// server (not the client), which is how the conformance suite injects a broker fault.
+const testMaxMsgSize = 64 << 10
+
 // testStream creates a memory stream IDEMTEST_<hex> over idemtest.<hex>.> that is deleted when
 // tb ends, and returns its name and the subject idemtest.<hex>.events.
 func testStream(tb testing.TB, js jetstream.JetStream) (stream, subject string) {
@@ -49,6 +53,7 @@ func testStream(tb testing.TB, js jetstream.JetStream) (stream, subject string) 
 		Storage:    jetstream.MemoryStorage,
 		MaxAge:     10 * time.Minute, // a stream a crashed test leaves behind expires
 		Duplicates: time.Minute,
+		MaxMsgSize: testMaxMsgSize,
 	})
 	require.NoError(tb, err, "create stream %s", stream)
 	tb.Cleanup(func() {

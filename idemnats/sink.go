@@ -21,8 +21,8 @@ const (
 	publishWindow = 256
 )
 
-// Sink publishes messages to JetStream with their EventID as Nats-Msg-Id, waiting for the
-// stream to confirm each. It is safe for concurrent use.
+// Sink publishes messages to JetStream with BrokerMsgID (the event id scoped by subject and
+// content) as Nats-Msg-Id, waiting for the stream to confirm each. It is safe for concurrent use.
 //
 // Header names are not configurable: they are a wire contract shared with every Source.
 type Sink struct {
@@ -36,9 +36,14 @@ func NewSink(js jetstream.JetStream) *Sink { return &Sink{js: js} }
 
 // Publish sends msgs to subject (see EncodeMessage for the mapping) and returns once the stream
 // stored every one. A PubAck marked Duplicate counts as success: the stream already holds the
-// event from an earlier publish within its Duplicates window. One message is published
-// synchronously; a batch is pipelined with asynchronous publishes and then awaited. When some
-// fail, the error names each failed event; events not named were stored.
+// same publish (BrokerMsgID) from within its Duplicates window. One message is published
+// synchronously; a batch is pipelined in windows of asynchronous publishes, each awaited before
+// the next is sent, and nothing more is sent once a message of a window failed. The error then
+// names each failed or unsent event; events not named were stored.
+//
+// Messages of one call are independent: within a window a message may be stored after an earlier
+// one failed. A caller that needs two messages in order publishes them in separate calls, the
+// later only after the earlier returned nil — as the relay does for the rows of one key.
 func (s *Sink) Publish(ctx context.Context, subject string, msgs ...idem.Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -62,27 +67,33 @@ func (s *Sink) Publish(ctx context.Context, subject string, msgs ...idem.Message
 		}
 		return nil
 	}
-	var errs []error
 	for start := 0; start < len(encoded); start += publishWindow {
 		end := min(start+publishWindow, len(encoded))
 		if err := s.publishAsync(ctx, subject, msgs[start:end], encoded[start:end]); err != nil {
-			errs = append(errs, err)
+			errs := []error{err}
+			cause := errors.New("an earlier message of the batch failed")
 			if ctx.Err() != nil {
-				for _, m := range msgs[end:] {
-					errs = append(errs, fmt.Errorf("idemnats: publish event %s to %s: not sent: %w", m.EventID, subject, ctx.Err()))
-				}
-				break
+				cause = ctx.Err()
 			}
+			for _, m := range msgs[end:] {
+				errs = append(errs, fmt.Errorf("idemnats: publish event %s to %s: not sent: %w", m.EventID, subject, cause))
+			}
+			return errors.Join(errs...)
 		}
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
-// publishAsync publishes one window of a batch and waits for all of its PubAcks.
+// publishAsync publishes one window of a batch and waits for all of its PubAcks. It stops
+// sending at the first message the client refuses.
 func (s *Sink) publishAsync(ctx context.Context, subject string, msgs []idem.Message, encoded []*nats.Msg) error {
 	var errs []error
 	futures := make([]jetstream.PubAckFuture, len(encoded))
 	for i, nm := range encoded {
+		if len(errs) > 0 {
+			errs = append(errs, fmt.Errorf("idemnats: publish event %s to %s: not sent: an earlier message of the batch failed", msgs[i].EventID, subject))
+			continue
+		}
 		if err := ctx.Err(); err != nil {
 			errs = append(errs, fmt.Errorf("idemnats: publish event %s to %s: not sent: %w", msgs[i].EventID, subject, err))
 			continue

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/retry"
 )
 
 // Defaults and bounds of SourceConfig.
@@ -18,8 +19,14 @@ const (
 	// and its transaction, short enough that a crashed worker's message comes back soon. The
 	// consumer extends it at a third while a handler runs, so it need not cover the slowest one.
 	AckWaitDefault = 30 * time.Second
-	// MaxDeliverDefault is the broker's delivery limit when SourceConfig.MaxDeliver is zero.
-	MaxDeliverDefault = 20
+	// MaxDeliverDefault is the broker's delivery limit when SourceConfig.MaxDeliver is zero:
+	// unlimited. At its limit JetStream stops delivering a message without telling the consumer,
+	// so idem could neither handle nor dead-letter it; the retry policy is the budget instead.
+	MaxDeliverDefault = -1
+	// MaxDeliverHeadroom is how many deliveries above the retry policy's MaxAttempts a bounded
+	// MaxDeliver must allow: deliveries that end without a verdict (a lost lease, a give-back at
+	// shutdown or at the end of a Receive) count against JetStream's limit but not the policy's.
+	MaxDeliverHeadroom = 10
 	// MaxWaitDefault is the long-poll of one fetch when SourceConfig.MaxWait is zero.
 	MaxWaitDefault = 5 * time.Second
 	// MaxWaitMin keeps an idle Receive from spinning on fetches that expire at once.
@@ -45,10 +52,15 @@ type SourceConfig struct {
 	// redelivers it (default AckWaitDefault).
 	AckWait time.Duration
 	// MaxDeliver is JetStream's own limit on deliveries of one message (default
-	// MaxDeliverDefault; -1 means unlimited). It is only a safety net and must exceed the retry
-	// policy's attempts: when the broker gives up first, the message is neither handled nor
-	// dead-lettered, and only a JetStream advisory records it.
+	// MaxDeliverDefault: -1, unlimited). When the broker reaches it, it stops delivering the
+	// message: it is neither handled nor dead-lettered, and only a JetStream advisory
+	// ($JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<durable>) records it. A bounded
+	// value must be at least Retry.MaxAttempts + MaxDeliverHeadroom, so that the consumer's
+	// policy always dead-letters first; subscribe to the advisory if you set one.
 	MaxDeliver int
+	// Retry is the retry policy of the consumer reading this source (its zero value is the
+	// policy's defaults). It is only used to validate a bounded MaxDeliver.
+	Retry retry.Policy
 	// MaxWait bounds one long-poll fetch (default MaxWaitDefault); Receive repeats fetches
 	// until a message arrives or its context ends, so this only sets how often it re-asks.
 	MaxWait time.Duration
@@ -84,8 +96,11 @@ func (c SourceConfig) validate() error {
 	if c.AckWait < 0 {
 		errs = append(errs, fmt.Errorf("AckWait is %v, want > 0", c.AckWait))
 	}
-	if c.MaxDeliver < -1 || c.MaxDeliver == 1 {
-		errs = append(errs, fmt.Errorf("MaxDeliver is %d, want -1 (unlimited) or at least 2, above the retry policy's attempts", c.MaxDeliver))
+	if err := c.Retry.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("Retry: %w", err))
+	} else if attempts := c.Retry.WithDefaults().MaxAttempts; c.MaxDeliver < -1 || c.MaxDeliver >= 0 && c.MaxDeliver < attempts+MaxDeliverHeadroom {
+		errs = append(errs, fmt.Errorf("MaxDeliver is %d, want -1 (unlimited) or at least %d (the retry policy's %d attempts + %d for deliveries that end without a verdict): at its limit JetStream drops the message without a dead letter",
+			c.MaxDeliver, attempts+MaxDeliverHeadroom, attempts, MaxDeliverHeadroom))
 	}
 	if c.MaxWait < MaxWaitMin {
 		errs = append(errs, fmt.Errorf("MaxWait is %v, want at least %v", c.MaxWait, MaxWaitMin))
@@ -102,6 +117,8 @@ type Source struct {
 	name string
 	js   jetstream.JetStream
 	cons jetstream.Consumer
+	// window is the stream's redelivery window (RedeliveryWindow of its info at NewSource).
+	window time.Duration
 	// closed is cancelled by Close (with cause ErrClosed) and ends in-flight Receives.
 	closed context.Context
 	close  context.CancelCauseFunc
@@ -131,8 +148,13 @@ func NewSource(ctx context.Context, js jetstream.JetStream, cfg SourceConfig) (*
 	if err != nil {
 		return nil, fmt.Errorf("idemnats: create consumer %s on stream %s: %w", cfg.Durable, cfg.Stream, err)
 	}
+	stream, err := js.Stream(ctx, cfg.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("idemnats: read stream %s: %w", cfg.Stream, err)
+	}
 	closed, closeFn := context.WithCancelCause(context.Background())
 	return &Source{
+		window: RedeliveryWindow(stream.CachedInfo()),
 		cfg:    cfg,
 		name:   cfg.Stream + "/" + cfg.Durable,
 		js:     js,
@@ -147,6 +169,21 @@ func (s *Source) Name() string { return s.name }
 
 // Lease is the consumer's AckWait.
 func (s *Source) Lease() time.Duration { return s.cfg.AckWait }
+
+// DeliveryLimit is JetStream's limit on deliveries of one message (SourceConfig.MaxDeliver),
+// or 0 when there is none (the default). The consumer checks it against its retry policy: a
+// broker that stops delivering first drops the message without a dead letter.
+func (s *Source) DeliveryLimit() int {
+	if s.cfg.MaxDeliver < 0 {
+		return 0
+	}
+	return s.cfg.MaxDeliver
+}
+
+// RedeliveryWindow is how long after publishing the stream can deliver the same event again
+// (RedeliveryWindow of the stream as NewSource found it): the consumer's claim retention must
+// cover it.
+func (s *Source) RedeliveryWindow() time.Duration { return s.window }
 
 // Close ends in-flight and later Receives with ErrClosed. It keeps the durable consumer, so a
 // new Source with the same Durable resumes; deliveries already returned can still be settled,

@@ -61,6 +61,14 @@ func (b *memBroker) harness() transporttest.Harness {
 			return &memSource{b: b, topic: topic, name: name, lease: lease, closed: make(chan struct{})}
 		},
 		Sink: func(tb testing.TB) idem.Sink { return memSink{b} },
+		Refuse: func(m idem.Message) idem.Message {
+			m = m.Clone()
+			if m.Headers == nil {
+				m.Headers = map[string]string{}
+			}
+			m.Headers[memRefuse] = "1"
+			return m
+		},
 	}
 }
 
@@ -76,17 +84,28 @@ func (s memSink) Publish(ctx context.Context, topic string, msgs ...idem.Message
 	if !ok {
 		return fmt.Errorf("no topic %s", topic)
 	}
+	var errs []error
 	for _, m := range msgs {
-		if t.seen[m.EventID] {
+		if m.Header(memRefuse) != "" {
+			errs = append(errs, fmt.Errorf("event %s refused", m.EventID))
 			continue
 		}
-		t.seen[m.EventID] = true
+		// Dedup on the id and the content, as idemnats does: a republish is dropped, key reuse
+		// and another tenant's event with the same id are delivered.
+		dedup := fmt.Sprintf("%q %q %q %q", m.EventID, m.Tenant, m.Type, m.Payload)
+		if t.seen[dedup] {
+			continue
+		}
+		t.seen[dedup] = true
 		m = m.Clone()
 		m.PublishedAt = time.Now()
 		t.msgs = append(t.msgs, m)
 	}
-	return nil
+	return errors.Join(errs...)
 }
+
+// memRefuse is the header that makes the in-memory broker refuse a message.
+const memRefuse = "Mem-Refuse"
 
 func (memSink) Close() error { return nil }
 

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -50,6 +51,11 @@ type Harness struct {
 	Source func(tb testing.TB, topic, name string, lease time.Duration) idem.Source
 	// Sink opens a sink that publishes to topics made by NewTopic.
 	Sink func(tb testing.TB) idem.Sink
+	// Refuse, when set, turns m into a message the broker refuses to store on a topic made by
+	// NewTopic while it stores the other messages of the same Publish call (JetStream: a payload
+	// above the stream's MaxMsgSize). It injects a fault into one message of a batch; the
+	// PublishRefused check is skipped without it.
+	Refuse func(m idem.Message) idem.Message
 }
 
 // Timing of the checks. Leases are short so that lease expiry and delayed naks are observable
@@ -89,6 +95,8 @@ func Exercise(t *testing.T, h Harness) {
 		{name: "BrokerDedup", needs: feature(h.Features.BrokerDedup, "BrokerDedup"), run: testBrokerDedup},
 		{name: "PersistentResume", needs: feature(h.Features.Persistent, "Persistent"), run: testPersistentResume},
 		{name: "PublishConfirms", run: testPublishConfirms},
+		{name: "PublishRefused", needs: feature(h.Refuse != nil, "Refuse (Harness)"), run: testPublishRefused},
+		{name: "KeyReuseReachesConsumer", run: testKeyReuseReachesConsumer},
 		{name: "ReceiveMax", run: testReceiveMax},
 		{name: "ReceiveContext", run: testReceiveContext},
 		{name: "ConcurrentReceiveAck", run: testConcurrentReceiveAck},
@@ -417,6 +425,81 @@ func testPublishConfirms(t *testing.T, h Harness) {
 	})
 	if err == nil {
 		t.Error("Publish with a cancelled context returned nil; it cannot have waited for the broker's confirmation")
+	}
+}
+
+// testPublishRefused: when the broker refuses one message of a batch, Publish reports an error
+// naming that event (never nil, which would let the relay mark it published and send the key's
+// later rows), the refused message is never delivered, and the sink keeps working. A caller
+// that needs order publishes a key's rows in separate calls; this is what it relies on.
+func testPublishRefused(t *testing.T, h Harness) {
+	topic := h.NewTopic(t)
+	sink := h.Sink(t)
+	prefix := newPrefix(t)
+	good := idem.Message{EventID: prefix + "-before", Payload: []byte("a")}
+	bad := h.Refuse(idem.Message{EventID: prefix + "-refused", Payload: []byte("b")})
+	after := idem.Message{EventID: prefix + "-after", Payload: []byte("c")}
+
+	err := call(t, "Publish(batch with a refused message)", callTimeout, func(ctx context.Context) error {
+		return sink.Publish(ctx, topic, good, bad, after)
+	})
+	if err == nil {
+		t.Fatalf("Publish of a batch whose event %s the broker refuses returned nil", bad.EventID)
+	}
+	if !strings.Contains(err.Error(), bad.EventID) {
+		t.Errorf("Publish error %q does not name the refused event %s", err, bad.EventID)
+	}
+	err = call(t, "Publish(refused)", callTimeout, func(ctx context.Context) error { return sink.Publish(ctx, topic, bad) })
+	if err == nil {
+		t.Fatalf("Publish of event %s alone, which the broker refuses, returned nil", bad.EventID)
+	}
+
+	last := idem.Message{EventID: prefix + "-last", Payload: []byte("d")}
+	publish(t, sink, topic, last)
+	src := openSource(t, h, topic, "refused", longLease)
+	got := receiveFor(t, src, 10, 2*time.Second)
+	for _, d := range got {
+		if d.Message().EventID == bad.EventID {
+			t.Errorf("event %s was refused by the broker (Publish failed) but delivered", bad.EventID)
+		}
+		ack(t, d)
+	}
+	if _, ok := indexByID(t, got)[last.EventID]; !ok {
+		t.Errorf("event %s, published after the refusal, was not delivered; got %v", last.EventID, eventIDs(got))
+	}
+}
+
+// testKeyReuseReachesConsumer: a second message with an event id already published but other
+// content (another payload, type or tenant) is delivered. Only the consumer can tell a
+// redelivery from key reuse (same key, other fingerprint: a key_reuse dead letter) or from
+// another tenant's event; a broker whose deduplication drops it hides key reuse for good.
+func testKeyReuseReachesConsumer(t *testing.T, h Harness) {
+	topic := h.NewTopic(t)
+	src := openSource(t, h, topic, "reuse", longLease)
+	sink := h.Sink(t)
+	id := newPrefix(t) + "-reused"
+	sent := []idem.Message{
+		{EventID: id, Tenant: "t1", Type: "order.created", Payload: []byte(`{"n":1}`)},
+		{EventID: id, Tenant: "t1", Type: "order.created", Payload: []byte(`{"n":2}`)},
+		{EventID: id, Tenant: "t1", Type: "order.cancelled", Payload: []byte(`{"n":1}`)},
+		{EventID: id, Tenant: "t2", Type: "order.created", Payload: []byte(`{"n":1}`)},
+	}
+	for _, m := range sent {
+		publish(t, sink, topic, m)
+	}
+	got := receiveN(t, src, len(sent), 5*time.Second)
+	got = append(got, receiveFor(t, src, 10, time.Second)...)
+	type content struct{ tenant, typ, payload string }
+	seen := make(map[content]int)
+	for _, d := range got {
+		m := d.Message()
+		seen[content{m.Tenant, m.Type, string(m.Payload)}]++
+		ack(t, d)
+	}
+	for _, m := range sent {
+		if n := seen[content{m.Tenant, m.Type, string(m.Payload)}]; n != 1 {
+			t.Errorf("event %s (tenant %s, type %s, payload %s) delivered %d times, want once", id, m.Tenant, m.Type, m.Payload, n)
+		}
 	}
 }
 

@@ -1,0 +1,75 @@
+package idemnats_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemnats"
+)
+
+// TestDedupIsScopedBySubjectAndContent: on one stream, the same event id published to several
+// subjects is delivered once per subject (JetStream's duplicate window spans the whole stream,
+// so a bare event id as Nats-Msg-Id delivered one of ten), an identical republish is dropped,
+// and a reused id with other content is delivered for the consumer to dead-letter as key reuse.
+// It fails when Nats-Msg-Id is the bare event id.
+func TestDedupIsScopedBySubjectAndContent(t *testing.T) {
+	t.Parallel()
+	js := connect(t)
+	stream, subject := testStream(t, js)
+	base := strings.TrimSuffix(subject, ".events")
+	sink := idemnats.NewSink(js)
+	id := "evt-" + stream
+	msg := idem.Message{EventID: id, Type: "order.created", Payload: []byte(`{"n":1}`)}
+
+	subjects := make([]string, 10)
+	for i := range subjects {
+		subjects[i] = base + ".s" + string(rune('a'+i))
+		require.NoError(t, sink.Publish(ctxT(t, 10*time.Second), subjects[i], msg))
+	}
+	// True republishes: alone and in a batch, with volatile fields changed.
+	again := msg.Clone()
+	again.Headers = map[string]string{"Trace-Id": "other"}
+	again.OccurredAt = time.Now()
+	require.NoError(t, sink.Publish(ctxT(t, 10*time.Second), subjects[0], again))
+	require.NoError(t, sink.Publish(ctxT(t, 10*time.Second), subjects[1], again, msg))
+	// Key reuse on the first subject.
+	reused := msg.Clone()
+	reused.Payload = []byte(`{"n":2}`)
+	require.NoError(t, sink.Publish(ctxT(t, 10*time.Second), subjects[0], reused))
+
+	src, err := idemnats.NewSource(ctxT(t, 10*time.Second), js, idemnats.SourceConfig{Stream: stream, Durable: "scoped"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = src.Close() })
+	perSubject := make(map[string][]string)
+	deadline := time.Now().Add(5 * time.Second)
+	total := 0
+	for time.Now().Before(deadline) {
+		ds, err := src.Receive(ctxT(t, time.Until(deadline)), 100)
+		if err != nil {
+			break
+		}
+		for _, d := range ds {
+			nd := d.(*idemnats.Delivery)
+			require.Equal(t, id, d.Message().EventID)
+			perSubject[nd.Msg().Subject()] = append(perSubject[nd.Msg().Subject()], string(d.Message().Payload))
+			require.NoError(t, d.Ack(ctxT(t, 10*time.Second)))
+			total++
+		}
+		if total >= len(subjects)+1 {
+			// Wait a little longer for anything that should not be there.
+			deadline = time.Now().Add(500 * time.Millisecond)
+		}
+	}
+	for i, s := range subjects {
+		want := []string{`{"n":1}`}
+		if i == 0 {
+			want = append(want, `{"n":2}`)
+		}
+		require.Equal(t, want, perSubject[s], "subject %s", s)
+	}
+	require.Equal(t, len(subjects)+1, total)
+}
