@@ -247,7 +247,10 @@ func TestBrokerMsgID(t *testing.T) {
 		"tenant":  func(m *idem.Message) string { m.Tenant = "globex"; return "orders.a" },
 		"subject": func(*idem.Message) string { return "orders.b" },
 		// Length prefixes keep field boundaries: moving a byte from type to payload changes it.
-		"boundary": func(m *idem.Message) string { m.Type, m.Payload = "order.created{", []byte(`"n":1}`); return "orders.a" },
+		"boundary": func(m *idem.Message) string {
+			m.Type, m.Payload = "order.created{", []byte(`"n":1}`)
+			return "orders.a"
+		},
 	}
 	for name, mutate := range differ {
 		m := base.Clone()
