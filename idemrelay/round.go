@@ -42,7 +42,7 @@ func (it item) group() string { return it.row.Outgoing.Key }
 // round fetches one batch of the usable partitions and publishes, key by key in enqueue order,
 // every row that may go: a key stops at its first row that is not yet due, whose partition lease
 // ended, or whose publish failed, and its later rows wait for another round; other keys go on.
-// Consecutive publishable rows to one topic share a Publish call where per-key order allows.
+// Rows of different keys to one topic share a Publish call; a key has at most one row per call.
 // An error means the store failed; publish failures are recorded on their rows.
 func (r *Relay) round(ctx context.Context) (roundResult, error) {
 	var res roundResult
@@ -117,13 +117,16 @@ func (r *Relay) round(ctx context.Context) (roundResult, error) {
 }
 
 // nextBatch takes from pending (in id order) the rows of the first row's topic that may be
-// published together: it skips rows of keys blocked meanwhile, and stops a key at its first row
-// that goes to another topic, since that row must be published before the key's later rows. It
-// returns the batch (at most BatchSize rows) and what is left, in id order.
+// published together: at most one row per key, since a sink may pipeline a call and store a
+// later message after an earlier one failed (a key's next row goes out in a later call, only
+// once the call holding its earlier row returned success). It skips rows of keys blocked
+// meanwhile, and stops a key at its first row that goes to another topic or is already
+// represented in the batch. It returns the batch (at most BatchSize rows) and what is left, in
+// id order.
 func (r *Relay) nextBatch(pending []item, blocked map[string]bool) (batch, rest []item) {
 	topic := ""
 	first := true
-	behind := make(map[string]bool) // keys with an earlier row left in rest
+	behind := make(map[string]bool) // keys with a row in the batch or left in rest
 	for _, it := range pending {
 		k := it.group()
 		if k != "" && blocked[k] {
@@ -134,9 +137,9 @@ func (r *Relay) nextBatch(pending []item, blocked map[string]bool) (batch, rest 
 		}
 		if it.topic == topic && len(batch) < r.cfg.BatchSize && (k == "" || !behind[k]) {
 			batch = append(batch, it)
-			continue
+		} else {
+			rest = append(rest, it)
 		}
-		rest = append(rest, it)
 		if k != "" {
 			behind[k] = true
 		}

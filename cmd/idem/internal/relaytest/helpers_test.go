@@ -281,6 +281,10 @@ type recSink struct {
 	after func(relay string) error
 	// delay is how long each Publish call takes, like a broker's round trip.
 	delay time.Duration
+	// pipelined makes a failure not stop the call: the sink goes on storing the later
+	// messages of the call and reports the failures at the end, as a broker client that sends
+	// a batch before the first confirmation comes back does.
+	pipelined bool
 }
 
 // as returns a sink that records under the given relay id.
@@ -307,9 +311,14 @@ func (s *recSink) publish(ctx context.Context, relay, topic string, msgs []idem.
 	call := s.calls
 	fail := s.fail
 	after := s.after
+	var errs []error
 	for _, m := range msgs {
 		if fail != nil {
 			if err := fail(topic, m); err != nil {
+				if s.pipelined {
+					errs = append(errs, err)
+					continue
+				}
 				s.mu.Unlock()
 				return err
 			}
@@ -317,6 +326,9 @@ func (s *recSink) publish(ctx context.Context, relay, topic string, msgs []idem.
 		s.got = append(s.got, published{relay: relay, topic: topic, msg: m, call: call, start: start, end: time.Now()})
 	}
 	s.mu.Unlock()
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
 	if after != nil {
 		return after(relay)
 	}

@@ -294,6 +294,57 @@ func TestRelayFailureHoldsBackOnlyItsKey(t *testing.T) {
 	}
 }
 
+// A sink that pipelines a batch stores the later messages of a call after an earlier one failed.
+// The relay puts at most one row of a key in a call, so a key's later rows never go out before
+// its failed row: they wait for it, and the other keys go on. Fails when a key's rows share a
+// call (a-2 and a-3 were stored while a-1 was pending).
+func TestRelayPipelinedFailureKeepsKeyOrder(t *testing.T) {
+	t.Parallel()
+	for _, kk := range kits {
+		t.Run(kk.name, func(t *testing.T) {
+			t.Parallel()
+			k := kk.new(t, storeCfg{})
+			ctx := ctxT(t, 20*time.Second)
+			k.enqueue(t,
+				ev("a-1", "a", "orders"), ev("a-2", "a", "orders"), ev("a-3", "a", "orders"),
+				ev("b-1", "b", "orders"), ev("b-2", "b", "orders"))
+
+			sink := &recSink{pipelined: true}
+			sink.setFail(func(_ string, m idem.Message) error {
+				if m.EventID == "a-1" {
+					return idem.RetryAfter(errors.New("stream refused the message"), time.Hour)
+				}
+				return nil
+			})
+			clk := &clock{}
+			r := newRelay(t, k.store, k.dlq, sink, func(c *idemrelay.Config) {
+				c.Now = clk.Now
+				c.Retry = retry.Policy{MaxElapsed: 24 * time.Hour}
+			})
+			drain(t, ctx, r)
+			require.ElementsMatch(t, []string{"b-1", "b-2"}, distinct(sink.ids()), "key a waits behind a-1; key b goes on")
+			require.Equal(t, outboxState{}, k.row(ctx, "a-2"), "a-2 waits behind a-1 untried")
+			type callKey struct {
+				call int
+				key  string
+			}
+			perCall := map[callKey]int{}
+			for _, p := range sink.all() {
+				ck := callKey{p.call, strings.Split(p.msg.EventID, "-")[0]}
+				perCall[ck]++
+				require.Equal(t, 1, perCall[ck], "call %d carries more than one row of key %s", ck.call, ck.key)
+			}
+
+			sink.setFail(nil)
+			clk.Advance(2 * time.Hour)
+			require.Equal(t, 3, drain(t, ctx, r))
+			requireKeyOrder(t, sink.ids(), map[string][]string{"a": {"a-1", "a-2", "a-3"}, "b": {"b-1", "b-2"}})
+			require.Equal(t, counts{Published: 5}, k.counts(ctx))
+			require.NoError(t, r.Release(ctx))
+		})
+	}
+}
+
 // Transient failures are retried under the policy until they succeed or the budget is spent.
 func TestRelayRetriesTransientFailures(t *testing.T) {
 	t.Parallel()
