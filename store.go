@@ -251,8 +251,10 @@ type OutboxStore[TTx any] interface {
 type OutboxRelayStore interface {
 	// OutboxPartitions is the fixed number of partitions rows are hashed into.
 	OutboxPartitions() int
-	// OutboxFetch returns up to p.Limit unpublished, not dead rows of the given partitions in
-	// enqueue order (by id), due or not; the relay holds back a key behind a row not yet due.
+	// OutboxFetch returns up to p.Limit unpublished rows of the given partitions in enqueue
+	// order (by id), due or not: the relay holds back a key behind a row not yet due. Dead rows
+	// that carry a DeadLetterID are returned too, until they are marked published: they hold
+	// their key back until an operator replays or discards their dead letter.
 	OutboxFetch(ctx context.Context, p OutboxFetchParams) ([]OutboxRow, error)
 	// OutboxMarkPublished sets published_at on the rows.
 	OutboxMarkPublished(ctx context.Context, ids []int64, at time.Time) error
@@ -284,6 +286,13 @@ type OutboxRow struct {
 	Attempts      int
 	LastError     string
 	NextAttemptAt time.Time
+	// FirstAttemptAt is when the relay first tried to publish the row (zero until a failed
+	// attempt recorded it); the retry budget counts from it, not from CreatedAt.
+	FirstAttemptAt time.Time
+	// Dead marks a row the relay gave up on; DeadLetterID is its dead letter, whose replay or
+	// discard releases the row's key.
+	Dead         bool
+	DeadLetterID int64
 }
 
 // OutboxFailParams is the input of OutboxRelayStore.OutboxMarkFailed.
@@ -292,7 +301,12 @@ type OutboxFailParams struct {
 	Attempts      int
 	LastError     string
 	NextAttemptAt time.Time
-	Dead          bool
+	// FirstAttemptAt is stored as the row's first attempt time (the relay passes the one it
+	// read, or the current attempt's time on the first failure).
+	FirstAttemptAt time.Time
+	Dead           bool
+	// DeadLetterID links a dead row to its dead letter (0: none).
+	DeadLetterID int64
 }
 
 // LeaseStore keeps named leases (relay partitions, relay membership) in the database so that

@@ -51,8 +51,9 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, msgs ...idem.Outgoing)
 	return nil
 }
 
-// OutboxFetch returns up to p.Limit (100 when it is 0) unpublished, live rows of p.Partitions
-// in enqueue order, due or not: the relay holds back a key behind a row that is not yet due.
+// OutboxFetch returns up to p.Limit (100 when it is 0) unpublished rows of p.Partitions in
+// enqueue order, due or not: the relay holds back a key behind a row that is not yet due, and
+// behind a dead row with a dead letter until that is replayed or discarded.
 // It takes no locks; partition leases keep relays apart.
 func (s *Store) OutboxFetch(ctx context.Context, p idem.OutboxFetchParams) ([]idem.OutboxRow, error) {
 	if len(p.Partitions) == 0 {
@@ -71,11 +72,12 @@ func (s *Store) OutboxFetch(ctx context.Context, p idem.OutboxFetchParams) ([]id
 			row      idem.OutboxRow
 			headers  []byte
 			occurred pgtype.Timestamptz
+			first    pgtype.Timestamptz
 		)
 		o := &row.Outgoing
 		if err := r.Scan(&row.ID, &row.Partition, &o.EventID, &o.Tenant, &o.Topic, &o.Key, &o.Type,
 			&o.Payload, &headers, &occurred, &row.CreatedAt, &row.Attempts, &row.LastError,
-			&row.NextAttemptAt); err != nil {
+			&row.NextAttemptAt, &first, &row.Dead, &row.DeadLetterID); err != nil {
 			return row, err
 		}
 		var err error
@@ -85,6 +87,7 @@ func (s *Store) OutboxFetch(ctx context.Context, p idem.OutboxFetchParams) ([]id
 		o.OccurredAt = timeOf(occurred)
 		row.CreatedAt = row.CreatedAt.UTC()
 		row.NextAttemptAt = row.NextAttemptAt.UTC()
+		row.FirstAttemptAt = timeOf(first)
 		return row, nil
 	})
 	if err != nil {
@@ -104,11 +107,16 @@ func (s *Store) OutboxMarkPublished(ctx context.Context, ids []int64, at time.Ti
 	return nil
 }
 
-// OutboxMarkFailed records a failed publish of row p.ID: its attempts, last error and next
-// attempt time, and whether it is dead. A row that does not exist is an error wrapping
+// OutboxMarkFailed records a failed publish of row p.ID: its attempts, last error, next and
+// first attempt times, and whether it is dead (with its dead letter). A row that does not exist is an error wrapping
 // idem.ErrNotFound.
 func (s *Store) OutboxMarkFailed(ctx context.Context, p idem.OutboxFailParams) error {
-	tag, err := s.pool.Exec(ctx, s.q.outboxMarkFailed, p.ID, p.Attempts, p.LastError, orNow(p.NextAttemptAt), p.Dead)
+	var first pgtype.Timestamptz
+	if !p.FirstAttemptAt.IsZero() {
+		first = pgtype.Timestamptz{Time: p.FirstAttemptAt, Valid: true}
+	}
+	tag, err := s.pool.Exec(ctx, s.q.outboxMarkFailed, p.ID, p.Attempts, p.LastError, orNow(p.NextAttemptAt), p.Dead,
+		first, p.DeadLetterID)
 	if err != nil {
 		return fmt.Errorf("idempg: mark outbox row %d failed: %w", p.ID, err)
 	}

@@ -38,7 +38,8 @@ const (
 	dlColumns = `id, consumer, tenant, event_id, type, payload, headers, published_at, occurred_at,
 		fingerprint, reason, error, attempts, first_failed_at, last_failed_at, status, source, recovered_at`
 	outboxColumns = `id, partition, event_id, tenant, topic, ordering_key, type, payload, headers,
-		occurred_at, created_at, attempts, last_error, next_attempt_at`
+		occurred_at, created_at, attempts, last_error, next_attempt_at, first_attempt_at, dead,
+		coalesce(dead_letter_id, 0)`
 )
 
 // buildQueries substitutes the schema and prefix into every statement. Both were validated as
@@ -145,12 +146,18 @@ func buildQueries(schema, prefix string, partitioned bool) queries {
 			payload, headers, occurred_at, created_at, next_attempt_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10)`,
 		outboxNotify: `SELECT pg_notify($1, '')`,
-		outboxFetch: `SELECT {{outbox_columns}} FROM {{outbox}}
-			WHERE partition = ANY ($1) AND published_at IS NULL AND NOT dead
+		// Live rows and the dead rows still holding their keys, each through its partial index.
+		outboxFetch: `SELECT * FROM (
+			(SELECT {{outbox_columns}} FROM {{outbox}}
+				WHERE partition = ANY ($1) AND published_at IS NULL AND NOT dead ORDER BY id LIMIT $2)
+			UNION ALL
+			(SELECT {{outbox_columns}} FROM {{outbox}}
+				WHERE partition = ANY ($1) AND published_at IS NULL AND dead AND dead_letter_id IS NOT NULL
+				ORDER BY id LIMIT $2)) AS rows
 			ORDER BY id LIMIT $2`,
 		outboxMarkPublished: `UPDATE {{outbox}} SET published_at = $2 WHERE id = ANY ($1)`,
-		outboxMarkFailed: `UPDATE {{outbox}} SET attempts = $2, last_error = $3, next_attempt_at = $4, dead = $5
-			WHERE id = $1`,
+		outboxMarkFailed: `UPDATE {{outbox}} SET attempts = $2, last_error = $3, next_attempt_at = $4, dead = $5,
+			first_attempt_at = $6, dead_letter_id = nullif($7, 0) WHERE id = $1`,
 		outboxDeletePublished: `DELETE FROM {{outbox}} WHERE id = ANY (ARRAY (
 			SELECT id FROM {{outbox}} WHERE published_at < $1 LIMIT $2))`,
 		outboxStats: `SELECT count(*), min(created_at) FROM {{outbox}}

@@ -84,10 +84,19 @@ type Config struct {
 	// lease it started under (at least two thirds of LeaseTTL after a renewal): a slower one is
 	// cut off and counts as a transient failure, so raise LeaseTTL for slow sinks.
 	LeaseTTL time.Duration
-	// Retry bounds publish retries of one row, counted from its creation: after the budget, or
-	// at once on a permanent error, the row is marked dead and a dead letter is written
-	// (consumer ConsumerName, reason retries_exhausted or permanent_error).
+	// Retry bounds publish retries of one row, counted from its first publish attempt (not its
+	// creation: a relay that was down or behind must not dead-letter a row on its first
+	// failure): after the budget, or at once on a permanent error, the row is marked dead and a
+	// dead letter is written (consumer ConsumerName, reason retries_exhausted or
+	// permanent_error). A dead row holds its key back — the key's later rows are not published —
+	// until an operator replays or discards that dead letter (`idem dlq replay|discard`); the
+	// relay then releases the row and the key goes on.
 	Retry retry.Policy
+	// SkipDeadRows lets a key's later rows go out past its dead row instead of waiting for the
+	// operator: per-key order is then given up for that key. Use it only where later events do
+	// not depend on earlier ones; the dead row is still released when its dead letter is
+	// replayed or discarded.
+	SkipDeadRows bool
 	// Retention is how long published rows are kept before they are deleted (default
 	// RetentionDefault).
 	Retention time.Duration

@@ -21,14 +21,21 @@
 // # Order and retries
 //
 // Within a round rows come in enqueue order. Rows with the same Outgoing.Key are published in
-// that order; a key stops at its first row that is not yet due or whose publish fails, and its
-// later rows wait, while other keys go on (an empty key orders nothing: each such row stands
-// alone). A failed publish is classified with idem.Classify (unknown errors are transient):
-// transient failures are retried under Config.Retry, counted from the row's creation and
-// honouring a destination's Retry-After hint; a permanent failure or a spent budget marks the
-// row dead and writes a dead letter (consumer "relay", reason permanent_error or
-// retries_exhausted, source "outbox:<topic>", error redacted). A dead row no longer holds its
-// key back: the key's later rows go on, and an operator decides what to do with the dead one.
+// that order, and a key's row goes out only after the publish of its earlier row was confirmed:
+// one Publish call carries at most one row per key (rows of different keys share calls), since
+// a sink may pipeline a call and store a later message after an earlier one failed. A key stops
+// at its first row that is not yet due, whose publish fails or that is dead, and its later rows
+// wait, while other keys go on (an empty key orders nothing: each such row stands alone).
+//
+// A failed publish is classified with idem.Classify (unknown errors are transient): transient
+// failures are retried under Config.Retry, counted from the row's first publish attempt (so an
+// outage before it spends no budget) and honouring a destination's Retry-After hint; a
+// permanent failure or a spent budget marks the row dead and writes a dead letter (consumer
+// "relay", reason permanent_error or retries_exhausted, source "outbox:<topic>", error
+// redacted). A dead row holds its key back until an operator replays (`idem dlq replay --topic
+// <topic>`) or discards its dead letter; the relay sees the decision within a PollInterval,
+// marks the row published and lets the key go on. Config.SkipDeadRows gives that up: the key's
+// later rows then pass the dead row at once.
 //
 // # At least once
 //

@@ -36,6 +36,8 @@ type Relay struct {
 	nextMaintain time.Time
 	lastGC       time.Time
 	fetchLimit   int
+	// deadChecks is when each dead row seen last round may next have its dead letter read.
+	deadChecks map[int64]time.Time
 
 	// wake tells an idle Run that new partitions were acquired.
 	wake chan struct{}

@@ -60,10 +60,26 @@ func (r *Relay) round(ctx context.Context) (roundResult, error) {
 	blocked := make(map[string]bool)
 	held := 0
 	pending := make([]item, 0, len(rows))
+	checks := make(map[int64]time.Time, len(r.deadChecks))
 	for _, row := range rows {
 		k := row.Outgoing.Key
 		if k != "" && blocked[k] {
 			held++
+			continue
+		}
+		if row.Dead {
+			released, err := r.releaseDead(ctx, row, now, checks)
+			if err != nil {
+				return res, err
+			}
+			if released {
+				continue // the key goes on with its next row
+			}
+			// A dead row holds its key back until an operator decides, unless told otherwise.
+			held++
+			if k != "" && !r.cfg.SkipDeadRows {
+				blocked[k] = true
+			}
 			continue
 		}
 		// A row never tried is always due, whatever the clocks of database and relay say.
@@ -79,6 +95,8 @@ func (r *Relay) round(ctx context.Context) (roundResult, error) {
 		}
 		pending = append(pending, item{row: row, topic: r.cfg.Topic(row.Outgoing)})
 	}
+
+	r.deadChecks = checks
 
 	for len(pending) > 0 && ctx.Err() == nil {
 		var batch []item
@@ -114,6 +132,38 @@ func (r *Relay) round(ctx context.Context) (roundResult, error) {
 		res.more = true
 	}
 	return res, nil
+}
+
+// releaseDead reports whether the dead row may stop holding its key, because an operator
+// replayed (the replay published it) or discarded its dead letter; it then marks the row
+// published, so that it leaves the outbox with the published rows. The dead letter is looked up
+// at most once per PollInterval per row (checks carries the next lookup times to the next round).
+func (r *Relay) releaseDead(ctx context.Context, row idem.OutboxRow, now time.Time, checks map[int64]time.Time) (bool, error) {
+	if next, ok := r.deadChecks[row.ID]; ok && now.Before(next) {
+		checks[row.ID] = next
+		return false, nil
+	}
+	dl, err := r.dlq.GetDeadLetter(ctx, row.DeadLetterID)
+	var outcome string
+	switch {
+	case errors.Is(err, idem.ErrNotFound):
+		// The dead letter was deleted: nobody can decide any more, so nothing holds the key.
+		outcome = "dead_letter_gone"
+	case err != nil:
+		return false, fmt.Errorf("idemrelay: relay %s: read dead letter %d of event %s (row %d): %w",
+			r.cfg.ID, row.DeadLetterID, row.Outgoing.EventID, row.ID, err)
+	case dl.Status == idem.DeadLetterPending:
+		checks[row.ID] = now.Add(r.cfg.PollInterval)
+		return false, nil
+	default:
+		outcome = string(dl.Status)
+	}
+	if err := r.store.OutboxMarkPublished(ctx, []int64{row.ID}, now); err != nil {
+		return false, fmt.Errorf("idemrelay: relay %s: release dead row %d (event %s): %w", r.cfg.ID, row.ID, row.Outgoing.EventID, err)
+	}
+	r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "idemrelay: dead row released",
+		append(r.attrs(item{row: row, topic: r.cfg.Topic(row.Outgoing)}, outcome), slog.Int64("dead_letter_id", row.DeadLetterID))...)
+	return true, nil
 }
 
 // nextBatch takes from pending (in id order) the rows of the first row's topic that may be
@@ -323,14 +373,15 @@ func (r *Relay) fail(ctx context.Context, it item, perr error, class idem.Class)
 	now := r.cfg.Now()
 	attempt := row.Attempts + 1
 	errText := r.redactor.Text(perr.Error())
-	fp := idem.OutboxFailParams{ID: row.ID, Attempts: attempt, LastError: errText, NextAttemptAt: now}
+	first := firstAttempt(row, now)
+	fp := idem.OutboxFailParams{ID: row.ID, Attempts: attempt, LastError: errText, NextAttemptAt: now, FirstAttemptAt: first}
 	var reason idem.Reason
 	var delay time.Duration
 	if class == idem.ClassPermanent {
 		reason = idem.ReasonPermanentError
 	} else {
 		hint, _ := idem.RetryHint(perr)
-		v := r.cfg.Retry.Decide(retry.Input{Attempt: attempt, FirstAt: row.CreatedAt, Now: now, Hint: hint}, r.cfg.Rand)
+		v := r.cfg.Retry.Decide(retry.Input{Attempt: attempt, FirstAt: first, Now: now, Hint: hint}, r.cfg.Rand)
 		if v.Retry {
 			delay = v.Delay
 			fp.NextAttemptAt = now.Add(delay)
@@ -340,7 +391,8 @@ func (r *Relay) fail(ctx context.Context, it item, perr error, class idem.Class)
 	}
 
 	if reason != "" {
-		if err := r.deadLetter(ctx, it, reason, errText, attempt, now); err != nil {
+		dlID, err := r.deadLetter(ctx, it, reason, errText, attempt, first, now)
+		if err != nil {
 			// Without a dead letter the row must not vanish from view: keep it for another
 			// attempt after the policy's ceiling, and report the store failure.
 			fp.NextAttemptAt = now.Add(r.cfg.Retry.Ceiling(attempt))
@@ -349,7 +401,7 @@ func (r *Relay) fail(ctx context.Context, it item, perr error, class idem.Class)
 			}
 			return err
 		}
-		fp.Dead = true
+		fp.Dead, fp.DeadLetterID = true, dlID
 	}
 	if err := r.store.OutboxMarkFailed(ctx, fp); err != nil {
 		return fmt.Errorf("idemrelay: relay %s: mark event %s (row %d) failed: %w", r.cfg.ID, row.Outgoing.EventID, row.ID, err)
@@ -374,16 +426,11 @@ func (r *Relay) fail(ctx context.Context, it item, perr error, class idem.Class)
 	return nil
 }
 
-// deadLetter writes the dead letter of a row that will not be published.
-func (r *Relay) deadLetter(ctx context.Context, it item, reason idem.Reason, errText string, attempt int, now time.Time) error {
+// deadLetter writes the dead letter of a row that will not be published and returns its id.
+func (r *Relay) deadLetter(ctx context.Context, it item, reason idem.Reason, errText string, attempt int, first, now time.Time) (int64, error) {
 	row := it.row
 	msg := row.Outgoing.Message()
 	fp, _ := idem.ComputeFingerprint(msg, idem.FingerprintConfig{}) // zero when the payload cannot be hashed
-	first := now
-	if row.Attempts > 0 {
-		// The outbox keeps no first-failure time; the row's creation bounds it from below.
-		first = row.CreatedAt
-	}
 	dl := idem.DeadLetter{
 		Consumer:    ConsumerName,
 		Message:     msg,
@@ -396,10 +443,24 @@ func (r *Relay) deadLetter(ctx context.Context, it item, reason idem.Reason, err
 		Status:      idem.DeadLetterPending,
 		Source:      SourcePrefix + row.Outgoing.Topic,
 	}
-	if _, err := r.dlq.InsertDeadLetter(ctx, dl); err != nil {
-		return fmt.Errorf("idemrelay: relay %s: dead-letter event %s (row %d, reason %s): %w", r.cfg.ID, row.Outgoing.EventID, row.ID, reason, err)
+	stored, err := r.dlq.InsertDeadLetter(ctx, dl)
+	if err != nil {
+		return 0, fmt.Errorf("idemrelay: relay %s: dead-letter event %s (row %d, reason %s): %w", r.cfg.ID, row.Outgoing.EventID, row.ID, reason, err)
 	}
-	return nil
+	return stored.ID, nil
+}
+
+// firstAttempt is when the relay first tried to publish row, given that an attempt at now just
+// failed: the stored time, else now for a row never tried, else (a row failed before its store
+// recorded first attempts) its creation, the old and more conservative bound.
+func firstAttempt(row idem.OutboxRow, now time.Time) time.Time {
+	switch {
+	case !row.FirstAttemptAt.IsZero():
+		return row.FirstAttemptAt
+	case row.Attempts == 0:
+		return now
+	}
+	return row.CreatedAt
 }
 
 // classify is idem.Classify with unknown errors counted as transient: a sink that cannot say is

@@ -50,8 +50,9 @@ func (s *Store) EnqueueTx(ctx context.Context, tx *sql.Tx, msgs ...idem.Outgoing
 // OutboxPartitions returns the number of partitions outbox rows are hashed into.
 func (s *Store) OutboxPartitions() int { return s.cfg.OutboxPartitions }
 
-// OutboxFetch returns up to p.Limit (100 when 0) unpublished, not dead rows of p.Partitions in
-// enqueue order, due or not: the relay holds a key back behind a row that is not yet due.
+// OutboxFetch returns up to p.Limit (100 when 0) unpublished rows of p.Partitions in enqueue
+// order, due or not: the relay holds a key back behind a row that is not yet due, and behind a
+// dead row with a dead letter until that is replayed or discarded.
 func (s *Store) OutboxFetch(ctx context.Context, p idem.OutboxFetchParams) ([]idem.OutboxRow, error) {
 	if len(p.Partitions) == 0 {
 		return nil, nil
@@ -71,11 +72,11 @@ func (s *Store) OutboxFetch(ctx context.Context, p idem.OutboxFetchParams) ([]id
 			r                 idem.OutboxRow
 			o                 = &r.Outgoing
 			headers           string
-			occurred          sql.NullInt64
+			occurred, first   sql.NullInt64
 			created, nextTime int64
 		)
 		if err := rows.Scan(&r.ID, &r.Partition, &o.EventID, &o.Tenant, &o.Topic, &o.Key, &o.Type, &o.Payload,
-			&headers, &occurred, &created, &r.Attempts, &r.LastError, &nextTime); err != nil {
+			&headers, &occurred, &created, &r.Attempts, &r.LastError, &nextTime, &first, &r.Dead, &r.DeadLetterID); err != nil {
 			return nil, fmt.Errorf("idemsqlite: fetch outbox partitions %v: %w", p.Partitions, err)
 		}
 		if o.Headers, err = decodeHeaders(headers); err != nil {
@@ -84,6 +85,7 @@ func (s *Store) OutboxFetch(ctx context.Context, p idem.OutboxFetchParams) ([]id
 		o.OccurredAt = fromNullMicros(occurred)
 		r.CreatedAt = fromMicros(created)
 		r.NextAttemptAt = fromMicros(nextTime)
+		r.FirstAttemptAt = fromNullMicros(first)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -106,11 +108,16 @@ func (s *Store) OutboxMarkPublished(ctx context.Context, ids []int64, at time.Ti
 	return nil
 }
 
-// OutboxMarkFailed records a failed publish of row p.ID: attempts, last error, next attempt time,
-// and whether it is dead (out of the relay's way). An unknown id is an error wrapping
+// OutboxMarkFailed records a failed publish of row p.ID: attempts, last error, next and first
+// attempt times, and whether it is dead (holding its key while it has a dead letter). An unknown id is an error wrapping
 // idem.ErrNotFound.
 func (s *Store) OutboxMarkFailed(ctx context.Context, p idem.OutboxFailParams) error {
-	res, err := s.db.ExecContext(ctx, s.q.outboxMarkFailed, p.Attempts, p.LastError, p.NextAttemptAt.UnixMicro(), p.Dead, p.ID)
+	var first sql.NullInt64
+	if !p.FirstAttemptAt.IsZero() {
+		first = sql.NullInt64{Int64: p.FirstAttemptAt.UnixMicro(), Valid: true}
+	}
+	res, err := s.db.ExecContext(ctx, s.q.outboxMarkFailed, p.Attempts, p.LastError, p.NextAttemptAt.UnixMicro(), p.Dead,
+		first, p.DeadLetterID, p.ID)
 	if err != nil {
 		return fmt.Errorf("idemsqlite: mark outbox row %d failed: %w", p.ID, err)
 	}

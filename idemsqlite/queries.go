@@ -54,7 +54,8 @@ const queueReturning = `id, token, attempts, event_id, tenant, type, payload, he
 
 // outboxColumns are the outbox columns in the order scanOutbox reads them.
 const outboxColumns = `id, "partition", event_id, tenant, topic, ordering_key, type, payload, headers,
-	occurred_at, created_at, attempts, last_error, next_attempt_at`
+	occurred_at, created_at, attempts, last_error, next_attempt_at, first_attempt_at, dead,
+	coalesce(dead_letter_id, 0)`
 
 func buildQueries(prefix string) queries {
 	p := func(s string) string { return strings.ReplaceAll(s, "{p}", prefix) }
@@ -111,12 +112,13 @@ func buildQueries(prefix string) queries {
 			payload, headers, occurred_at, created_at, next_attempt_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		outboxFetch: p(`SELECT ` + outboxColumns + ` FROM {p}outbox
-			WHERE "partition" IN (SELECT value FROM json_each(?)) AND published_at IS NULL AND NOT dead
-			ORDER BY id LIMIT ?`),
+			WHERE "partition" IN (SELECT value FROM json_each(?1)) AND published_at IS NULL
+				AND (NOT dead OR dead_letter_id IS NOT NULL)
+			ORDER BY id LIMIT ?2`),
 		outboxMarkPublished: p(`UPDATE {p}outbox SET published_at = ?
 			WHERE id IN (SELECT value FROM json_each(?))`),
-		outboxMarkFailed: p(`UPDATE {p}outbox SET attempts = ?, last_error = ?, next_attempt_at = ?, dead = ?
-			WHERE id = ?`),
+		outboxMarkFailed: p(`UPDATE {p}outbox SET attempts = ?, last_error = ?, next_attempt_at = ?, dead = ?,
+			first_attempt_at = ?, dead_letter_id = nullif(?, 0) WHERE id = ?`),
 		outboxDelete: p(`DELETE FROM {p}outbox WHERE rowid IN
 			(SELECT rowid FROM {p}outbox WHERE published_at IS NOT NULL AND published_at < ? LIMIT ?)`),
 		outboxStats: p(`SELECT count(*), min(created_at) FROM {p}outbox

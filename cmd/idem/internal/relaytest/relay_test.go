@@ -409,8 +409,8 @@ func TestRelayRetriesTransientFailures(t *testing.T) {
 	}
 }
 
-// A permanent failure dead-letters the row at once (error redacted) and no longer holds back its
-// key; the other rows of its batch are published.
+// A permanent failure dead-letters the row at once (error redacted); the dead row holds back its
+// key (see TestRelayDeadRowHoldsItsKey), and the other keys' rows are published.
 func TestRelayPermanentFailureDeadLetters(t *testing.T) {
 	t.Parallel()
 	for _, kk := range kits {
@@ -434,7 +434,7 @@ func TestRelayPermanentFailureDeadLetters(t *testing.T) {
 			r := newRelay(t, k.store, k.dlq, sink, nil)
 			drain(t, ctx, r)
 
-			require.ElementsMatch(t, []string{"b-1", "c-1", "a-2"}, sink.ids())
+			require.ElementsMatch(t, []string{"b-1", "c-1"}, sink.ids())
 			mu.Lock()
 			require.Equal(t, 2, calls["a-1"], "once in the batch, once alone to find the culprit; never retried")
 			mu.Unlock()
@@ -455,9 +455,124 @@ func TestRelayPermanentFailureDeadLetters(t *testing.T) {
 			require.Equal(t, 1, dl.Attempts)
 			require.Contains(t, dl.Error, idem.Masked)
 			require.NotContains(t, dl.Error, "hunter2")
-			require.Equal(t, counts{Published: 3, Dead: 1}, k.counts(ctx))
+			require.Equal(t, counts{Pending: 1, Published: 2, Dead: 1}, k.counts(ctx))
 			require.NoError(t, r.Release(ctx))
 		})
+	}
+}
+
+// The budget counts from the first publish attempt, not the row's creation: a row that waited
+// longer than MaxElapsed (the relay was down, the broker out for an hour) is retried on its
+// first failure, and dead-lettered once the budget is spent since that first attempt, with the
+// first attempt as its first failure. Fails when the budget counts from CreatedAt.
+func TestRelayBudgetCountsFromFirstAttempt(t *testing.T) {
+	t.Parallel()
+	for _, kk := range kits {
+		t.Run(kk.name, func(t *testing.T) {
+			t.Parallel()
+			k := kk.new(t, storeCfg{})
+			ctx := ctxT(t, 20*time.Second)
+			k.enqueue(t, ev("x-1", "x", "orders"))
+			sink := &recSink{}
+			sink.setFail(func(string, idem.Message) error { return errors.New("broker unavailable") })
+			clk := &clock{}
+			r := newRelay(t, k.store, k.dlq, sink, func(c *idemrelay.Config) {
+				c.Now = clk.Now
+				c.Retry = retry.Policy{MaxAttempts: 100, MaxElapsed: 15 * time.Minute, Base: time.Second, Cap: time.Second}
+			})
+			clk.Advance(time.Hour) // the row is an hour old when the relay first tries it
+			firstTry := clk.Now()
+			drain(t, ctx, r)
+			require.Equal(t, outboxState{Attempts: 1, LastError: "broker unavailable"}, k.row(ctx, "x-1"),
+				"an outage before the first attempt does not spend the budget")
+
+			clk.Advance(10 * time.Minute)
+			drain(t, ctx, r)
+			require.Equal(t, outboxState{Attempts: 2, LastError: "broker unavailable"}, k.row(ctx, "x-1"), "10 min into a 15 min budget")
+
+			clk.Advance(10 * time.Minute)
+			drain(t, ctx, r)
+			require.Equal(t, outboxState{Attempts: 3, Dead: true, LastError: "broker unavailable"}, k.row(ctx, "x-1"), "20 min: budget spent")
+			dls, err := k.dlq.ListDeadLetters(ctx, idem.DeadLetterFilter{Consumer: idemrelay.ConsumerName})
+			require.NoError(t, err)
+			require.Len(t, dls, 1)
+			require.Equal(t, idem.ReasonRetriesExhausted, dls[0].Reason)
+			require.WithinDuration(t, firstTry, dls[0].FirstFailed, 5*time.Second, "first failure is the first attempt")
+			require.NoError(t, r.Release(ctx))
+		})
+	}
+}
+
+// A dead row holds back the later rows of its key, not other keys, until an operator replays or
+// discards its dead letter; then the key goes on in order. With SkipDeadRows the key's later rows
+// go out at once. Fails when a dead row stops holding its key.
+func TestRelayDeadRowHoldsItsKey(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		skip bool
+		// decide is what the operator does with the dead letter (nil: nothing).
+		decide func(t *testing.T, rep *idem.Replayer, id int64)
+	}{
+		{name: "replay", decide: func(t *testing.T, rep *idem.Replayer, id int64) {
+			res, err := rep.Replay(context.Background(), idem.ReplayParams{
+				Selection: idem.Selection{IDs: []int64{id}, Actor: "ops"}, Topic: "orders"})
+			require.NoError(t, err)
+			require.Equal(t, []int64{id}, res.Replayed)
+		}},
+		{name: "discard", decide: func(t *testing.T, rep *idem.Replayer, id int64) {
+			ids, _, err := rep.Discard(context.Background(), idem.Selection{IDs: []int64{id}, Actor: "ops", Reason: "superseded"})
+			require.NoError(t, err)
+			require.Equal(t, []int64{id}, ids)
+		}},
+		{name: "skip", skip: true},
+	} {
+		for _, kk := range kits {
+			t.Run(tc.name+"/"+kk.name, func(t *testing.T) {
+				t.Parallel()
+				k := kk.new(t, storeCfg{})
+				ctx := ctxT(t, 20*time.Second)
+				k.enqueue(t, ev("a-1", "a", "orders"), ev("a-2", "a", "orders"), ev("b-1", "b", "orders"), ev("a-3", "a", "orders"))
+				sink := &recSink{}
+				sink.setFail(func(_ string, m idem.Message) error {
+					if m.EventID == "a-1" && m.Header(idem.HeaderReplayOf) == "" {
+						return idem.Permanent(errors.New("rejected"))
+					}
+					return nil
+				})
+				clk := &clock{}
+				r := newRelay(t, k.store, k.dlq, sink, func(c *idemrelay.Config) {
+					c.Now = clk.Now
+					c.SkipDeadRows = tc.skip
+				})
+				drain(t, ctx, r)
+				require.True(t, k.row(ctx, "a-1").Dead)
+				if tc.skip {
+					require.Equal(t, []string{"b-1", "a-2", "a-3"}, sink.ids(), "SkipDeadRows: key a goes on past its dead row")
+					return
+				}
+				require.Equal(t, []string{"b-1"}, sink.ids(), "the dead row a-1 holds key a back, not key b")
+				clk.Advance(time.Hour)
+				drain(t, ctx, r)
+				require.Equal(t, []string{"b-1"}, sink.ids(), "still held while the dead letter is pending")
+				require.Equal(t, outboxState{}, k.row(ctx, "a-2"))
+
+				dls, err := k.dlq.ListDeadLetters(ctx, idem.DeadLetterFilter{Consumer: idemrelay.ConsumerName})
+				require.NoError(t, err)
+				require.Len(t, dls, 1)
+				tc.decide(t, idem.NewReplayer(k.dlq, sink), dls[0].ID)
+				clk.Advance(time.Second) // past the relay's next look at the dead letter
+				drain(t, ctx, r)
+				want := []string{"b-1", "a-2", "a-3"}
+				if tc.name == "replay" {
+					want = []string{"b-1", "a-1", "a-2", "a-3"} // the replay published a-1 first
+				}
+				require.Equal(t, want, sink.ids())
+				st := k.row(ctx, "a-1")
+				require.True(t, st.Dead && st.Published, "the released dead row leaves with the published rows: %+v", st)
+				require.NoError(t, r.Release(ctx))
+			})
+		}
 	}
 }
 
