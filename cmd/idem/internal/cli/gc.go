@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,39 +15,65 @@ import (
 
 func newGCCmd(e *env) *cobra.Command {
 	var (
-		store, consumer         string
+		store                   string
+		consumerArgs            []string
 		retention, outboxRetain time.Duration
 		batch                   int
-		force, jsonOut          bool
+		all, force, jsonOut     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "gc",
-		Short: "Delete claims older than the retention, and old published outbox rows",
-		Long: `gc deletes claims created more than --retention ago (of one --consumer, or of all), in
-batches of --batch rows so that no delete holds long locks, and published outbox rows older than
---outbox-retention (0 keeps them).
+		Short: "Delete each consumer's claims older than its retention, and old published outbox rows",
+		Long: `gc deletes the claims of each consumer named with --consumer NAME=RETENTION that were
+created more than RETENTION ago, in batches of --batch rows so that no delete holds long locks,
+and published outbox rows older than --outbox-retention (0 keeps them).
 
-A claim is what recognises a redelivery: delete it while its event can still come back and the
-event applies twice. So gc refuses a --retention shorter than idem's default redelivery window
-plus the default retry policy's worst case (what a consumer with default settings requires); pass
---force only when every consumer of the store is configured for the shorter window.`,
-		Example: `  idem gc                       # claims older than 7d, published outbox rows older than 1d
-  idem gc --retention 14d --consumer ledger@v1`,
+A claim is what recognises a redelivery, and a consumer accepts events up to its own Retention
+old: delete its claims sooner and an event that comes back inside that window applies twice. So
+every consumer's claims live for that consumer's retention, which gc cannot read from the store:
+name each consumer with the Retention it is configured with (--consumer ledger@v1=30d, repeated;
+--consumer NAME alone takes --retention). Claims of consumers not named are kept. Only when every
+consumer of the store is configured with at most one retention may --all-consumers --retention D
+delete every consumer's claims older than D.
+
+gc also refuses a retention shorter than idem's default redelivery window plus the default retry
+policy's worst case (what a consumer with default settings requires); pass --force only when the
+consumer is configured for the shorter window.`,
+		Example: `  idem gc --consumer ledger@v1=30d --consumer mailer@v2=7d
+  idem gc --consumer ledger@v1 --retention 30d
+  idem gc --all-consumers --retention 30d   # every consumer's Retention is at most 30d
+  idem gc --outbox-retention 1d            # published outbox rows only; claims are kept`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if batch < 1 {
 				return usagef("--batch is %d, want at least 1", batch)
 			}
-			if retention <= 0 {
+			explicit := cmd.Flags().Changed("retention")
+			if explicit && retention <= 0 {
 				return usagef("--retention is %s, want a positive duration such as 7d", formatDuration(retention))
 			}
 			if outboxRetain < 0 {
 				return usagef("--outbox-retention is %s, want 0 (keep) or a positive duration", formatDuration(outboxRetain))
 			}
-			if !force {
+			targets, err := gcTargets(consumerArgs, all, retention, explicit)
+			if err != nil {
+				return err
+			}
+			if explicit && !force {
 				if err := idem.CheckRetention(retention, idem.RedeliveryWindowDefault, retry.Policy{}, 0); err != nil {
 					return usagef("--retention %s is too short for consumers with default settings: %v; pass --force if yours are configured for it",
 						formatDuration(retention), err)
+				}
+			}
+			if explicit && len(targets) == 0 {
+				return usagef("--retention applies to --consumer NAME or --all-consumers; without them gc keeps every claim")
+			}
+			if !force {
+				for _, t := range targets {
+					if err := idem.CheckRetention(t.Retention, idem.RedeliveryWindowDefault, retry.Policy{}, 0); err != nil {
+						return usagef("retention %s of %s is too short for consumers with default settings: %v; pass --force if it is configured for it",
+							formatDuration(t.Retention), t.who(), err)
+					}
 				}
 			}
 			ctx := cmd.Context()
@@ -56,10 +83,16 @@ plus the default retry policy's worst case (what a consumer with default setting
 			}
 			defer s.Close()
 			now := e.now()
-			before := now.Add(-retention)
-			claims, err := idem.CollectGarbage(ctx, s.GC, consumer, before, batch)
-			if err != nil {
-				return storeErr(s, fmt.Sprintf("delete claims (%d deleted before the failure)", claims), err)
+			claims := 0
+			for i := range targets {
+				t := &targets[i]
+				t.Before = now.Add(-t.Retention).UTC()
+				n, err := idem.CollectGarbage(ctx, s.GC, t.Consumer, t.Before, batch)
+				t.Deleted = n
+				claims += n
+				if err != nil {
+					return storeErr(s, fmt.Sprintf("delete claims of %s (%d deleted before the failure)", t.who(), claims), err)
+				}
 			}
 			outbox := 0
 			var outboxBefore time.Time
@@ -71,19 +104,19 @@ plus the default retry policy's worst case (what a consumer with default setting
 			}
 			if jsonOut {
 				return writeJSON(e.stdout, struct {
-					ClaimsDeleted int        `json:"claims_deleted"`
-					ClaimsBefore  time.Time  `json:"claims_before"`
-					Consumer      string     `json:"consumer,omitempty"`
-					OutboxDeleted int        `json:"outbox_deleted"`
-					OutboxBefore  *time.Time `json:"outbox_before"`
-				}{claims, before.UTC(), consumer, outbox, jsonTime(outboxBefore)})
+					ClaimsDeleted int          `json:"claims_deleted"`
+					Consumers     []gcConsumer `json:"consumers"`
+					OutboxDeleted int          `json:"outbox_deleted"`
+					OutboxBefore  *time.Time   `json:"outbox_before"`
+				}{claims, targets, outbox, jsonTime(outboxBefore)})
 			}
-			who := "of all consumers"
-			if consumer != "" {
-				who = "of " + consumer
+			if len(targets) == 0 {
+				fmt.Fprintln(e.stdout, "kept every claim: name each consumer with its retention (--consumer ledger@v1=30d) to delete its old claims")
 			}
-			fmt.Fprintf(e.stdout, "deleted %s %s older than %s (created before %s)\n",
-				plural(claims, "claim", "claims"), who, formatDuration(retention), timeText(before))
+			for _, t := range targets {
+				fmt.Fprintf(e.stdout, "deleted %s of %s older than %s (created before %s)\n",
+					plural(t.Deleted, "claim", "claims"), t.who(), formatDuration(t.Retention), timeText(t.Before))
+			}
 			if outboxRetain > 0 {
 				fmt.Fprintf(e.stdout, "deleted %s older than %s\n",
 					plural(outbox, "published outbox row", "published outbox rows"), formatDuration(outboxRetain))
@@ -92,13 +125,78 @@ plus the default retry policy's worst case (what a consumer with default setting
 		},
 	}
 	storeFlag(cmd, &store)
-	cmd.Flags().Var(newDuration(&retention, idem.RetentionDefault), "retention", "delete claims created longer ago than this")
-	cmd.Flags().StringVar(&consumer, "consumer", "", "only claims of this consumer, with its effect version (default: all consumers)")
+	cmd.Flags().StringArrayVar(&consumerArgs, "consumer", nil,
+		"NAME=RETENTION: delete claims of consumer NAME (with its effect version) older than its configured retention; repeatable (NAME alone takes --retention)")
+	cmd.Flags().Var(newDuration(&retention, 0), "retention", "retention of every --consumer given without one, or of --all-consumers")
+	cmd.Flags().BoolVar(&all, "all-consumers", false, "delete every consumer's claims older than --retention (only when no consumer is configured with a longer one)")
 	cmd.Flags().IntVar(&batch, "batch", idem.GCBatchDefault, "rows per delete statement")
 	cmd.Flags().Var(newDuration(&outboxRetain, idemrelay.RetentionDefault), "outbox-retention", "delete published outbox rows older than this (0 keeps them)")
-	cmd.Flags().BoolVar(&force, "force", false, "allow a --retention shorter than the default redelivery window and retry budget")
+	cmd.Flags().BoolVar(&force, "force", false, "allow a retention shorter than the default redelivery window and retry budget")
 	jsonFlag(cmd, &jsonOut)
 	return cmd
+}
+
+// gcConsumer is one consumer whose claims gc deletes, and what it did.
+type gcConsumer struct {
+	// Consumer is the full consumer name; empty means every consumer (--all-consumers).
+	Consumer  string        `json:"consumer"`
+	Retention time.Duration `json:"-"`
+	// RetentionText is Retention as the flags write it ("30d").
+	RetentionText string    `json:"retention"`
+	Before        time.Time `json:"before"`
+	Deleted       int       `json:"deleted"`
+}
+
+// who names the consumer in messages.
+func (c gcConsumer) who() string {
+	if c.Consumer == "" {
+		return "all consumers"
+	}
+	return c.Consumer
+}
+
+// gcTargets turns --consumer NAME[=RETENTION] flags (and --all-consumers) into the consumers
+// whose claims gc deletes, each with its own retention. A consumer without an explicit retention
+// is refused rather than given a default: gc cannot know how long that consumer accepts events.
+func gcTargets(args []string, all bool, retention time.Duration, explicit bool) ([]gcConsumer, error) {
+	if all {
+		if len(args) > 0 {
+			return nil, usagef("--all-consumers and --consumer do not combine: name every consumer with its retention, or none")
+		}
+		if !explicit {
+			return nil, usagef("--all-consumers needs --retention: the longest Retention any consumer of the store is configured with")
+		}
+		return []gcConsumer{{Retention: retention, RetentionText: formatDuration(retention)}}, nil
+	}
+	seen := make(map[string]bool, len(args))
+	out := make([]gcConsumer, 0, len(args))
+	for _, arg := range args {
+		name, value, hasValue := strings.Cut(arg, "=")
+		name = strings.TrimSpace(name)
+		if name == "" {
+			return nil, usagef("--consumer %q names no consumer (want NAME=RETENTION, e.g. ledger@v1=30d)", arg)
+		}
+		if seen[name] {
+			return nil, usagef("--consumer %s is given twice", name)
+		}
+		seen[name] = true
+		r := retention
+		switch {
+		case hasValue:
+			d, err := parseDuration(value)
+			if err != nil {
+				return nil, usagef("--consumer %s: %v", name, err)
+			}
+			if d <= 0 {
+				return nil, usagef("--consumer %s: retention is %s, want a positive duration such as 30d", name, formatDuration(d))
+			}
+			r = d
+		case !explicit:
+			return nil, usagef("--consumer %s has no retention: give the Retention it is configured with (%s=30d, or --retention); gc never guesses it", name, name)
+		}
+		out = append(out, gcConsumer{Consumer: name, Retention: r, RetentionText: formatDuration(r)})
+	}
+	return out, nil
 }
 
 // deletePublished deletes published outbox rows older than before in batches.
