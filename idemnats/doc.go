@@ -1,11 +1,14 @@
 // Package idemnats is the NATS JetStream transport for idem: a [Source] over a durable pull
-// consumer and a [Sink] that publishes with the event id as the JetStream message id, so the
-// stream's duplicate window drops a republish before any consumer sees it.
+// consumer and a [Sink] that publishes with [BrokerMsgID] (the event id scoped by subject and
+// content) as the JetStream message id, so the stream's duplicate window drops a republish
+// before any consumer sees it while key reuse still reaches the consumer. docs/nats.md
+// describes delivery, nak delays, the lease, MaxDeliver and deduplication.
 //
 // The wire mapping between an [idem.Message] and a JetStream message is fixed, so that any
 // producer (the idem relay, another language, the nats CLI) can publish events idem consumes:
 //
-//	EventID     ↔ Nats-Msg-Id        (JetStream deduplicates on it within the stream's Duplicates window)
+//	EventID     ↔ Idem-Event-Id      (or Nats-Msg-Id when a foreign producer sets no Idem-Event-Id)
+//	            →  Nats-Msg-Id        BrokerMsgID: JetStream deduplicates on it within the Duplicates window
 //	Tenant      ↔ Idem-Tenant
 //	Type        ↔ Idem-Type
 //	OccurredAt  ↔ Idem-Occurred-At   (RFC 3339 with nanoseconds, UTC)
