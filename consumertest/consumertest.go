@@ -357,19 +357,12 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 		e.publish(storetest.PaymentMessage("acme", "evt-k", storetest.Payment{Wallet: "w1", Amount: 5}))
 		e.eventually(20*time.Second, "first processed", func() bool { return e.rec.Count(idem.OutcomeProcessed, "evt-k") == 1 })
 		reuse := storetest.PaymentMessage("acme", "evt-k", storetest.Payment{Wallet: "w1", Amount: 500})
-		reuse.Headers = map[string]string{"Idem-Test": "reuse"} // defeats broker dedup by content? no: by id — see below
-		if e.h.Features.BrokerDedup {
-			// The broker drops a second publish with the same id inside its window; process the
-			// conflicting message directly, as a late redelivery would.
-			r, err := c.Process(e.ctx, reuse)
-			require.ErrorIs(e.t, err, idem.ErrKeyReuse)
-			require.Equal(e.t, idem.ReasonKeyReuse, r.Reason)
-		} else {
-			e.publish(reuse)
-			e.eventually(20*time.Second, "key_reuse dead letter", func() bool { return len(e.deadLetters("evt-k")) == 1 })
-			require.Equal(e.t, idem.ReasonKeyReuse, e.deadLetters("evt-k")[0].Reason)
-			require.Contains(e.t, e.deadLetters("evt-k")[0].Error, "acme/ledger@v1/evt-k")
-		}
+		// Through the broker on every transport: a broker whose deduplication dropped it (on the
+		// event id alone) would hide key reuse for good.
+		e.publish(reuse)
+		e.eventually(20*time.Second, "key_reuse dead letter", func() bool { return len(e.deadLetters("evt-k")) == 1 })
+		require.Equal(e.t, idem.ReasonKeyReuse, e.deadLetters("evt-k")[0].Reason)
+		require.Contains(e.t, e.deadLetters("evt-k")[0].Error, "acme/ledger@v1/evt-k")
 		require.NoError(e.t, stop())
 		require.EqualValues(e.t, 1, e.ledger("evt-k"))
 		bal, _ := e.b.Balance(e.ctx, "w1")
