@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -119,6 +120,11 @@ type Source struct {
 	cons jetstream.Consumer
 	// window is the stream's redelivery window (RedeliveryWindow of its info at NewSource).
 	window time.Duration
+	// givenBack counts, per stream sequence, the deliveries this source nak'ed for a Receive
+	// that ended before returning them: JetStream counted them in NumDelivered, but no handler
+	// saw them, so they are taken off Message.Attempt when the message comes back.
+	mu        sync.Mutex
+	givenBack map[uint64]int
 	// closed is cancelled by Close (with cause ErrClosed) and ends in-flight Receives.
 	closed context.Context
 	close  context.CancelCauseFunc
@@ -154,7 +160,8 @@ func NewSource(ctx context.Context, js jetstream.JetStream, cfg SourceConfig) (*
 	}
 	closed, closeFn := context.WithCancelCause(context.Background())
 	return &Source{
-		window: RedeliveryWindow(stream.CachedInfo()),
+		givenBack: make(map[uint64]int),
+		window:    RedeliveryWindow(stream.CachedInfo()),
 		cfg:    cfg,
 		name:   cfg.Stream + "/" + cfg.Durable,
 		js:     js,
@@ -302,19 +309,48 @@ func (s *Source) fetch(ctx, pollCtx context.Context, n int, wait bool) ([]idem.D
 }
 
 // giveBack naks deliveries fetched for a Receive that ended, and any still arriving on msgs, so
-// they are redelivered now rather than after AckWait. The arrivals are drained in the background;
-// the batch's channel closes within a second (no-wait requests) or at once (cancelled polls).
+// they are redelivered now rather than after AckWait, and records each, so that the attempt
+// JetStream counted for it is not counted by idem (see delivery). The arrivals are drained in
+// the background; the batch's channel closes within a second (no-wait requests) or at once
+// (cancelled polls).
 func (s *Source) giveBack(ds []idem.Delivery, msgs <-chan jetstream.Msg) {
 	for _, d := range ds {
-		_ = d.(*Delivery).msg.Nak()
+		s.giveBackMsg(d.(*Delivery).msg)
 	}
 	if msgs != nil {
 		go func() {
 			for m := range msgs {
-				_ = m.Nak()
+				s.giveBackMsg(m)
 			}
 		}()
 	}
+}
+
+// maxGivenBack bounds the give-back record; past it the record starts over, which at worst
+// counts a given-back delivery as an attempt again (never fewer attempts than deliveries seen).
+const maxGivenBack = 1 << 16
+
+// giveBackMsg records m as given back, then naks it (in this order, so that the redelivery
+// cannot overtake the record).
+func (s *Source) giveBackMsg(m jetstream.Msg) {
+	if md, err := m.Metadata(); err == nil {
+		s.mu.Lock()
+		if len(s.givenBack) >= maxGivenBack {
+			clear(s.givenBack)
+		}
+		s.givenBack[md.Sequence.Stream]++
+		s.mu.Unlock()
+	}
+	_ = m.Nak()
+}
+
+// takeGivenBack returns and forgets how many deliveries of stream sequence seq were given back.
+func (s *Source) takeGivenBack(seq uint64) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.givenBack[seq]
+	delete(s.givenBack, seq)
+	return n
 }
 
 // ctxErr is ctx.Err(), or ErrClosed when the source's Close ended the Receive.
@@ -330,6 +366,11 @@ func (s *Source) ctxErr(ctx context.Context) error {
 // invalid_payload instead of the source failing or dropping it.
 func (s *Source) delivery(m jetstream.Msg) *Delivery {
 	msg, err := DecodeMessage(m)
+	if md, mdErr := m.Metadata(); mdErr == nil {
+		if n := s.takeGivenBack(md.Sequence.Stream); n > 0 {
+			msg.Attempt = max(msg.Attempt-n, 1)
+		}
+	}
 	if err != nil {
 		if msg.Headers == nil {
 			msg.Headers = make(map[string]string, 2)

@@ -98,7 +98,11 @@ func (s *Source[TTx]) Lease() time.Duration { return s.cfg.Lease }
 func (s *Source[TTx]) Close() error { return nil }
 
 // Receive leases up to max available jobs, waiting (LISTEN/NOTIFY on PostgreSQL, polling on
-// SQLite) until at least one is there or ctx ends.
+// SQLite) until at least one is there or ctx ends. A Receive that gives up gives back what it
+// took: the fetch runs apart from ctx (a fetch cancelled mid-way may still have committed its
+// leases), and when ctx ends first Receive returns ctx.Err() at once while the jobs the fetch
+// leased are released, with the attempt it counted taken back (QueueRelease, when the store has
+// it; else they are nak'ed, and the attempt stays counted).
 func (s *Source[TTx]) Receive(ctx context.Context, max int) ([]idem.Delivery, error) {
 	if max < 1 {
 		max = 1
@@ -107,7 +111,7 @@ func (s *Source[TTx]) Receive(ctx context.Context, max int) ([]idem.Delivery, er
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		jobs, err := s.store.QueueFetch(ctx, idem.QueueFetchParams{Queue: s.cfg.Queue, Max: max, Lease: s.cfg.Lease, Now: s.cfg.Now()})
+		jobs, err := s.fetch(ctx, max)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -124,6 +128,60 @@ func (s *Source[TTx]) Receive(ctx context.Context, max int) ([]idem.Delivery, er
 		if err := s.store.QueueWait(ctx, s.cfg.Queue, s.cfg.MaxWait); err != nil {
 			return nil, err
 		}
+	}
+}
+
+// fetchTimeout bounds a fetch that runs apart from its Receive's context.
+const fetchTimeout = time.Minute
+
+// fetch leases up to max jobs. The store call does not see ctx: when ctx ends first, fetch
+// returns ctx.Err() at once and the jobs leased meanwhile are given back when the call returns.
+func (s *Source[TTx]) fetch(ctx context.Context, max int) ([]idem.QueueJob, error) {
+	type result struct {
+		jobs []idem.QueueJob
+		err  error
+	}
+	done := make(chan result, 1)
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fetchTimeout)
+	go func() {
+		defer cancel()
+		jobs, err := s.store.QueueFetch(fctx, idem.QueueFetchParams{Queue: s.cfg.Queue, Max: max, Lease: s.cfg.Lease, Now: s.cfg.Now()})
+		done <- result{jobs, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err == nil && len(r.jobs) > 0 && ctx.Err() != nil {
+			s.giveBack(context.WithoutCancel(ctx), r.jobs)
+			return nil, ctx.Err()
+		}
+		return r.jobs, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-done; r.err == nil {
+				s.giveBack(context.WithoutCancel(ctx), r.jobs)
+			}
+		}()
+		return nil, ctx.Err()
+	}
+}
+
+// releaser is a queue store that can give a leased job back as if it had never been fetched.
+type releaser interface {
+	QueueRelease(ctx context.Context, id, token int64) error
+}
+
+// giveBack returns jobs leased for a Receive that ended before returning them. Errors are
+// dropped: a job not given back is fetched again when its lease ends.
+func (s *Source[TTx]) giveBack(ctx context.Context, jobs []idem.QueueJob) {
+	ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
+	defer cancel()
+	rel, ok := s.store.(releaser)
+	for _, j := range jobs {
+		if ok {
+			_ = rel.QueueRelease(ctx, j.ID, j.Token)
+			continue
+		}
+		_ = s.store.QueueNak(ctx, idem.QueueNakParams{ID: j.ID, Token: j.Token, Now: s.cfg.Now()})
 	}
 }
 

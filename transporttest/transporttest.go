@@ -99,6 +99,7 @@ func Exercise(t *testing.T, h Harness) {
 		{name: "KeyReuseReachesConsumer", run: testKeyReuseReachesConsumer},
 		{name: "ReceiveMax", run: testReceiveMax},
 		{name: "ReceiveContext", run: testReceiveContext},
+		{name: "ReceiveCancelledGivesBack", run: testReceiveCancelledGivesBack},
 		{name: "ConcurrentReceiveAck", run: testConcurrentReceiveAck},
 	}
 	for _, c := range checks {
@@ -598,6 +599,50 @@ func testReceiveContext(t *testing.T, h Harness) {
 	if ds, err := receive(t, closed, 1, 2*time.Second); err == nil {
 		t.Errorf("Receive after Close returned %d deliveries and no error", len(ds))
 	}
+}
+
+// testReceiveCancelledGivesBack: a Receive whose context ends at any point — before the call,
+// while the broker hands messages out, while they are on the wire — leaves nothing leased to
+// nobody and spends no attempt: every message it did not return is available again at once (well
+// within the lease) and is still on its first attempt. A queue table whose fetch commits as the
+// context ends hid every job for a whole lease and counted an attempt no handler saw.
+func testReceiveCancelledGivesBack(t *testing.T, h Harness) {
+	const n, max, tries = 40, 5, 300
+	topic := h.NewTopic(t)
+	src := openSource(t, h, topic, "cancelled", longLease)
+	prefix := newPrefix(t)
+	msgs := make([]idem.Message, n)
+	ids := make([]string, n)
+	for i := range msgs {
+		ids[i] = fmt.Sprintf("%s-%02d", prefix, i)
+		msgs[i] = idem.Message{EventID: ids[i], Payload: []byte(ids[i])}
+	}
+	publish(t, h.Sink(t), topic, msgs...)
+
+	var got []idem.Delivery
+	checkFirst := func(ds []idem.Delivery, when string) {
+		for _, d := range ds {
+			if a := d.Message().Attempt; a != 1 {
+				t.Errorf("event %s: Attempt = %d %s, want 1: a cancelled Receive spent an attempt no handler saw", d.Message().EventID, a, when)
+			}
+			ack(t, d)
+		}
+		got = append(got, ds...)
+	}
+	for i := 0; i < tries && len(got) < n; i++ {
+		// Deadlines of 0 to 3 ms (and 0 means already ended) land at every point of a fetch.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%4)*time.Millisecond+time.Duration(i%7)*100*time.Microsecond)
+		ds, err := receiveCtx(t, src, ctx, max)
+		cancel()
+		if err != nil && len(ds) > 0 {
+			t.Errorf("Receive returned %d deliveries and error %v; deliveries come with a nil error only", len(ds), err)
+		}
+		checkFirst(ds, "while receives were being cancelled")
+	}
+	// Whatever the cancelled receives did not return must be there now, not after the lease.
+	rest := receiveN(t, src, n-len(got), slack)
+	checkFirst(rest, "after the cancelled receives")
+	requireIDs(t, got, ids...)
 }
 
 // testConcurrentReceiveAck: several goroutines receiving and acking from one source get every

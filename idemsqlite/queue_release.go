@@ -1,0 +1,24 @@
+package idemsqlite
+
+import (
+	"context"
+	"fmt"
+)
+
+// QueueRelease gives back job id that a fetch leased but nobody received (the receive's context
+// ended as the fetch committed): it ends the lease and takes back the attempt the fetch counted,
+// so the job is available at once, as if never fetched. It is fenced by token like QueueNak; a
+// lease no longer held is an error wrapping idem.ErrLeaseLost.
+func (s *Store) QueueRelease(ctx context.Context, id, token int64) error {
+	res, err := s.db.ExecContext(ctx, s.sub(`UPDATE {{prefix}}queue
+		SET lease_until = NULL, attempts = max(attempts - 1, 0)
+		WHERE id = ? AND token = ? AND lease_until IS NOT NULL`), id, token)
+	if err != nil {
+		return fmt.Errorf("idemsqlite: release queue job %d: %w", id, err)
+	}
+	if err := leaseCheck(res, "release", id, token); err != nil {
+		return err
+	}
+	s.queueWake.signal() // available again at once
+	return nil
+}
