@@ -162,12 +162,12 @@ func NewSource(ctx context.Context, js jetstream.JetStream, cfg SourceConfig) (*
 	return &Source{
 		givenBack: make(map[uint64]int),
 		window:    RedeliveryWindow(stream.CachedInfo()),
-		cfg:    cfg,
-		name:   cfg.Stream + "/" + cfg.Durable,
-		js:     js,
-		cons:   cons,
-		closed: closed,
-		close:  closeFn,
+		cfg:       cfg,
+		name:      cfg.Stream + "/" + cfg.Durable,
+		js:        js,
+		cons:      cons,
+		closed:    closed,
+		close:     closeFn,
 	}, nil
 }
 
