@@ -128,7 +128,9 @@ func TestRelayNATS(t *testing.T) {
 	logs, stop := startRelay(t, "--store", dsn, "--broker", natsURL, "--poll", "20ms")
 	cons := streamConsumer(t, js, subject)
 	msg := nextMsg(t, cons)
-	require.Equal(t, "n1", msg.Headers().Get(jetstream.MsgIDHeader))
+	require.Equal(t, "n1", msg.Headers().Get(idemnats.HeaderEventID))
+	require.Equal(t, idemnats.BrokerMsgID(subject, idem.Message{EventID: "n1", Tenant: "acme", Type: "payment.captured", Payload: []byte(`{"n":1}`)}),
+		msg.Headers().Get(jetstream.MsgIDHeader), "the broker id is the event id scoped by subject and content")
 	require.Equal(t, `{"n":1}`, string(msg.Data()))
 	require.Equal(t, ExitOK, stop(), "logs:\n%s", logs)
 	require.Contains(t, logs.String(), "level=INFO")
