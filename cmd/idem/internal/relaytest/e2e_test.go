@@ -17,6 +17,7 @@ import (
 	"github.com/idemkit/idem/idemnats"
 	"github.com/idemkit/idem/idemrelay"
 	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/retry"
 )
 
 // connectJS opens a JetStream client on IDEM_NATS_URL (or skips), closed when tb ends.
@@ -202,4 +203,49 @@ func TestEndToEndCrashedRelayEffectAppliesOnce(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT balance FROM `+schema+`.wallets WHERE id = 'w1'`).Scan(&balance))
 	require.EqualValues(t, 1, ledger, "one ledger row")
 	require.EqualValues(t, 5, balance, "credited once")
+}
+
+// TestEndToEndRefusedRowHoldsItsKeyOnNATS: JetStream refuses one row of a batch (bigger than the
+// stream's MaxMsgSize) while idemnats pipelines the batch. The key's later row must not reach
+// the stream before it; another key's row does. Fails when a key's rows share a Publish call.
+func TestEndToEndRefusedRowHoldsItsKeyOnNATS(t *testing.T) {
+	t.Parallel()
+	js := connectJS(t)
+	k := newSQLite(t, storeCfg{})
+	ctx := ctxT(t, 30*time.Second)
+	id := randomHex(t, 8)
+	stream := "IDEMRELAY_" + id
+	_, err := idemnats.EnsureStream(ctx, js, jetstream.StreamConfig{
+		Name: stream, Subjects: []string{"idemrelay." + id + ".>"}, Storage: jetstream.MemoryStorage,
+		MaxAge: 10 * time.Minute, MaxMsgSize: 1 << 10,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), stream) })
+	subject := "idemrelay." + id + ".orders"
+
+	big := ev("a-1", "a", subject)
+	big.Payload = make([]byte, 4<<10)
+	k.enqueue(t, big, ev("a-2", "a", subject), ev("b-1", "b", subject))
+	r := newRelay(t, k.store, k.dlq, idemnats.NewSink(js), func(c *idemrelay.Config) {
+		c.Retry = retry.Policy{MaxAttempts: 2, MaxElapsed: time.Minute, Base: time.Millisecond, Cap: time.Millisecond}
+	})
+	for range 5 {
+		_, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.True(t, k.row(ctx, "a-1").Dead, "the refused row is dead after its budget")
+
+	st, err := js.Stream(ctx, stream)
+	require.NoError(t, err)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	var got []string
+	for seq := info.State.FirstSeq; seq > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		require.NoError(t, err)
+		got = append(got, m.Header.Get(idemnats.HeaderEventID))
+	}
+	require.Equal(t, []string{"b-1"}, got, "a-2 waits behind its refused, dead a-1; b-1 goes on")
+	require.NoError(t, r.Release(ctx))
 }
