@@ -5,10 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemnats"
+	"github.com/idemkit/idem/retry"
 )
 
 // TestDedupIsScopedBySubjectAndContent: on one stream, the same event id published to several
@@ -72,4 +74,35 @@ func TestDedupIsScopedBySubjectAndContent(t *testing.T) {
 		require.Equal(t, want, perSubject[s], "subject %s", s)
 	}
 	require.Equal(t, len(subjects)+1, total)
+}
+
+// TestSourceLimits: by default the durable consumer is created without a delivery limit (at the
+// limit JetStream would drop a message idem can neither handle nor dead-letter), the Source
+// reports its limit and the stream's redelivery window for the consumer's checks, and a bounded
+// limit below the policy is refused before the server is asked.
+func TestSourceLimits(t *testing.T) {
+	t.Parallel()
+	js := connect(t)
+	stream, subject := testStream(t, js)
+	ctx := ctxT(t, 10*time.Second)
+
+	src, err := idemnats.NewSource(ctx, js, idemnats.SourceConfig{Stream: stream, Subject: subject, Durable: "unlimited"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = src.Close() })
+	require.Zero(t, src.DeliveryLimit(), "unlimited")
+	require.Equal(t, 10*time.Minute, src.RedeliveryWindow(), "the stream's MaxAge, above its Duplicates window")
+	cons, err := js.Consumer(ctx, stream, "unlimited")
+	require.NoError(t, err)
+	require.Equal(t, -1, cons.CachedInfo().Config.MaxDeliver, "JetStream never gives up on its own")
+
+	bounded, err := idemnats.NewSource(ctx, js, idemnats.SourceConfig{Stream: stream, Subject: subject, Durable: "bounded", MaxDeliver: 50})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = bounded.Close() })
+	require.Equal(t, 50, bounded.DeliveryLimit())
+
+	_, err = idemnats.NewSource(ctx, js, idemnats.SourceConfig{Stream: stream, Subject: subject, Durable: "too-low",
+		MaxDeliver: 20, Retry: retry.Policy{MaxAttempts: 20}})
+	require.ErrorContains(t, err, "MaxDeliver is 20, want -1 (unlimited) or at least 25")
+	_, err = js.Consumer(ctx, stream, "too-low")
+	require.ErrorIs(t, err, jetstream.ErrConsumerNotFound, "refused before the server was asked")
 }

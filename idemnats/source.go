@@ -27,7 +27,8 @@ const (
 	// MaxDeliverHeadroom is how many deliveries above the retry policy's MaxAttempts a bounded
 	// MaxDeliver must allow: deliveries that end without a verdict (a lost lease, a give-back at
 	// shutdown or at the end of a Receive) count against JetStream's limit but not the policy's.
-	MaxDeliverHeadroom = 10
+	// It matches the consumer's own check of Source.DeliveryLimit.
+	MaxDeliverHeadroom = 5
 	// MaxWaitDefault is the long-poll of one fetch when SourceConfig.MaxWait is zero.
 	MaxWaitDefault = 5 * time.Second
 	// MaxWaitMin keeps an idle Receive from spinning on fetches that expire at once.
@@ -189,7 +190,8 @@ func (s *Source) DeliveryLimit() int {
 
 // RedeliveryWindow is how long after publishing the stream can deliver the same event again
 // (RedeliveryWindow of the stream as NewSource found it): the consumer's claim retention must
-// cover it.
+// cover it. A stream without MaxAge reports RedeliveryWindowUnbounded, which a consumer checking
+// it refuses until the stream has a MaxAge.
 func (s *Source) RedeliveryWindow() time.Duration { return s.window }
 
 // Close ends in-flight and later Receives with ErrClosed. It keeps the durable consumer, so a

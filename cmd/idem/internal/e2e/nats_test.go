@@ -42,6 +42,9 @@ func natsHarness(tb testing.TB) transporttest.Harness {
 			defer cancel()
 			if _, err := idemnats.EnsureStream(ctx, js, jetstream.StreamConfig{
 				Name: name, Subjects: []string{"ideme2e." + id}, Storage: jetstream.MemoryStorage, Duplicates: time.Minute,
+				// A bounded redelivery window (idemnats.Source.RedeliveryWindow), within the
+				// consumers' RedeliveryWindow; a stream without MaxAge could deliver forever.
+				MaxAge: 10 * time.Minute,
 			}); err != nil {
 				tb.Fatalf("create stream %s: %v", name, err)
 			}
