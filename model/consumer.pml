@@ -43,7 +43,7 @@
 #define MAXLOSTACK 1      /* ack or terminate lost on the way to the broker */
 #endif
 #ifndef MAXTF
-#define MAXTF 2           /* transient handler failures (enough to spend the budget) */
+#define MAXTF 1           /* transient handler failures (with the outages, enough to spend the budget) */
 #endif
 #ifndef MAXPANIC
 #define MAXPANIC 1
@@ -52,10 +52,11 @@
 #define MAXOUT 2          /* database outage: failed transactions and dead-letter writes */
 #endif
 
-/* The broker's delivery limit (MaxDeliver). The fixed transport validates it against the policy:
- * above every attempt plus every delivery that can end without a verdict. */
+/* The broker's delivery limit (MaxDeliver). The fixed runtime refuses a source whose limit is
+ * not above the attempts plus a margin for deliveries that end without a verdict
+ * (CheckSourceLimits); here the margin covers every such fault the model can inject. */
 #ifndef LIMIT
-#define LIMIT (ATT + MAXCRASH + MAXLOSS + MAXLOSTACK + MAXPANIC)
+#define LIMIT (ATT + MAXCRASH + MAXLOSS + MAXLOSTACK + MAXPANIC + MAXOUT)
 #endif
 
 /* message states */
@@ -209,9 +210,15 @@ end:
 			if :: mine(m, t) -> st[m] = READY :: else -> skip fi;
 			IDLE
 #else
-			/* fixed: keep the message (extend its lease), pause fetching, retry the write */
-			paused[me] = true;
-			if :: !mine(m, t) -> IDLE :: else -> skip fi
+			/* fixed: keep the message (its lease extended) and retry the write with backoff;
+			   after DeadLetterFailuresToPause failures in a row, pause: the delivery goes back
+			   without a verdict (the delivery limit's margin covers it) and fetching stops
+			   until an operator resumes the consumer */
+			if
+			:: !mine(m, t) -> IDLE                         /* lease lost meanwhile */
+			:: mine(m, t) -> skip                          /* retry the write */
+			:: mine(m, t) -> paused[me] = true; st[m] = READY; IDLE
+			fi
 #endif
 		:: else ->
 			dl = true; dlReason = reason;
