@@ -17,6 +17,8 @@
  *                     retries_exhausted before the attempt budget is spent.
  *   -DQUEUE -DNOFENCE the queue table acks by job id without the lease token: a worker that lost
  *                     its lease commits over the one that took it.
+ *   -DOLD_SAVEPOINT   the SQLite batch carried on after a whole-transaction rollback: an effect
+ *                     committed without its claim (and is applied again on redelivery).
  */
 
 #ifndef COPIES
@@ -100,6 +102,7 @@ byte pc[NC];
 
 /* fault counters */
 byte crashes, losses, lostacks, tfails, panics, outages;
+bool svpUsed;
 
 #define settled (applied > 0 || dl)
 /* the lease token of a delivery is the message's delivery count: each new lease bumps it */
@@ -160,7 +163,14 @@ end:
 				pc[me] = ACK;
 #endif
 				claim = true; applied++;
-				assert(applied <= 1)   /* at most once per key */
+				assert(applied <= 1);        /* at most once per key */
+				assert(claim)                /* never an effect without its claim */
+#ifdef OLD_SAVEPOINT
+			:: !svpUsed -> svpUsed = true;    /* SQLite batch: the transaction was rolled back
+				whole, the savepoint's RELEASE committed the effect in a new implicit transaction
+				without its claim, and the final COMMIT failed (a transient error) */
+				applied++; pc[me] = DECIDE
+#endif
 			:: tfails < MAXTF -> tfails++; pc[me] = DECIDE      /* transient: rollback */
 			:: outages < MAXOUT -> outages++; pc[me] = DECIDE   /* database down: rollback */
 			:: panics < MAXPANIC -> panics++;                   /* panic: pause, give back */
