@@ -37,7 +37,8 @@ jobs=${MODEL_JOBS:-2}
 seq=0
 
 # run NAME EXPECT MODEL MODE DEFINES...
-#   EXPECT: pass | fail
+#   EXPECT: pass | fail:TEXT — a must-fail run must violate the property whose text (as pan
+#           prints the violated assertion or claim) contains TEXT, not just any property
 #   MODE:   safety (assertions and invalid end states) | ltl:NAME (weak fairness; a safety
 #           formula's run checks the assertions in every state too)
 # Runs go in the background, MODEL_JOBS at a time; report prints them in order.
@@ -51,8 +52,9 @@ run() {
 }
 
 one() {
-	local idx=$1 name=$2 expect=$3 model=$4 mode=$5
+	local idx=$1 name=$2 expect=$3 model=$4 mode=$5 want=""
 	shift 5
+	if [[ $expect == fail:* ]]; then want=${expect#fail:}; expect=fail; fi
 	local defs=("$@")
 	local dir="$tmp/$name" out="$tmp/$idx.line"
 	# This runs in a background subshell: its own surprises count, written out on exit (a run
@@ -100,7 +102,7 @@ one() {
 	if [ "$errors" -gt 0 ]; then
 		what=$(grep -m1 -E 'assertion violated|acceptance cycle|invalid end state|claim violated|non-progress' "$dir/pan.out" | sed 's/^pan:[0-9]*: *//; s/ (at depth.*//' || true)
 		verdict="errors=$errors trail: $what"
-		if [ "$expect" = pass ] || ! ls "$dir"/*.trail >/dev/null 2>&1; then status=surprise; fi
+		if [ "$expect" = pass ] || ! ls "$dir"/*.trail >/dev/null 2>&1 || [[ $what != *"$want"* ]]; then status=surprise; fi
 		if [ -n "${MODEL_TRAILS:-}" ] && ls "$dir"/*.trail >/dev/null 2>&1; then
 			mkdir -p "$MODEL_TRAILS"
 			cp "$dir"/*.trail "$MODEL_TRAILS/$name.trail"
@@ -120,6 +122,7 @@ one() {
 	printf '%s %-34s %-6s %-18s %s states=%s depth=%s%s %ss  %s\n' "$word" "$name" "$expect" "$mode" "$kind" "${states:-?}" "${depth:-?}" "$coverage" "$secs" "$verdict"
 	if [ $status != ok ]; then
 		echo "      defines: ${defs[*]:-none}"
+		if [ -n "$want" ]; then echo "      wanted a counterexample to: $want"; fi
 		grep -E 'violated|errors|cycle' "$dir/pan.out" | head -5 | sed 's/^/      /'
 	fi
 	finished=1
@@ -137,29 +140,29 @@ run consumer-paused-progress  pass consumer.pml ltl:paused_progress
 outage=(-DMAXOUT=7 -DMAXCRASH=0 -DMAXLOSS=0 -DMAXLOSTACK=0 -DMAXPANIC=0)
 run consumer-long-outage      pass consumer.pml safety "${outage[@]}"
 # must fail: the old behaviour
-run old-deadletter-dropped    fail consumer.pml safety -DOLD_DEADLETTER "${outage[@]}" -DLIMIT=4
-run old-budget-from-publish   fail consumer.pml safety -DOLD_BUDGET -DMAXCRASH=0 -DMAXLOSS=0 -DMAXLOSTACK=0
-run old-unfenced-queue-ack    fail consumer.pml safety -DQUEUE -DNOFENCE
-run old-savepoint-no-claim    fail consumer.pml ltl:effect_has_claim -DOLD_SAVEPOINT
+run old-deadletter-dropped    fail:'(applied>0)||dl' consumer.pml safety -DOLD_DEADLETTER "${outage[@]}" -DLIMIT=4
+run old-budget-from-publish   fail:'(reason!=2)' consumer.pml safety -DOLD_BUDGET -DMAXCRASH=0 -DMAXLOSS=0 -DMAXLOSTACK=0
+run old-unfenced-queue-ack    fail:'(deliv[m]==t)' consumer.pml safety -DQUEUE -DNOFENCE
+run old-savepoint-no-claim    fail:'(applied==0)||claim' consumer.pml ltl:effect_has_claim -DOLD_SAVEPOINT
 # must fail: a broken assumption (a delivery limit below attempts + verdictless deliveries)
-run assume-delivery-limit     fail consumer.pml safety "${outage[@]}" -DLIMIT=4
+run assume-delivery-limit     fail:'(applied>0)||dl' consumer.pml safety "${outage[@]}" -DLIMIT=4
 
 # relay.pml — one key's rows, two relays, one partition lease.
 run relay-order               pass relay.pml safety
 run relay-order-clock-skew    pass relay.pml safety -DSKEW
 run relay-all-published       pass relay.pml ltl:all_published
-run old-relay-pipeline        fail relay.pml safety -DOLD_PIPELINE
-run old-relay-dead-row        fail relay.pml safety -DOLD_DEADROW
+run old-relay-pipeline        fail:'pubd[' relay.pml safety -DOLD_PIPELINE
+run old-relay-dead-row        fail:'pubd[' relay.pml safety -DOLD_DEADROW
 
 # retention.pml — claims collected after retention, too_old, replay, where the claim lives.
 run retention                 pass retention.pml safety
 run retention-fresh-resend    pass retention.pml safety -DFRESH -DNOREPLAY
 run retention-skew-grace      pass retention.pml safety -DSKEW -DSKEW_GRACE
-run old-bucket-in-claim-key   fail retention.pml safety -DOLD_BUCKET -DFRESH -DNOREPLAY
-run old-global-gc-retention   fail retention.pml safety -DOLD_GC
-run assume-clock-skew         fail retention.pml safety -DSKEW
-run assume-resend-keeps-time  fail retention.pml safety -DFRESH
-run gap-replay-no-occurred-at fail retention.pml safety -DREPLAY_FRESH
+run old-bucket-in-claim-key   fail:'(applied<=1)' retention.pml safety -DOLD_BUCKET -DFRESH -DNOREPLAY
+run old-global-gc-retention   fail:'(applied<=1)' retention.pml safety -DOLD_GC
+run assume-clock-skew         fail:'(applied<=1)' retention.pml safety -DSKEW
+run assume-resend-keeps-time  fail:'(applied<=1)' retention.pml safety -DFRESH
+run gap-replay-no-occurred-at fail:'(applied<=1)' retention.pml safety -DREPLAY_FRESH
 
 report() {
 	wait
