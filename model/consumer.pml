@@ -7,8 +7,8 @@
  * ack (broker mode) or ack inside the transaction fenced by the lease token (-DQUEUE, the queue
  * table). Faults, each bounded so the search is finite: crashes between any two steps, lease
  * loss (extension failing), lost acks and terminates, transient handler failures, a handler
- * panic that pauses the consumer, dead-letter writes that fail (a database outage), a consumer
- * that starts MaxElapsed behind the publish (lag).
+ * panic that pauses the consumer, database outages (a failed transaction or dead-letter write),
+ * a consumer that starts MaxElapsed behind the publish (lag).
  *
  * Must-fail variants (the old behaviour; each must produce a trail):
  *   -DOLD_DEADLETTER  a failed dead-letter write naks the delivery; the broker's delivery limit
@@ -19,6 +19,8 @@
  *                     its lease commits over the one that took it.
  *   -DOLD_SAVEPOINT   the SQLite batch carried on after a whole-transaction rollback: an effect
  *                     committed without its claim (and is applied again on redelivery).
+ * And an assumption: -DLIMIT=n below ATT + the deliveries that can end without a verdict loses
+ * the event even with the fixed runtime (the broker's delivery limit must leave that margin).
  */
 
 #ifndef COPIES
