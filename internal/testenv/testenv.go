@@ -41,3 +41,6 @@ func Postgres(t testing.TB) string { t.Helper(); return URL(t, PostgresVar) }
 
 // NATS returns IDEM_NATS_URL or skips.
 func NATS(t testing.TB) string { t.Helper(); return URL(t, NATSVar) }
+
+// AMQP returns IDEM_AMQP_URL or skips.
+func AMQP(t testing.TB) string { t.Helper(); return URL(t, AMQPVar) }
