@@ -38,8 +38,8 @@ type publisher struct {
 // pending is one published message awaiting its confirm.
 type pending struct {
 	msgID, exchange, key string
-	returned            *amqp.Return
-	res                 chan error // receives the outcome once
+	returned             *amqp.Return
+	res                  chan error // receives the outcome once
 }
 
 // newPublisher opens a channel on conn and puts it in confirm mode.

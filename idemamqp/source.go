@@ -416,12 +416,12 @@ type Delivery struct {
 	m        idem.Message
 	received time.Time // when the broker handed it to this client (consumer_timeout runs from here)
 
-	mu      sync.Mutex
+	mu       sync.Mutex
 	handed   time.Time
 	deadline time.Time // the lease's end; Extend moves it
 	timer    *time.Timer
-	settled bool
-	lost    error // why the delivery can no longer be settled
+	settled  bool
+	lost     error // why the delivery can no longer be settled
 }
 
 var _ idem.Delivery = (*Delivery)(nil)
