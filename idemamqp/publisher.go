@@ -171,6 +171,3 @@ func (p *publisher) dead() bool {
 		return false
 	}
 }
-
-// close closes the channel.
-func (p *publisher) close() error { return p.ch.Close() }
