@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -41,6 +42,13 @@ type Source struct {
 	close  context.CancelCauseFunc
 	wg     sync.WaitGroup
 
+	// Demand: Receive counts itself in waiting while it waits, signals demand, and stamps
+	// lastTake (unix nanoseconds) when it takes a delivery.
+	waiting   atomic.Int64
+	demand    chan struct{}
+	lastTake  atomic.Int64
+	consumers int // consumer tags issued; only the run goroutine touches it
+
 	mu   sync.Mutex
 	sess *session // the live session, or nil while reconnecting
 }
@@ -51,8 +59,11 @@ type session struct {
 	conn *amqp.Connection
 	ch   *amqp.Channel
 	pub  *publisher
-	dead chan struct{} // closed when the session ended
-	once sync.Once
+	// tag and deliveries are the current consumer's; only the run goroutine touches them.
+	tag        string
+	deliveries <-chan amqp.Delivery
+	dead       chan struct{} // closed when the session ended
+	once       sync.Once
 }
 
 // end marks the session dead and closes its connection; the broker requeues what it holds.
@@ -96,16 +107,18 @@ func NewSource(ctx context.Context, dial Dialer, cfg SourceConfig) (*Source, err
 		dial:   dial,
 		tag:    "idem-" + hex.EncodeToString(b[:]),
 		in:     make(chan *Delivery, cfg.Prefetch),
+		demand: make(chan struct{}, 1),
 		closed: closed,
 		close:  closeFn,
 	}
-	sess, deliveries, err := s.connect(ctx)
+	s.lastTake.Store(time.Now().UnixNano())
+	sess, err := s.connect(ctx)
 	if err != nil {
 		closeFn(ErrClosed)
 		return nil, err
 	}
 	s.wg.Add(1)
-	go s.run(sess, deliveries)
+	go s.run(sess)
 	return s, nil
 }
 
@@ -140,14 +153,14 @@ func (s *Source) Close() error {
 }
 
 // connect dials, declares the topology and starts consuming.
-func (s *Source) connect(ctx context.Context) (*session, <-chan amqp.Delivery, error) {
+func (s *Source) connect(ctx context.Context) (*session, error) {
 	conn, err := s.dial(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	fail := func(what string, err error) (*session, <-chan amqp.Delivery, error) {
+	fail := func(what string, err error) (*session, error) {
 		_ = conn.Close()
-		return nil, nil, fmt.Errorf("idemamqp: %s on queue %s: %w", what, s.name, err)
+		return nil, fmt.Errorf("idemamqp: %s on queue %s: %w", what, s.name, err)
 	}
 	ch, err := conn.Channel()
 	if err != nil {
@@ -163,11 +176,10 @@ func (s *Source) connect(ctx context.Context) (*session, <-chan amqp.Delivery, e
 	if err != nil {
 		return fail("publisher", err)
 	}
-	deliveries, err := ch.Consume(s.name, s.tag, false, false, false, false, nil)
-	if err != nil {
+	sess := &session{conn: conn, ch: ch, pub: pub, dead: make(chan struct{})}
+	if err := s.consume(sess); err != nil {
 		return fail("consume", err)
 	}
-	sess := &session{conn: conn, ch: ch, pub: pub, dead: make(chan struct{})}
 	// Losing either channel ends the session; the consuming one ends the deliveries too.
 	go func() {
 		select {
@@ -179,7 +191,7 @@ func (s *Source) connect(ctx context.Context) (*session, <-chan amqp.Delivery, e
 	s.mu.Lock()
 	s.sess = sess
 	s.mu.Unlock()
-	return sess, deliveries, nil
+	return sess, nil
 }
 
 // declare declares the work queue and its delay queues. Each delay queue holds messages for
@@ -224,13 +236,13 @@ func (s *Source) declare(ch *amqp.Channel) error {
 }
 
 // run forwards deliveries until Close, reconnecting with backoff whenever the session ends.
-func (s *Source) run(sess *session, deliveries <-chan amqp.Delivery) {
+func (s *Source) run(sess *session) {
 	defer s.wg.Done()
 	backoff := s.cfg.ReconnectMin
 	for {
-		lost := s.forward(sess, deliveries)
+		lost := s.forward(sess)
 		if !lost {
-			s.handBack(sess, deliveries)
+			s.handBack(sess)
 		}
 		sess.end()
 		s.mu.Lock()
@@ -239,10 +251,19 @@ func (s *Source) run(sess *session, deliveries <-chan amqp.Delivery) {
 		if !lost {
 			return
 		}
+		// What the dead session left unreceived is the broker's again; drop it so that the
+		// new session's prefetch finds room.
+		for drained := false; !drained; {
+			select {
+			case <-s.in:
+			default:
+				drained = true
+			}
+		}
 		s.cfg.Logger.Warn("idemamqp: connection lost; reconnecting", "queue", s.name)
 		for {
 			var err error
-			sess, deliveries, err = s.connect(s.closed)
+			sess, err = s.connect(s.closed)
 			if err == nil {
 				s.cfg.Logger.Info("idemamqp: reconnected", "queue", s.name)
 				backoff = s.cfg.ReconnectMin
@@ -263,11 +284,16 @@ func (s *Source) run(sess *session, deliveries <-chan amqp.Delivery) {
 }
 
 // forward hands the session's deliveries to Receive until the session ends (lost = true) or
-// the source closes (lost = false).
-func (s *Source) forward(sess *session, deliveries <-chan amqp.Delivery) (lost bool) {
+// the source closes (lost = false). RabbitMQ pushes up to the prefetch ahead of demand, so a
+// source nobody receives from (a paused consumer) would sit on those messages: when deliveries
+// have waited a whole lease with no Receive taking one, forward stops consuming, hands them
+// back to the queue for the other consumers, and consumes again at the next Receive.
+func (s *Source) forward(sess *session) (lost bool) {
+	check := time.NewTicker(min(s.cfg.Lease/2, time.Second))
+	defer check.Stop()
 	for {
 		select {
-		case raw, ok := <-deliveries:
+		case raw, ok := <-sess.deliveries:
 			if !ok {
 				return s.closed.Err() == nil
 			}
@@ -279,6 +305,31 @@ func (s *Source) forward(sess *session, deliveries <-chan amqp.Delivery) (lost b
 			case <-s.closed.Done():
 				return false
 			}
+		case <-check.C:
+			if len(s.in) == 0 || s.waiting.Load() > 0 || time.Since(time.Unix(0, s.lastTake.Load())) < s.cfg.Lease {
+				continue
+			}
+			if !s.handBack(sess) {
+				return s.closed.Err() == nil
+			}
+			s.cfg.Logger.Debug("idemamqp: no receiver for a lease; handed the prefetch back", "queue", s.name)
+			select {
+			case <-s.demand: // a stale token from before the pause
+			default:
+			}
+			for s.waiting.Load() == 0 {
+				select {
+				case <-s.demand:
+				case <-check.C:
+				case <-sess.dead:
+					return s.closed.Err() == nil
+				case <-s.closed.Done():
+					return false
+				}
+			}
+			if err := s.consume(sess); err != nil {
+				return s.closed.Err() == nil
+			}
 		case <-sess.dead:
 			return s.closed.Err() == nil
 		case <-s.closed.Done():
@@ -287,19 +338,32 @@ func (s *Source) forward(sess *session, deliveries <-chan amqp.Delivery) (lost b
 	}
 }
 
-// handBackTimeout bounds how long Close spends handing back deliveries never handed out.
+// consume starts a consumer on the session's channel under a new tag.
+func (s *Source) consume(sess *session) error {
+	s.consumers++
+	tag := fmt.Sprintf("%s-%d", s.tag, s.consumers)
+	deliveries, err := sess.ch.Consume(s.name, tag, false, false, false, false, nil)
+	if err != nil {
+		return err
+	}
+	sess.tag, sess.deliveries = tag, deliveries
+	return nil
+}
+
+// handBackTimeout bounds how long handing back the deliveries no Receive took may last.
 const handBackTimeout = 5 * time.Second
 
 // handBack cancels the consumer and returns the deliveries the broker sent ahead (the
 // prefetch) that no Receive took: each is republished to the work queue with its attempt
 // unchanged and then acked. Merely closing the channel would requeue them flagged redelivered,
-// and every graceful restart would then count an attempt against messages no handler saw. What
-// cannot be handed back within handBackTimeout is left to the broker's requeue.
-func (s *Source) handBack(sess *session, deliveries <-chan amqp.Delivery) {
+// and every graceful restart would then count an attempt against messages no handler saw. It
+// reports whether everything was handed back; what was not is left to the broker's requeue
+// when the session ends.
+func (s *Source) handBack(sess *session) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), handBackTimeout)
 	defer cancel()
-	if err := sess.ch.Cancel(s.tag, false); err != nil {
-		return
+	if err := sess.ch.Cancel(sess.tag, false); err != nil {
+		return false
 	}
 	back := func(raw amqp.Delivery) bool {
 		m, _ := DecodeDelivery(raw)
@@ -308,25 +372,27 @@ func (s *Source) handBack(sess *session, deliveries <-chan amqp.Delivery) {
 		}
 		return raw.Ack(false) == nil
 	}
-	for {
+	for drained := false; !drained; {
 		select {
 		case d := <-s.in:
 			if d.sess == sess && !back(d.raw) {
-				return
+				return false
 			}
-			continue
 		default:
+			drained = true
 		}
-		break
 	}
 	for {
 		select {
-		case raw, ok := <-deliveries:
-			if !ok || !back(raw) {
-				return
+		case raw, ok := <-sess.deliveries:
+			if !ok {
+				return true
+			}
+			if !back(raw) {
+				return false
 			}
 		case <-ctx.Done():
-			return
+			return false
 		}
 	}
 }
@@ -337,6 +403,12 @@ func (s *Source) handBack(sess *session, deliveries <-chan amqp.Delivery) {
 func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) {
 	if max < 1 {
 		return nil, fmt.Errorf("idemamqp: receive from %s: max is %d, want at least 1", s.name, max)
+	}
+	s.waiting.Add(1)
+	defer s.waiting.Add(-1)
+	select {
+	case s.demand <- struct{}{}:
+	default:
 	}
 	var out []idem.Delivery
 	for len(out) == 0 {
@@ -368,6 +440,7 @@ func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) 
 
 // take appends d to out and starts its lease, unless its session has ended.
 func (s *Source) take(out []idem.Delivery, d *Delivery) []idem.Delivery {
+	s.lastTake.Store(time.Now().UnixNano())
 	if d.sess.isDead() {
 		return out
 	}

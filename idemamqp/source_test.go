@@ -343,3 +343,35 @@ func TestSinkReconnects(t *testing.T) {
 	require.Len(t, rec.conns, 2)
 	rec.mu.Unlock()
 }
+
+// TestIdleSourceHandsBack: a source nobody receives from (a paused consumer) gives the
+// messages the broker pushed to it back to the queue after a lease, unchanged, so another
+// consumer of the queue gets them as first attempts.
+func TestIdleSourceHandsBack(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(c *idemamqp.SourceConfig) { c.Lease = 500 * time.Millisecond })
+	ids := []string{"evt-0", "evt-1", "evt-2", "evt-3", "evt-4"}
+	f.publish(ids...)
+	time.Sleep(100 * time.Millisecond) // the broker pushes them to the idle source
+	other, err := idemamqp.NewSource(ctxT(t, 10*time.Second), f.rec.dial, sourceConfig(f.queue, 10*time.Second))
+	require.NoError(t, err)
+	defer other.Close()
+	ctx := ctxT(t, 10*time.Second)
+	var got []string
+	for len(got) < len(ids) {
+		ds, err := other.Receive(ctx, 10)
+		require.NoError(t, err, "received %v", got)
+		for _, d := range ds {
+			got = append(got, d.Message().EventID)
+			require.Equal(t, 1, d.Message().Attempt, "handed back unseen: still the first attempt")
+			require.NoError(t, d.Ack(ctx))
+		}
+	}
+	require.ElementsMatch(t, ids, got)
+	require.NoError(t, other.Close())
+	// The idle source consumes again as soon as someone receives from it.
+	f.publish("evt-later")
+	d := f.receiveOne(5 * time.Second)
+	require.Equal(t, "evt-later", d.Message().EventID)
+	require.NoError(t, d.Ack(ctx))
+}

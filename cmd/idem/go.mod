@@ -10,6 +10,8 @@ replace github.com/idemkit/idem/idemsqlite => ../../idemsqlite
 
 replace github.com/idemkit/idem/idemnats => ../../idemnats
 
+replace github.com/idemkit/idem/idemamqp => ../../idemamqp
+
 replace github.com/idemkit/idem/idemprom => ../../idemprom
 
 replace github.com/idemkit/idem/idemschema => ../../idemschema
@@ -17,6 +19,7 @@ replace github.com/idemkit/idem/idemschema => ../../idemschema
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/idemkit/idem v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idem/idemamqp v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idemnats v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idempg v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idemprom v0.0.0-00010101000000-000000000000
@@ -26,6 +29,7 @@ require (
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/prometheus/client_golang v1.25.0
+	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
 	github.com/stretchr/testify v1.12.1
