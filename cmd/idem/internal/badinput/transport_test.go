@@ -10,10 +10,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/testdb"
+	"github.com/idemkit/idem/idemamqp"
 	"github.com/idemkit/idem/idemnats"
 	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/idemqueue"
@@ -173,4 +175,54 @@ func jetStream(t *testing.T) transport {
 		},
 		maxPayload: int(nc.MaxPayload()),
 	}
+}
+
+// rabbitMQ is a fresh work queue on IDEM_AMQP_URL (or a skip) with its delay queues, deleted
+// when t ends. RabbitMQ does not deduplicate, so a reused event id is simply published again.
+func rabbitMQ(t *testing.T) transport {
+	t.Helper()
+	dial := idemamqp.DialURL(testenv.AMQP(t), "idem-badinput-test")
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	queue := "idembad." + hex.EncodeToString(b[:])
+	expires := amqp.Table{"x-expires": int64(10 * 60 * 1000)} // a queue a crashed test leaves behind expires
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	src, err := idemamqp.NewSource(ctx, dial, idemamqp.SourceConfig{Queue: queue, Lease: lease, QueueArgs: expires, DelayQueueArgs: expires})
+	require.NoError(t, err)
+	conn, err := dial(ctx)
+	require.NoError(t, err)
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = src.Close()
+		for _, tier := range idemamqp.DelayTiersDefault {
+			_, _ = ch.QueueDelete(idemamqp.DelayQueueName(queue, tier), false, false, false)
+		}
+		if _, err := ch.QueueDelete(queue, false, false, false); err != nil {
+			t.Errorf("delete queue %s: %v", queue, err)
+		}
+		_ = conn.Close()
+	})
+	sink, err := idemamqp.NewSink(ctx, dial, idemamqp.SinkConfig{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sink.Close() })
+	tr := transport{
+		source:  src,
+		publish: sinkPublish(sink, queue),
+		publishWithoutID: func(t *testing.T, m idem.Message) {
+			t.Helper()
+			_, err := idemamqp.EncodeMessage(m)
+			require.Error(t, err, "the sink refuses an empty event id")
+			m.EventID = "placeholder"
+			p, err := idemamqp.EncodeMessage(m)
+			require.NoError(t, err)
+			p.MessageId = "" // neither message_id nor Idem-Event-Id, as a foreign producer could send
+			require.NoError(t, ch.PublishWithContext(context.Background(), "", queue, true, false, p))
+		},
+		// RabbitMQ's own limit (max_message_size) is 128 MiB by default, far above the catalogue's.
+		maxPayload: 128 << 20,
+	}
+	tr.publishAgain = func(t *testing.T, m idem.Message) { tr.publish(t, m) }
+	return tr
 }
