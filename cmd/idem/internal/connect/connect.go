@@ -239,6 +239,9 @@ func ParseBroker(raw string) (BrokerURL, error) {
 	case raw == "":
 		return BrokerURL{}, errors.New("broker URL is empty: use sql (the queue table in the store) or nats://HOST:PORT")
 	}
+	if bu, ok, err := parseAMQP(raw); ok {
+		return bu, err
+	}
 	for _, one := range strings.Split(raw, ",") {
 		one = strings.TrimSpace(one)
 		if !strings.Contains(one, "://") {
@@ -448,6 +451,13 @@ func OpenBroker(ctx context.Context, raw string, stores *Stores, opts BrokerOpti
 		sink := idemnats.NewSink(js)
 		b.Sink, b.JetStream = sink, js
 		b.closers = append(b.closers, nc.Close, func() { _ = sink.Close() })
+	case BrokerAMQP:
+		sink, err := openAMQP(ctx, bu, opts)
+		if err != nil {
+			return nil, err
+		}
+		b.Sink = sink
+		b.closers = append(b.closers, func() { _ = sink.Close() })
 	}
 	return b, nil
 }
