@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idem/cmd/idem/internal/testdb"
 	"github.com/idemkit/idem/consumertest"
 	"github.com/idemkit/idem/idemamqp"
+	"github.com/idemkit/idem/idemrelay"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/retry"
 	"github.com/idemkit/idem/storetest"
@@ -235,4 +236,63 @@ func TestAMQPConnectionLossAppliesOnce(t *testing.T) {
 	t.Logf("%d events, %d connection kills: %d processed, %d duplicates, %d abandoned, %d retried",
 		n, killed, rec.Count(idem.OutcomeProcessed, ""), rec.Count(idem.OutcomeDuplicate, ""),
 		rec.Count(idem.OutcomeAbandoned, ""), rec.Count(idem.OutcomeRetried, ""))
+}
+
+// TestAMQPRelayKeepsKeyOrder: the outbox relay publishes through the AMQP sink, and a consumer
+// of the queue sees every key's events in the order they were enqueued.
+func TestAMQPRelayKeepsKeyOrder(t *testing.T) {
+	t.Parallel()
+	const keys, perKey = 5, 40
+	store, _ := testdb.SQLite(t)
+	ctx := context.Background()
+	dial := idemamqp.DialURL(testenv.AMQP(t), "idem-e2e "+t.Name())
+	queue := "ideme2e." + testdb.Name("")
+	cfg := amqpSourceConfig(queue, 10*time.Second)
+	amqpDeclare(t, dial, cfg)
+	sink, err := idemamqp.NewSink(ctx, dial, idemamqp.SinkConfig{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sink.Close() })
+
+	// Enqueue the keys interleaved, one transaction each.
+	for i := range perKey {
+		for k := range keys {
+			require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+				return store.EnqueueTx(ctx, tx, idem.Outgoing{
+					EventID: fmt.Sprintf("k%d-%03d", k, i), Topic: queue, Key: fmt.Sprintf("k%d", k),
+					Payload: []byte(`{}`),
+				})
+			}))
+		}
+	}
+	relay, err := idemrelay.New(store, store, sink, idemrelay.Config{})
+	require.NoError(t, err)
+	published := 0
+	for published < keys*perKey {
+		n, err := relay.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Positive(t, n, "the relay made progress (%d of %d published)", published, keys*perKey)
+		published += n
+	}
+	require.NoError(t, relay.Release(ctx))
+
+	src, err := idemamqp.NewSource(ctx, dial, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = src.Close() })
+	next := make(map[string]int)
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	for got := 0; got < keys*perKey; {
+		ds, err := src.Receive(rctx, 50)
+		require.NoError(t, err, "received %d of %d", got, keys*perKey)
+		for _, d := range ds {
+			var k, i int
+			_, err := fmt.Sscanf(d.Message().EventID, "k%d-%d", &k, &i)
+			require.NoError(t, err)
+			key := fmt.Sprintf("k%d", k)
+			require.Equal(t, next[key], i, "key %s out of order", key)
+			next[key]++
+			require.NoError(t, d.Ack(rctx))
+			got++
+		}
+	}
 }
