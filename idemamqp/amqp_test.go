@@ -125,7 +125,10 @@ func deleteQueues(tb testing.TB, dial idemamqp.Dialer, cfg idemamqp.SourceConfig
 
 // harness runs the shared suite: a queue per topic (declared before anything is published to
 // it, since the sink publishes mandatory), the default exchange routing to it by name.
-func harness(tb testing.TB) transporttest.Harness {
+func harness(tb testing.TB) transporttest.Harness { return harnessWith(tb, idemamqp.SinkConfig{}) }
+
+// harnessWith is harness with a sink configured by sinkCfg.
+func harnessWith(tb testing.TB, sinkCfg idemamqp.SinkConfig) transporttest.Harness {
 	dial := idemamqp.DialURL(testenv.AMQP(tb), "idemamqp-test "+tb.Name())
 	return transporttest.Harness{
 		Features: transporttest.Features{DelayedNak: true, Persistent: true},
@@ -141,7 +144,7 @@ func harness(tb testing.TB) transporttest.Harness {
 			return src
 		},
 		Sink: func(tb testing.TB) idem.Sink {
-			sink, err := idemamqp.NewSink(ctxT(tb, 10*time.Second), dial, idemamqp.SinkConfig{})
+			sink, err := idemamqp.NewSink(ctxT(tb, 10*time.Second), dial, sinkCfg)
 			require.NoError(tb, err)
 			tb.Cleanup(func() { _ = sink.Close() })
 			return sink
@@ -162,6 +165,14 @@ func TestConformance(t *testing.T) {
 	transporttest.Exercise(t, harness(t))
 }
 
+// BenchmarkPublishReceive publishes with the default sink, which orders a whole batch: each
+// message waits for the confirm of the one before.
 func BenchmarkPublishReceive(b *testing.B) {
 	transporttest.Benchmark(b, harness(b))
+}
+
+// BenchmarkPublishReceiveUnordered publishes with an OrderKey that puts every message in a key
+// of its own, so a batch is pipelined and confirmed together.
+func BenchmarkPublishReceiveUnordered(b *testing.B) {
+	transporttest.Benchmark(b, harnessWith(b, idemamqp.SinkConfig{OrderKey: func(idem.Message) string { return "" }}))
 }
