@@ -67,13 +67,14 @@ func brokerHeader(name string) bool {
 // current time as timestamp and persistent delivery. A header in m.Headers named like a mapped
 // one is not published, so that decoding and republishing a message (a dead-letter replay)
 // cannot change its fields. It refuses a message without EventID and names or ids longer than
-// the 255 bytes an AMQP short string holds.
+// the 255 bytes an AMQP short string holds. Its errors have no package prefix: the Sink wraps
+// them.
 func EncodeMessage(m idem.Message) (amqp.Publishing, error) {
 	if m.EventID == "" {
-		return amqp.Publishing{}, fmt.Errorf("idemamqp: message (type %q) has no EventID", m.Type)
+		return amqp.Publishing{}, fmt.Errorf("message (type %q) has no EventID", m.Type)
 	}
 	if len(m.EventID) > 255 {
-		return amqp.Publishing{}, fmt.Errorf("idemamqp: EventID is %d bytes, more than the 255 of message_id", len(m.EventID))
+		return amqp.Publishing{}, fmt.Errorf("EventID is %d bytes, more than the 255 of message_id", len(m.EventID))
 	}
 	h := make(amqp.Table, len(m.Headers)+3)
 	for k, v := range m.Headers {
@@ -81,7 +82,7 @@ func EncodeMessage(m idem.Message) (amqp.Publishing, error) {
 			continue
 		}
 		if k == "" || len(k) > 255 {
-			return amqp.Publishing{}, fmt.Errorf("idemamqp: header name %.64q is %d bytes, want 1 to 255", k, len(k))
+			return amqp.Publishing{}, fmt.Errorf("header name %.64q is %d bytes, want 1 to 255", k, len(k))
 		}
 		h[k] = v
 	}
@@ -98,7 +99,7 @@ func EncodeMessage(m idem.Message) (amqp.Publishing, error) {
 	if !m.OccurredAt.IsZero() {
 		t := m.OccurredAt.UTC()
 		if t.Year() < 0 || t.Year() > 9999 {
-			return amqp.Publishing{}, fmt.Errorf("idemamqp: OccurredAt %v is outside the years 0000-9999 RFC 3339 can write", t)
+			return amqp.Publishing{}, fmt.Errorf("OccurredAt %v is outside the years 0000-9999 RFC 3339 can write", t)
 		}
 		h[HeaderOccurredAt] = t.Format(time.RFC3339Nano)
 	}

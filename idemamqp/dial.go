@@ -45,7 +45,7 @@ func DialURL(url, name string) Dialer {
 			},
 		})
 		if err != nil {
-			return nil, fmt.Errorf("idemamqp: dial %s: %w", redactURL(url), err)
+			return nil, fmt.Errorf("dial %s: %w", redactURL(url), err)
 		}
 		return conn, nil
 	}

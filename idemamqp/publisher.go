@@ -9,16 +9,18 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
+// The sentinels' texts carry no package prefix: they are always wrapped in an error that does.
+
 // ErrUnroutable is wrapped by a publish the broker returned because no queue is bound to its
 // exchange and routing key (the message was published mandatory, so it is not silently dropped).
-var ErrUnroutable = errors.New("idemamqp: message unroutable")
+var ErrUnroutable = errors.New("unroutable: no queue is bound for the message's exchange and routing key")
 
 // ErrNacked is wrapped by a publish the broker refused with a negative confirm (a queue at its
 // x-max-length with x-overflow reject-publish, or an internal error).
-var ErrNacked = errors.New("idemamqp: broker refused the message (nack)")
+var ErrNacked = errors.New("the broker refused the message (negative confirm)")
 
 // errChannelClosed is wrapped by a publish whose channel closed before its confirm arrived.
-var errChannelClosed = errors.New("idemamqp: channel closed before the broker confirmed")
+var errChannelClosed = errors.New("channel closed before the broker confirmed")
 
 // publisher is a channel in confirm mode that matches each publish with its confirm and with a
 // basic.return. The broker sends a return before the confirm of the same message, and the

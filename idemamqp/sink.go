@@ -13,7 +13,7 @@ import (
 
 // ErrHeldBack is wrapped by the error of a message Publish did not send because an earlier
 // message of its ordering key failed: sending it would let it overtake the failed one.
-var ErrHeldBack = errors.New("idemamqp: not sent: an earlier message of its key failed")
+var ErrHeldBack = errors.New("not sent: an earlier message of its key failed")
 
 // Sink publishes messages to RabbitMQ with publisher confirms: Publish returns only once the
 // broker confirmed every message. Messages are published mandatory, so one that no queue is
@@ -46,7 +46,7 @@ func NewSink(ctx context.Context, dial Dialer, cfg SinkConfig) (*Sink, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.connect(ctx); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("idemamqp: sink: %w", err)
 	}
 	return s, nil
 }
@@ -62,12 +62,12 @@ func (s *Sink) connect(ctx context.Context) error {
 	}
 	conn, err := s.dial(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("connect: %w", err)
 	}
 	pub, err := newPublisher(conn)
 	if err != nil {
 		_ = conn.Close()
-		return fmt.Errorf("idemamqp: sink: %w", err)
+		return err
 	}
 	s.conn, s.pub = conn, pub
 	return nil

@@ -16,7 +16,7 @@ import (
 )
 
 // ErrClosed is returned by Receive on a Source after Close.
-var ErrClosed = errors.New("idemamqp: source closed")
+var ErrClosed = errors.New("source closed")
 
 // RedeliveryWindowUnbounded is what RedeliveryWindow returns for a work queue without a message
 // TTL: a message can wait in it for any time, so no claim retention covers it. It is 100 years
@@ -156,7 +156,7 @@ func (s *Source) Close() error {
 func (s *Source) connect(ctx context.Context) (*session, error) {
 	conn, err := s.dial(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("idemamqp: connect for queue %s: %w", s.name, err)
 	}
 	fail := func(what string, err error) (*session, error) {
 		_ = conn.Close()
@@ -534,7 +534,7 @@ func (d *Delivery) usable() error {
 	case d.lost != nil:
 		return d.lost
 	case d.settled:
-		return errors.New("idemamqp: delivery already settled")
+		return errors.New("delivery already settled")
 	case d.sess.isDead():
 		d.lost = fmt.Errorf("%w: its channel closed; the broker redelivers it", idem.ErrLeaseLost)
 		return d.lost

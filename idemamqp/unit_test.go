@@ -163,3 +163,14 @@ func TestSourceConfigValidation(t *testing.T) {
 	require.Equal(t, idemamqp.PrefetchDefault, cfg.Prefetch)
 	require.Equal(t, idemamqp.DelayTiersDefault, cfg.DelayTiers)
 }
+
+// TestDialErrorMasksPassword: a failed dial names the broker without its password.
+func TestDialErrorMasksPassword(t *testing.T) {
+	t.Parallel()
+	dial := idemamqp.DialURL("amqp://app:s3cret@127.0.0.1:1/prod", "test")
+	_, err := idemamqp.NewSink(t.Context(), dial, idemamqp.SinkConfig{})
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "s3cret")
+	require.Contains(t, err.Error(), "127.0.0.1:1")
+	require.Equal(t, 1, strings.Count(err.Error(), "idemamqp:"), "the prefix appears once: %v", err)
+}
