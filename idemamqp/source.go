@@ -438,18 +438,32 @@ func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) 
 	return out, nil
 }
 
-// take appends d to out and starts its lease, unless its session has ended.
+// take appends d to out and starts its lease, unless its session has ended. A delivery that
+// waited in the prefetch so long that one lease would carry it past consumer_timeout is given
+// back instead: handed out, it would make the broker close the channel under every other one.
 func (s *Source) take(out []idem.Delivery, d *Delivery) []idem.Delivery {
 	s.lastTake.Store(time.Now().UnixNano())
 	if d.sess.isDead() {
 		return out
 	}
 	d.mu.Lock()
+	defer d.mu.Unlock()
+	if time.Since(d.received)+s.cfg.Lease > s.consumerLimit() {
+		_ = d.raw.Nack(false, true)
+		d.lost = fmt.Errorf("%w: it waited in the prefetch too close to consumer_timeout", idem.ErrLeaseLost)
+		return out
+	}
 	d.handed = time.Now()
 	d.deadline = d.handed.Add(s.cfg.Lease)
 	d.timer = time.AfterFunc(s.cfg.Lease, d.expire)
-	d.mu.Unlock()
 	return append(out, d)
+}
+
+// consumerLimit is how long a delivery may stay unacked before the source gives it back
+// itself: ConsumerTimeout less a margin (a minute, or a tenth of a short timeout), since the
+// broker checks the timeout only periodically.
+func (s *Source) consumerLimit() time.Duration {
+	return s.cfg.ConsumerTimeout - min(consumerTimeoutMargin, s.cfg.ConsumerTimeout/10)
 }
 
 // delivery decodes raw into a Delivery. A message that does not decode is still handed out,
@@ -631,8 +645,7 @@ func (d *Delivery) Extend(ctx context.Context) error {
 	if err := d.usable(); err != nil {
 		return d.wrap("extend", err)
 	}
-	limit := d.src.cfg.ConsumerTimeout - min(consumerTimeoutMargin, d.src.cfg.ConsumerTimeout/10)
-	if time.Since(d.received)+d.src.cfg.Lease > limit {
+	if time.Since(d.received)+d.src.cfg.Lease > d.src.consumerLimit() {
 		d.giveBack(fmt.Errorf("%w: the delivery would outlive the broker's consumer_timeout (%v); it was given back", idem.ErrLeaseLost, d.src.cfg.ConsumerTimeout))
 		return d.wrap("extend", d.lost)
 	}

@@ -375,3 +375,41 @@ func TestIdleSourceHandsBack(t *testing.T) {
 	require.Equal(t, "evt-later", d.Message().EventID)
 	require.NoError(t, d.Ack(ctx))
 }
+
+// TestSourceTenant: a source bound to a tenant stamps it on every message and keeps a different
+// claimed tenant in the Idem-Tenant header, for an Authenticator to refuse.
+func TestSourceTenant(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(c *idemamqp.SourceConfig) { c.Tenant = "acme" })
+	ctx := ctxT(t, 10*time.Second)
+	require.NoError(t, f.sink.Publish(ctx, f.queue,
+		idem.Message{EventID: "evt-own", Tenant: "acme", Payload: []byte("x")},
+		idem.Message{EventID: "evt-claim", Tenant: "evil", Payload: []byte("x")}))
+	got := map[string]idem.Message{}
+	for len(got) < 2 {
+		d := f.receiveOne(5 * time.Second)
+		got[d.Message().EventID] = d.Message()
+		require.NoError(t, d.Ack(ctx))
+	}
+	require.Equal(t, "acme", got["evt-own"].Tenant)
+	require.Empty(t, got["evt-own"].Header(idemamqp.HeaderTenant))
+	require.Equal(t, "acme", got["evt-claim"].Tenant)
+	require.Equal(t, "evil", got["evt-claim"].Header(idemamqp.HeaderTenant))
+}
+
+// TestStalePrefetchGivenBack: a delivery that waited in the prefetch until a lease would carry
+// it past consumer_timeout is not handed out but given back, and comes again fresh.
+func TestStalePrefetchGivenBack(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(c *idemamqp.SourceConfig) {
+		// Limit 2.7s: stale after 0.7s in the prefetch, and idle (handed back) only after 2s.
+		c.Lease = 2 * time.Second
+		c.ConsumerTimeout = 3 * time.Second
+	})
+	f.publish("evt-stale")
+	time.Sleep(1200 * time.Millisecond)
+	d := f.receiveOne(5 * time.Second)
+	require.Equal(t, "evt-stale", d.Message().EventID)
+	require.True(t, d.Raw().Redelivered, "the stale copy was given back, this is its redelivery")
+	require.NoError(t, d.Ack(ctxT(t, 5*time.Second)))
+}
