@@ -66,6 +66,12 @@ type SourceConfig struct {
 	// Retry is the consumer's retry policy, used only to check DeliveryLimit against its
 	// attempts (zero fields mean the policy's defaults, as in the consumer).
 	Retry retry.Policy
+	// Bindings bind the work queue to exchanges, each declared durable first (of kind
+	// Binding.Kind) unless it exists. Without bindings the queue gets what producers publish to
+	// the default exchange with its name as routing key (what `idem relay` does). The usual
+	// RabbitMQ shape is one exchange per event family and one queue per consumer (ledger@v1,
+	// mailer@v1), each bound to it, so that every consumer gets every event.
+	Bindings []Binding
 	// QueueArgs are extra arguments of the work queue (x-max-length, x-message-ttl, x-expires,
 	// …). They must match any earlier declaration of the queue, or the broker refuses it.
 	QueueArgs amqp.Table
@@ -99,6 +105,17 @@ type SourceConfig struct {
 	Logger *slog.Logger
 }
 
+// Binding binds a work queue to an exchange.
+type Binding struct {
+	// Exchange is the exchange's name (required; the default exchange cannot be bound).
+	Exchange string
+	// Kind is the exchange's type when the source declares it: "topic" (default), "direct",
+	// "fanout" or "headers". An existing exchange of another kind makes the declaration fail.
+	Kind string
+	// RoutingKey is the binding key ("payments.#" on a topic exchange).
+	RoutingKey string
+}
+
 // WithDefaults returns c with zero fields set to their defaults.
 func (c SourceConfig) WithDefaults() SourceConfig {
 	if c.QueueType == "" {
@@ -124,6 +141,14 @@ func (c SourceConfig) WithDefaults() SourceConfig {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if len(c.Bindings) > 0 {
+		c.Bindings = slices.Clone(c.Bindings)
+		for i := range c.Bindings {
+			if c.Bindings[i].Kind == "" {
+				c.Bindings[i].Kind = amqp.ExchangeTopic
+			}
+		}
 	}
 	return c
 }
@@ -155,6 +180,16 @@ func (c SourceConfig) validate() error {
 	for _, k := range []string{"x-queue-type", "x-delivery-limit", "x-message-ttl"} {
 		if _, ok := c.QueueArgs[k]; ok {
 			errs = append(errs, fmt.Errorf("QueueArgs sets %s, which the config's own field sets", k))
+		}
+	}
+	for i, b := range c.Bindings {
+		if b.Exchange == "" {
+			errs = append(errs, fmt.Errorf("Bindings[%d].Exchange is empty: the default exchange cannot be bound", i))
+		}
+		switch b.Kind {
+		case amqp.ExchangeTopic, amqp.ExchangeDirect, amqp.ExchangeFanout, amqp.ExchangeHeaders:
+		default:
+			errs = append(errs, fmt.Errorf("Bindings[%d].Kind is %q, want topic, direct, fanout or headers", i, b.Kind))
 		}
 	}
 	if len(c.DelayTiers) == 0 {

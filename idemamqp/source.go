@@ -211,6 +211,14 @@ func (s *Source) declare(ch *amqp.Channel) error {
 	if _, err := ch.QueueDeclare(s.name, true, false, false, false, args); err != nil {
 		return fmt.Errorf("queue %s: %w", s.name, err)
 	}
+	for _, b := range s.cfg.Bindings {
+		if err := ch.ExchangeDeclare(b.Exchange, b.Kind, true, false, false, false, nil); err != nil {
+			return fmt.Errorf("exchange %s: %w", b.Exchange, err)
+		}
+		if err := ch.QueueBind(s.name, b.RoutingKey, b.Exchange, false, nil); err != nil {
+			return fmt.Errorf("bind queue %s to exchange %s with key %q: %w", s.name, b.Exchange, b.RoutingKey, err)
+		}
+	}
 	for _, tier := range s.cfg.DelayTiers {
 		name := DelayQueueName(s.name, tier)
 		dargs := amqp.Table{

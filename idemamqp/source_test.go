@@ -413,3 +413,35 @@ func TestStalePrefetchGivenBack(t *testing.T) {
 	require.True(t, d.Raw().Redelivered, "the stale copy was given back, this is its redelivery")
 	require.NoError(t, d.Ack(ctxT(t, 5*time.Second)))
 }
+
+// TestBindingsFanOut: two consumers' queues bound to one topic exchange each get every event
+// the sink publishes there; a routing key no queue binds is unroutable.
+func TestBindingsFanOut(t *testing.T) {
+	t.Parallel()
+	exchange := newQueueName(t) + ".events"
+	bind := func(c *idemamqp.SourceConfig) {
+		c.Bindings = []idemamqp.Binding{{Exchange: exchange, RoutingKey: "payments.#"}}
+	}
+	ledger := newFixture(t, bind)
+	mailer := newFixture(t, bind)
+	t.Cleanup(func() {
+		conn, err := ledger.rec.dial(ctxT(t, 10*time.Second))
+		require.NoError(t, err)
+		defer conn.Close()
+		ch, err := conn.Channel()
+		require.NoError(t, err)
+		require.NoError(t, ch.ExchangeDelete(exchange, false, false))
+	})
+	sink, err := idemamqp.NewSink(ctxT(t, 10*time.Second), ledger.rec.dial, idemamqp.SinkConfig{Exchange: exchange})
+	require.NoError(t, err)
+	defer sink.Close()
+	ctx := ctxT(t, 10*time.Second)
+	require.NoError(t, sink.Publish(ctx, "payments.captured", idem.Message{EventID: "evt-fan", Payload: []byte("x")}))
+	for _, f := range []*fixture{ledger, mailer} {
+		d := f.receiveOne(5 * time.Second)
+		require.Equal(t, "evt-fan", d.Message().EventID)
+		require.NoError(t, d.Ack(ctx))
+	}
+	err = sink.Publish(ctx, "orders.shipped", idem.Message{EventID: "evt-lost", Payload: []byte("x")})
+	require.ErrorIs(t, err, idemamqp.ErrUnroutable)
+}

@@ -148,6 +148,8 @@ func TestSourceConfigValidation(t *testing.T) {
 		{"prefetch", idemamqp.SourceConfig{Queue: "q", Prefetch: -1}, "Prefetch"},
 		{"args clash", idemamqp.SourceConfig{Queue: "q", QueueArgs: amqp.Table{"x-queue-type": "quorum"}}, "QueueArgs sets x-queue-type"},
 		{"reconnect", idemamqp.SourceConfig{Queue: "q", ReconnectMin: time.Second, ReconnectMax: time.Millisecond}, "ReconnectMin/ReconnectMax"},
+		{"binding exchange", idemamqp.SourceConfig{Queue: "q", Bindings: []idemamqp.Binding{{RoutingKey: "k"}}}, "Bindings[0].Exchange is empty"},
+		{"binding kind", idemamqp.SourceConfig{Queue: "q", Bindings: []idemamqp.Binding{{Exchange: "x", Kind: "x-delayed-message"}}}, "Bindings[0].Kind"},
 	}
 	for _, tc := range cases {
 		_, err := idemamqp.NewSource(t.Context(), func(context.Context) (*amqp.Connection, error) {
