@@ -38,7 +38,8 @@ func openAMQP(ctx context.Context, bu BrokerURL, opts BrokerOptions) (*idemamqp.
 	}
 	sink, err := idemamqp.NewSink(ctx, idemamqp.DialURL(bu.URL, name), idemamqp.SinkConfig{})
 	if err != nil {
-		return nil, fmt.Errorf("broker %s is unreachable: %s", bu, redactErr(err))
+		// The error names the broker already (with its password masked).
+		return nil, fmt.Errorf("broker is unreachable: %s", redactErr(err))
 	}
 	return sink, nil
 }
