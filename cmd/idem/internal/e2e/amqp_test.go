@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
@@ -18,6 +19,7 @@ import (
 	"github.com/idemkit/idem/idemamqp"
 	"github.com/idemkit/idem/idemrelay"
 	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/internal/watermillsuite"
 	"github.com/idemkit/idem/retry"
 	"github.com/idemkit/idem/storetest"
 	"github.com/idemkit/idem/transporttest"
@@ -295,4 +297,13 @@ func TestAMQPRelayKeepsKeyOrder(t *testing.T) {
 			got++
 		}
 	}
+}
+
+// TestWatermillAMQP: Watermill's universal suite over RabbitMQ. As on the queue table, every
+// consumer name of a topic shares its one queue (competing consumers, no fan-out), so consumer
+// groups are not claimed; the queue persists what is not acked; order after a nak is not kept
+// (the copy goes through a delay queue), so the in-order check is not claimed either.
+func TestWatermillAMQP(t *testing.T) {
+	t.Parallel()
+	watermillsuite.Run(t, amqpHarness(t), tests.Features{Persistent: true, ForceShort: true})
 }
