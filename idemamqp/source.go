@@ -48,9 +48,6 @@ type Source struct {
 	demand    chan struct{}
 	lastTake  atomic.Int64
 	consumers int // consumer tags issued; only the run goroutine touches it
-
-	mu   sync.Mutex
-	sess *session // the live session, or nil while reconnecting
 }
 
 // session is one connection with its consuming channel and its publishing channel (for naks).
@@ -188,9 +185,6 @@ func (s *Source) connect(ctx context.Context) (*session, error) {
 		case <-sess.dead:
 		}
 	}()
-	s.mu.Lock()
-	s.sess = sess
-	s.mu.Unlock()
 	return sess, nil
 }
 
@@ -253,9 +247,6 @@ func (s *Source) run(sess *session) {
 			s.handBack(sess)
 		}
 		sess.end()
-		s.mu.Lock()
-		s.sess = nil
-		s.mu.Unlock()
 		if !lost {
 			return
 		}
