@@ -39,7 +39,8 @@ var (
 	ErrNotFound = errors.New("idem: not found")
 )
 
-// KeyReuseError is the detail behind ErrKeyReuse.
+// KeyReuseError is the detail behind ErrKeyReuse. Its text names the tenant, the consumer and
+// both fingerprints but not the event id, which the consumer adds to every error it reports.
 type KeyReuseError struct {
 	Key      Key
 	Claimed  Fingerprint // fingerprint stored with the existing claim
@@ -47,8 +48,8 @@ type KeyReuseError struct {
 }
 
 func (e *KeyReuseError) Error() string {
-	return fmt.Sprintf("idem: event id reused with different content: key %s claimed with fingerprint %s, received %s",
-		e.Key, e.Claimed.Short(), e.Received.Short())
+	return fmt.Sprintf("idem: event id reused with different content: tenant %q, consumer %s: claimed with fingerprint %s, received %s",
+		BoundID(e.Key.Tenant), e.Key.Consumer, e.Claimed.Short(), e.Received.Short())
 }
 
 // Is makes errors.Is(err, ErrKeyReuse) true.

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 
 	"github.com/idemkit/idem/internal/canonjson"
@@ -68,10 +67,10 @@ func ComputeFingerprint(msg Message, cfg FingerprintConfig) (Fingerprint, error)
 		return hashFields(fpTagJSON, msg.Type, canon), nil
 	}
 	if canonjson.IsJSON(msg.Payload) {
-		return Fingerprint{}, fmt.Errorf("%w: event %s: %w", ErrInvalidPayload, msg.EventID, err)
+		return Fingerprint{}, fmt.Errorf("%w: %w", ErrInvalidPayload, err)
 	}
 	if len(cfg.Fields) > 0 {
-		return Fingerprint{}, fmt.Errorf("%w: event %s: fingerprint fields %v need a JSON payload", ErrInvalidPayload, msg.EventID, cfg.Fields)
+		return Fingerprint{}, fmt.Errorf("%w: fingerprint fields %v need a JSON payload", ErrInvalidPayload, cfg.Fields)
 	}
 	return rawFingerprint(msg), nil
 }
@@ -93,10 +92,6 @@ func hashFields(tag, typ string, content []byte) Fingerprint {
 	h.Sum(fp[:0])
 	return fp
 }
-
-// errEmptyEventID is returned for a message without an event id: without identity there is no
-// way to recognise its redelivery.
-var errEmptyEventID = errors.New("event id is empty")
 
 // rawFingerprint hashes the type and the payload bytes as they are. The runtime also uses it for
 // a dead letter rejected before its fingerprint was computed (no event id, too large, not

@@ -70,9 +70,10 @@ type Key struct {
 	EventID  string
 }
 
-// String formats the key as tenant/consumer/event_id for logs and errors.
+// String formats the key as tenant/consumer/event_id for logs and errors, with the tenant and
+// the event id in their bounded form (BoundID).
 func (k Key) String() string {
-	return fmt.Sprintf("%s/%s/%s", k.Tenant, k.Consumer, k.EventID)
+	return fmt.Sprintf("%s/%s/%s", BoundID(k.Tenant), k.Consumer, BoundID(k.EventID))
 }
 
 // ConsumerName splits a consumer name such as "ledger@v2" into its name and effect version.

@@ -264,7 +264,7 @@ func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.Ca
 	if res.Key.Tenant != "" {
 		msg.Tenant = res.Key.Tenant
 	}
-	ev := Event{Consumer: cfg.Name, Queue: r.src.Name(), Tenant: msg.Tenant, EventID: msg.EventID, Attempt: msg.Attempt}
+	ev := Event{Consumer: cfg.Name, Queue: r.src.Name(), Tenant: BoundID(msg.Tenant), EventID: BoundID(msg.EventID), Attempt: msg.Attempt}
 
 	// Settle with the broker on a context that survives shutdown for a moment.
 	sctx, scancel := context.WithTimeout(context.WithoutCancel(workCtx), 10*time.Second)
@@ -352,9 +352,14 @@ func (r *runner[TTx]) deadLetter(ctx context.Context, d Delivery, msg Message, r
 	if fp.IsZero() {
 		fp = rawFingerprint(msg)
 	}
+	// A hostile identity is stored in its bounded form, under a fingerprint of the raw one.
+	stored, replaced := storableDeadLetterMessage(msg)
+	if replaced {
+		fp = identityFingerprint(msg)
+	}
 	dl := DeadLetter{
 		Consumer:    cfg.Name,
-		Message:     msg,
+		Message:     stored,
 		Fingerprint: fp,
 		Reason:      reason,
 		Error:       errText,
@@ -368,7 +373,7 @@ func (r *runner[TTx]) deadLetter(ctx context.Context, d Delivery, msg Message, r
 		delay := cfg.Retry.Backoff(msg.Attempt, cfg.Rand)
 		_ = d.Nak(ctx, delay)
 		ev.Outcome, ev.ErrorType, ev.Delay = OutcomeRetried, ClassTransient, delay
-		r.finish(ctx, ev, msg, start, slog.LevelError, fmt.Errorf("idem: write dead letter for event %s: %w", msg.EventID, err), "")
+		r.finish(ctx, ev, msg, start, slog.LevelError, withEvent(msg.EventID, fmt.Errorf("idem: write dead letter: %w", err)), "")
 		return
 	}
 	if err := d.Term(ctx); err != nil {
@@ -389,7 +394,7 @@ func (r *runner[TTx]) pause(ctx context.Context, stopFetch context.CancelFunc, m
 		stopFetch()
 		r.c.cfg.Logger.LogAttrs(ctx, slog.LevelError, "idem: consumer paused after handler panic",
 			slog.String("consumer", r.c.cfg.Name), slog.String("queue", r.src.Name()),
-			slog.String("event_id", msg.EventID), slog.String("tenant", msg.Tenant),
+			slog.String("event_id", BoundID(msg.EventID)), slog.String("tenant", BoundID(msg.Tenant)),
 			slog.String("panic", r.c.redactor.Text(fmt.Sprint(pe.value))),
 			slog.String("stack", string(pe.stack)))
 		if r.c.cfg.Observer != nil {
