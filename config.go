@@ -24,6 +24,9 @@ const (
 	ShutdownTimeoutDefault = 30 * time.Second
 	// MaxPayloadBytesDefault refuses payloads above 1 MiB as invalid_payload.
 	MaxPayloadBytesDefault = 1 << 20
+	// DeadLetterFailuresToPauseDefault is how many failed writes of one dead letter in a row
+	// pause the consumer.
+	DeadLetterFailuresToPauseDefault = 5
 	// GCBatchDefault bounds one garbage-collection batch.
 	GCBatchDefault = 1000
 )
@@ -106,6 +109,12 @@ type ConsumerConfig[TTx any] struct {
 	ShutdownTimeout time.Duration
 	// OnPanic decides what a handler panic does (default PanicDeadLetter).
 	OnPanic PanicPolicy
+	// DeadLetterFailuresToPause is how many failed writes of one dead letter in a row make the
+	// consumer give the delivery back without a verdict and pause (Run returns a *PausedError)
+	// rather than let the broker's delivery limit drop it (default
+	// DeadLetterFailuresToPauseDefault). Between failures the delivery is kept, its lease
+	// extended, and the write retried after a capped, jittered backoff (100ms doubling to 5s).
+	DeadLetterFailuresToPause int
 	// MaxPayloadBytes refuses larger payloads as invalid_payload (default MaxPayloadBytesDefault).
 	MaxPayloadBytes int
 	// Redact configures the masking of secrets in dead-letter error summaries and logs.
@@ -140,6 +149,9 @@ func (c ConsumerConfig[TTx]) WithDefaults() ConsumerConfig[TTx] {
 	}
 	if c.MaxPayloadBytes == 0 {
 		c.MaxPayloadBytes = MaxPayloadBytesDefault
+	}
+	if c.DeadLetterFailuresToPause == 0 {
+		c.DeadLetterFailuresToPause = DeadLetterFailuresToPauseDefault
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -178,6 +190,9 @@ func (c ConsumerConfig[TTx]) Validate() error {
 	}
 	if c.MaxPayloadBytes < 0 {
 		errs = append(errs, fmt.Errorf("MaxPayloadBytes is %d, want > 0", c.MaxPayloadBytes))
+	}
+	if c.DeadLetterFailuresToPause < 0 {
+		errs = append(errs, fmt.Errorf("DeadLetterFailuresToPause is %d, want > 0", c.DeadLetterFailuresToPause))
 	}
 	if c.RedeliveryWindow < 0 {
 		errs = append(errs, fmt.Errorf("RedeliveryWindow is %v, want >= 0", c.RedeliveryWindow))

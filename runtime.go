@@ -43,8 +43,12 @@ type runner[TTx any] struct {
 	c      *Consumer[TTx]
 	src    Source
 	paused atomic.Bool
-	// pauseOnce guards the pause log, metric and cancel.
-	pauseOnce sync.Once
+	// pauseOnce guards the pause log, metric and cancel; pauseCause is what Run returns with
+	// ErrPaused (written once, before paused is set).
+	pauseOnce  sync.Once
+	pauseCause error
+	// fetchCtx ends when Run stops fetching (shutdown or pause).
+	fetchCtx context.Context
 }
 
 func (r *runner[TTx]) run(ctx context.Context) error {
@@ -53,6 +57,7 @@ func (r *runner[TTx]) run(ctx context.Context) error {
 	// in-flight handlers can finish.
 	fetchCtx, stopFetch := context.WithCancel(ctx)
 	defer stopFetch()
+	r.fetchCtx = fetchCtx
 	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWork()
 
@@ -161,7 +166,7 @@ fetch:
 		<-done
 	}
 	if r.paused.Load() {
-		return fmt.Errorf("idem: consumer %s: %w", cfg.Name, ErrPaused)
+		return &PausedError{Consumer: cfg.Name, Cause: r.pauseCause}
 	}
 	return nil
 }
@@ -289,7 +294,7 @@ func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.Ca
 		r.finish(sctx, ev, msg, start, slog.LevelDebug, nil, res.Reason)
 		return
 	case OutcomeKeyReuse:
-		r.deadLetter(sctx, d, msg, res, ReasonKeyReuse, ev, start)
+		r.deadLetter(workCtx, stopFetch, d, msg, res, ReasonKeyReuse, ev, start)
 		return
 	}
 
@@ -308,13 +313,16 @@ func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.Ca
 		r.finish(sctx, ev, msg, start, slog.LevelWarn, res.Err, "")
 		return
 	case errors.As(res.Err, &pe) && cfg.OnPanic == PanicPause:
-		r.pause(sctx, stopFetch, msg, pe)
+		r.pause(sctx, stopFetch, res.Err, "idem: consumer paused after handler panic",
+			slog.String("event_id", BoundID(msg.EventID)), slog.String("tenant", BoundID(msg.Tenant)),
+			slog.String("panic", r.c.redactor.Text(fmt.Sprint(pe.value))),
+			slog.String("stack", string(pe.stack)))
 		_ = d.Nak(sctx, 0)
 		ev.Outcome, ev.ErrorType = OutcomeAbandoned, ClassPermanent
 		r.finish(sctx, ev, msg, start, slog.LevelError, res.Err, "")
 		return
 	case res.Class == ClassPermanent:
-		r.deadLetter(sctx, d, msg, res, res.Reason, ev, start)
+		r.deadLetter(workCtx, stopFetch, d, msg, res, res.Reason, ev, start)
 		return
 	}
 
@@ -325,7 +333,7 @@ func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.Ca
 	}
 	verdict := cfg.Retry.Decide(retry.Input{Attempt: msg.Attempt, FirstAt: first, Now: cfg.Now(), Hint: hint}, cfg.Rand)
 	if !verdict.Retry {
-		r.deadLetter(sctx, d, msg, res, ReasonRetriesExhausted, ev, start)
+		r.deadLetter(workCtx, stopFetch, d, msg, res, ReasonRetriesExhausted, ev, start)
 		return
 	}
 	ev.Outcome, ev.ErrorType, ev.Delay = OutcomeRetried, res.Class, verdict.Delay
@@ -336,9 +344,17 @@ func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.Ca
 	r.finish(sctx, ev, msg, start, slog.LevelInfo, res.Err, "")
 }
 
-// deadLetter records the delivery in the dead-letter queue, then terminates it. If the dead
-// letter cannot be written the delivery is nak'ed instead, so nothing is lost.
-func (r *runner[TTx]) deadLetter(ctx context.Context, d Delivery, msg Message, res Result, reason Reason, ev Event, start time.Time) {
+// deadLetterBackoff spaces the retries of a dead-letter write that failed: capped exponential
+// with full jitter, from 100ms up to 5s.
+var deadLetterBackoff = retry.Policy{Base: 100 * time.Millisecond, Cap: 5 * time.Second, MaxAttempts: 1 << 30, MaxElapsed: 1<<62 - 1}
+
+// deadLetter records the delivery in the dead-letter queue, then terminates it. A dead letter
+// that cannot be written is never a silent drop nor an endless loop: the delivery is kept (its
+// lease extended) while the write is retried with capped backoff, each failure is logged and
+// observed (OutcomeDeadLetterFailed), and after DeadLetterFailuresToPause failures in a row the
+// delivery is given back without a verdict and the consumer pauses. A shutdown, a pause or a
+// lost lease meanwhile also ends the retries without a verdict.
+func (r *runner[TTx]) deadLetter(workCtx context.Context, stopFetch context.CancelFunc, d Delivery, msg Message, res Result, reason Reason, ev Event, start time.Time) {
 	cfg := r.c.cfg
 	if reason == "" {
 		reason = ReasonPermanentError
@@ -369,34 +385,110 @@ func (r *runner[TTx]) deadLetter(ctx context.Context, d Delivery, msg Message, r
 		Status:      DeadLetterPending,
 		Source:      r.src.Name(),
 	}
-	if _, err := r.c.store.InsertDeadLetter(ctx, dl); err != nil {
-		delay := cfg.Retry.Backoff(msg.Attempt, cfg.Rand)
-		_ = d.Nak(ctx, delay)
-		ev.Outcome, ev.ErrorType, ev.Delay = OutcomeRetried, ClassTransient, delay
-		r.finish(ctx, ev, msg, start, slog.LevelError, withEvent(msg.EventID, fmt.Errorf("idem: write dead letter: %w", err)), "")
+	// Settle with the broker on a context that survives shutdown for a moment.
+	settleCtx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(workCtx), 10*time.Second)
+	}
+
+	// The lease is kept while the write is retried; lctx ends when it is lost.
+	lctx, lcancel := context.WithCancelCause(workCtx)
+	defer lcancel(nil)
+	var stopExtend func()
+	defer func() {
+		if stopExtend != nil {
+			stopExtend()
+		}
+	}()
+	for failures := 0; ; {
+		ictx, icancel := settleCtx()
+		_, err := r.c.store.InsertDeadLetter(ictx, dl)
+		icancel()
+		if err == nil {
+			break
+		}
+		failures++
+		werr := withEvent(msg.EventID, fmt.Errorf("idem: write dead letter (failure %d in a row, reason %s): %w", failures, reason, err))
+		fev := ev
+		fev.Outcome, fev.ErrorType, fev.Reason = OutcomeDeadLetterFailed, r.c.classify(err), reason
+		if fev.ErrorType == ClassUnknown {
+			fev.ErrorType = ClassTransient
+		}
+		giveBack := ""
+		var delay time.Duration
+		switch {
+		case failures >= cfg.DeadLetterFailuresToPause:
+			giveBack = "pause"
+		case r.paused.Load() || r.fetchCtx.Err() != nil:
+			giveBack = "stopping"
+		default:
+			delay = deadLetterBackoff.Backoff(failures, cfg.Rand)
+			fev.Delay = delay
+		}
+		r.finish(workCtx, fev, msg, start, slog.LevelError, werr, reason)
+		if giveBack == "" {
+			if stopExtend == nil {
+				stopExtend = r.extendLease(lctx, lcancel, d)
+			}
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+				continue
+			case <-lctx.Done():
+				t.Stop()
+				if errors.Is(context.Cause(lctx), ErrLeaseLost) {
+					// Another worker owns the delivery now; it will try the dead letter again.
+					ev.Outcome, ev.ErrorType = OutcomeAbandoned, ClassTransient
+					r.finish(workCtx, ev, msg, start, slog.LevelWarn, werr, "")
+					return
+				}
+				giveBack = "stopping" // the shutdown deadline passed
+			case <-r.fetchCtx.Done():
+				t.Stop()
+				giveBack = "stopping"
+			}
+		}
+		// Give the delivery back without a verdict: the broker keeps it for a later try.
+		if giveBack == "pause" {
+			r.pause(workCtx, stopFetch, werr, "idem: consumer paused: dead letters cannot be written",
+				slog.String("event_id", BoundID(msg.EventID)), slog.String("tenant", BoundID(msg.Tenant)),
+				slog.Int("failures", failures))
+		}
+		sctx, scancel := settleCtx()
+		if nerr := d.Nak(sctx, 0); nerr != nil {
+			r.log(sctx, slog.LevelWarn, "idem: give back after failed dead letter failed", msg, OutcomeAbandoned, start, nerr, ClassTransient)
+		}
+		scancel()
+		ev.Outcome, ev.ErrorType = OutcomeAbandoned, fev.ErrorType
+		r.finish(workCtx, ev, msg, start, slog.LevelError, werr, "")
 		return
 	}
-	if err := d.Term(ctx); err != nil {
+	if stopExtend != nil {
+		stopExtend()
+		stopExtend = nil
+	}
+	sctx, scancel := settleCtx()
+	defer scancel()
+	if err := d.Term(sctx); err != nil {
 		// The dead letter is written; a redelivery updates the same pending row.
-		r.log(ctx, slog.LevelWarn, "idem: terminate after dead letter failed", msg, OutcomeDeadLettered, start, err, ClassTransient)
+		r.log(sctx, slog.LevelWarn, "idem: terminate after dead letter failed", msg, OutcomeDeadLettered, start, err, ClassTransient)
 	}
 	ev.Outcome, ev.ErrorType, ev.Reason = OutcomeDeadLettered, res.Class, reason
 	if ev.ErrorType == ClassUnknown {
 		ev.ErrorType = ClassPermanent
 	}
-	r.finish(ctx, ev, msg, start, slog.LevelWarn, res.Err, reason)
+	r.finish(sctx, ev, msg, start, slog.LevelWarn, res.Err, reason)
 }
 
-// pause stops fetching once, logs at error level and tells the observer.
-func (r *runner[TTx]) pause(ctx context.Context, stopFetch context.CancelFunc, msg Message, pe *panicError) {
+// pause stops fetching once, logs text at error level with attrs and the cause, and tells the
+// observer. Run then returns a *PausedError with cause.
+func (r *runner[TTx]) pause(ctx context.Context, stopFetch context.CancelFunc, cause error, text string, attrs ...slog.Attr) {
 	r.pauseOnce.Do(func() {
+		r.pauseCause = cause
 		r.paused.Store(true)
 		stopFetch()
-		r.c.cfg.Logger.LogAttrs(ctx, slog.LevelError, "idem: consumer paused after handler panic",
-			slog.String("consumer", r.c.cfg.Name), slog.String("queue", r.src.Name()),
-			slog.String("event_id", BoundID(msg.EventID)), slog.String("tenant", BoundID(msg.Tenant)),
-			slog.String("panic", r.c.redactor.Text(fmt.Sprint(pe.value))),
-			slog.String("stack", string(pe.stack)))
+		attrs = append([]slog.Attr{slog.String("consumer", r.c.cfg.Name), slog.String("queue", r.src.Name()),
+			slog.String("error", r.c.redactor.Text(cause.Error()))}, attrs...)
+		r.c.cfg.Logger.LogAttrs(ctx, slog.LevelError, text, attrs...)
 		if r.c.cfg.Observer != nil {
 			r.c.cfg.Observer.Paused(r.c.cfg.Name)
 		}

@@ -489,6 +489,60 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 		require.EqualValues(e.t, 1, e.ledger("evt-g"))
 	})
 
+	run("DeadLetterWriteFailureKeepsMessageAndPauses", func(e *env[TTx]) {
+		store := CutDeadLetters(e.b.Store)
+		credit := storetest.CreditHandler(e.b)
+		var refusals atomic.Int64
+		handler := func(ctx context.Context, tx TTx, msg idem.Message) error {
+			if msg.EventID == "evt-dlf" {
+				refusals.Add(1)
+				return idem.Permanent(errors.New("card declined"))
+			}
+			return credit(ctx, tx, msg)
+		}
+		cfg := e.config("ledger@v1", handler)
+		cfg.DeadLetterFailuresToPause = 3
+		c, err := idem.NewConsumer(store, cfg)
+		require.NoError(e.t, err)
+		ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx, e.source("ledger")) }()
+
+		// Mid-run: the consumer works, then the dead-letter store is cut.
+		e.publish(storetest.PaymentMessage("acme", "evt-ok", storetest.Payment{Wallet: "w1", Amount: 5}))
+		e.eventually(20*time.Second, "first event processed", func() bool { return e.rec.Count(idem.OutcomeProcessed, "evt-ok") == 1 })
+		store.Cut(true)
+		e.publish(storetest.PaymentMessage("acme", "evt-dlf", storetest.Payment{Wallet: "w1", Amount: 5}))
+		select {
+		case err = <-done:
+		case <-ctx.Done():
+			e.t.Fatal("consumertest: the consumer neither dead-lettered nor paused")
+		}
+		require.ErrorIs(e.t, err, idem.ErrPaused, "Run returns ErrPaused with the cause")
+		require.ErrorContains(e.t, err, errCut.Error())
+		require.EqualValues(e.t, 3, store.Failures(), "the write was retried, then the consumer paused")
+		require.Equal(e.t, 3, e.rec.Count(idem.OutcomeDeadLetterFailed, "evt-dlf"), "each failed write is counted")
+		require.Zero(e.t, e.rec.Count(idem.OutcomeRetried, "evt-dlf"), "no nak that spends the broker's delivery limit with a delay")
+		require.EqualValues(e.t, 1, e.rec.paused.Load())
+		require.Empty(e.t, e.deadLetters("evt-dlf"))
+		require.Contains(e.t, e.logs.String(), "dead letters cannot be written")
+
+		// The store is back: the message is still in the broker, and a resumed consumer writes
+		// its dead letter and terminates it.
+		store.Cut(false)
+		resumed, err := idem.NewConsumer(store, e.config("ledger@v1", handler))
+		require.NoError(e.t, err)
+		stop := e.run(resumed, e.source("ledger"))
+		e.eventually(30*time.Second, "dead letter after the store came back", func() bool { return len(e.deadLetters("evt-dlf")) == 1 })
+		time.Sleep(e.lease + 500*time.Millisecond) // a terminated delivery does not come back
+		require.NoError(e.t, stop())
+		require.EqualValues(e.t, 2, refusals.Load(), "handled once before the pause and once after")
+		require.Equal(e.t, idem.ReasonPermanentError, e.deadLetters("evt-dlf")[0].Reason)
+		require.EqualValues(e.t, 1, e.ledger("evt-ok"))
+		require.EqualValues(e.t, 0, e.ledger("evt-dlf"))
+	})
+
 	run("ReplayedDeadLetterRecordsRecovery", func(e *env[TTx]) {
 		var fail atomic.Bool
 		fail.Store(true)
@@ -573,4 +627,65 @@ func (d *failExtend) Extend(ctx context.Context) error {
 		return errors.New("lease taken by another worker")
 	}
 	return d.Delivery.Extend(ctx)
+}
+
+// errCut is the error of a dead-letter store that CutDeadLetters cut.
+var errCut = errors.New("consumertest: dead-letter store cut")
+
+// CutStore wraps a store so that InsertDeadLetter fails on demand, as in a database outage that
+// hits the dead-letter write. Everything else passes through.
+type CutStore[TTx any] struct {
+	idem.Store[TTx]
+	cut      atomic.Bool
+	failures atomic.Int64
+}
+
+// DeadLetterCutter is a store whose dead-letter writes can be cut (see CutDeadLetters).
+type DeadLetterCutter[TTx any] interface {
+	idem.Store[TTx]
+	// Cut makes InsertDeadLetter fail (true) or pass through again (false).
+	Cut(bool)
+	// Failures counts the writes refused while cut.
+	Failures() int64
+}
+
+// CutDeadLetters wraps store; the result is an idem.BatchStore when store is one.
+func CutDeadLetters[TTx any](store idem.Store[TTx]) DeadLetterCutter[TTx] {
+	cs := &CutStore[TTx]{Store: store}
+	if bs, ok := store.(idem.BatchStore[TTx]); ok {
+		return &cutBatchStore[TTx]{CutStore: cs, bs: bs}
+	}
+	return cs
+}
+
+// Cut makes InsertDeadLetter fail (true) or pass through again (false).
+func (s *CutStore[TTx]) Cut(v bool) { s.cut.Store(v) }
+
+// Failures counts the writes refused while cut.
+func (s *CutStore[TTx]) Failures() int64 { return s.failures.Load() }
+
+// InsertDeadLetter fails with errCut while the store is cut.
+func (s *CutStore[TTx]) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.DeadLetter, error) {
+	if s.cut.Load() {
+		s.failures.Add(1)
+		return idem.DeadLetter{}, errCut
+	}
+	return s.Store.InsertDeadLetter(ctx, dl)
+}
+
+type cutBatchStore[TTx any] struct {
+	*CutStore[TTx]
+	bs idem.BatchStore[TTx]
+}
+
+func (s *cutBatchStore[TTx]) ClaimBatchTx(ctx context.Context, tx TTx, ps []idem.ClaimParams) ([]idem.ClaimResult, error) {
+	return s.bs.ClaimBatchTx(ctx, tx, ps)
+}
+
+func (s *cutBatchStore[TTx]) SavepointTx(ctx context.Context, tx TTx, fn func(ctx context.Context, tx TTx) error) error {
+	return s.bs.SavepointTx(ctx, tx, fn)
+}
+
+func (s *cutBatchStore[TTx]) ReleaseClaimTx(ctx context.Context, tx TTx, key idem.Key) error {
+	return s.bs.ReleaseClaimTx(ctx, tx, key)
 }
