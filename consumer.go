@@ -20,6 +20,8 @@ type Consumer[TTx any] struct {
 	bucket time.Duration
 	// batchStore is the store when it can batch (nil otherwise), asserted once.
 	batchStore BatchStore[TTx]
+	// attempts remembers first attempts and deliveries without a verdict, for the retry budget.
+	attempts *attemptMemo
 }
 
 // NewConsumer validates cfg (after WithDefaults) and returns a consumer over store.
@@ -35,7 +37,7 @@ func NewConsumer[TTx any](store Store[TTx], cfg ConsumerConfig[TTx]) (*Consumer[
 	if cfg.Batch.Enabled && bs == nil {
 		return nil, fmt.Errorf("idem: consumer config: %w", errNotBatchStore)
 	}
-	c := &Consumer[TTx]{store: store, cfg: cfg, redactor: NewRedactor(cfg.Redact), batchStore: bs}
+	c := &Consumer[TTx]{store: store, cfg: cfg, redactor: NewRedactor(cfg.Redact), batchStore: bs, attempts: newAttemptMemo(attemptMemoSize)}
 	if b, ok := store.(BucketedStore); ok && b.ClaimBucket() > 0 {
 		c.bucket = b.ClaimBucket()
 		if r := b.ClaimRetention(); cfg.Retention > r {

@@ -20,6 +20,8 @@ type memSource struct {
 	window  time.Duration
 	settled map[string]string // event id → "ack" or "term"
 	naks    int
+	// firstAttempt, when set, is what every delivery reports as idem.FirstAttempter.
+	firstAttempt time.Time
 }
 
 func newMemSource(msgs ...idem.Message) *memSource {
@@ -108,6 +110,8 @@ func (d *memDelivery) Term(context.Context) error {
 }
 
 func (d *memDelivery) Extend(context.Context) error { return nil }
+
+func (d *memDelivery) FirstAttempt() time.Time { return d.src.firstAttempt }
 
 func (d *memDelivery) Nak(ctx context.Context, delay time.Duration) error {
 	d.src.mu.Lock()

@@ -20,9 +20,12 @@ type Message struct {
 	Payload []byte
 	// Headers carries transport metadata (signatures, trace ids, replay markers).
 	Headers map[string]string
-	// Attempt is the 1-based delivery attempt as counted by the broker or queue table.
+	// Attempt is the 1-based delivery attempt as counted by the broker or queue table. Inside
+	// Run it counts only the attempts that spend the retry budget: deliveries this consumer saw
+	// end without a verdict (a lost lease, a give-back at shutdown or pause) are taken off.
 	Attempt int
-	// PublishedAt is when the broker first accepted the message.
+	// PublishedAt is when the broker first accepted the message. It bounds the event's age
+	// (when OccurredAt is unknown) but not its retry budget, which counts from the first attempt.
 	PublishedAt time.Time
 	// OccurredAt is when the producer says the event happened; it bounds how old an event may be
 	// before the retention horizon refuses it. Zero means unknown.

@@ -200,12 +200,10 @@ func (r *runner[TTx]) handleBatch(workCtx context.Context, ds []Delivery, stopFe
 	}
 	start := cfg.Now()
 	msgs := make([]Message, len(ds))
+	firsts := make([]time.Time, len(ds))
 	settles := make([]func(context.Context, TTx) error, len(ds))
 	for i, d := range ds {
-		msgs[i] = d.Message()
-		if msgs[i].Attempt < 1 {
-			msgs[i].Attempt = 1
-		}
+		msgs[i], firsts[i] = r.begin(d, start)
 		if ta, ok := d.(TxAcker[TTx]); ok {
 			settles[i] = ta.AckTx
 		}
@@ -218,12 +216,40 @@ func (r *runner[TTx]) handleBatch(workCtx context.Context, ds []Delivery, stopFe
 	results := r.c.processBatch(hctx, msgs, settles)
 	stopExtend()
 	for i, d := range ds {
-		r.settle(workCtx, hctx, stopFetch, d, msgs[i], results[i], start, settles[i] != nil)
+		r.settle(workCtx, hctx, stopFetch, d, msgs[i], results[i], start, firsts[i], settles[i] != nil)
 	}
+}
+
+// begin returns the message of a delivery about to be handled and the time of its first
+// attempt: the transport's record (FirstAttempter) or else the first attempt this consumer saw.
+// The message's Attempt counts only deliveries that reached a verdict: those that ended without
+// one (lost lease, give-back at shutdown or pause) and that this consumer saw are taken off.
+func (r *runner[TTx]) begin(d Delivery, start time.Time) (Message, time.Time) {
+	msg := d.Message()
+	first, noVerdict := r.c.attempts.begin(makeAttemptKey(r.src.Name(), msg), start)
+	if fa, ok := d.(FirstAttempter); ok {
+		if t := fa.FirstAttempt(); !t.IsZero() && t.Before(first) {
+			first = t
+		}
+	}
+	msg.Attempt = max(msg.Attempt-noVerdict, 1)
+	return msg, first
+}
+
+// noVerdict records that d ended without a verdict: it will come back, and this delivery does
+// not spend an attempt of the retry budget.
+func (r *runner[TTx]) noVerdict(d Delivery) {
+	r.c.attempts.abandon(makeAttemptKey(r.src.Name(), d.Message()))
+}
+
+// verdict records that d's event reached a final verdict: the consumer forgets its attempts.
+func (r *runner[TTx]) verdict(d Delivery) {
+	r.c.attempts.forget(makeAttemptKey(r.src.Name(), d.Message()))
 }
 
 // giveBack naks a delivery that was fetched but will not be handled.
 func (r *runner[TTx]) giveBack(ctx context.Context, d Delivery) {
+	r.noVerdict(d)
 	nctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := d.Nak(nctx, 0); err != nil {
@@ -237,15 +263,12 @@ func (r *runner[TTx]) giveBack(ctx context.Context, d Delivery) {
 // stopFetch pauses the consumer.
 func (r *runner[TTx]) handle(workCtx context.Context, d Delivery, stopFetch context.CancelFunc) {
 	cfg := r.c.cfg
-	msg := d.Message()
-	if msg.Attempt < 1 {
-		msg.Attempt = 1
-	}
 	if r.paused.Load() {
 		r.giveBack(workCtx, d)
 		return
 	}
 	start := cfg.Now()
+	msg, first := r.begin(d, start)
 
 	hctx, cancel := context.WithCancelCause(workCtx)
 	defer cancel(nil)
@@ -257,14 +280,15 @@ func (r *runner[TTx]) handle(workCtx context.Context, d Delivery, stopFetch cont
 	}
 	res := r.c.process(hctx, msg, settle)
 	stopExtend()
-	r.settle(workCtx, hctx, stopFetch, d, msg, res, start, settle != nil)
+	r.settle(workCtx, hctx, stopFetch, d, msg, res, start, first, settle != nil)
 }
 
 // settle tells the broker the verdict on one delivery: ack after commit, nak with the retry
 // policy's delay, or dead letter then terminate. hctx is the context the delivery was processed
 // under (its cause says whether the lease was lost); ackedInTx says the delivery was already
-// acked inside the committed transaction.
-func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.CancelFunc, d Delivery, msg Message, res Result, start time.Time, ackedInTx bool) {
+// acked inside the committed transaction; first is when the event was first attempted, where
+// the retry budget's elapsed time starts.
+func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.CancelFunc, d Delivery, msg Message, res Result, start, first time.Time, ackedInTx bool) {
 	cfg := r.c.cfg
 	if res.Key.Tenant != "" {
 		msg.Tenant = res.Key.Tenant
@@ -277,6 +301,7 @@ func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.Ca
 
 	switch res.Outcome {
 	case OutcomeProcessed, OutcomeDuplicate:
+		r.verdict(d)
 		ev.Outcome = res.Outcome
 		if !ackedInTx {
 			if err := d.Ack(sctx); err != nil {
@@ -303,11 +328,13 @@ func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.Ca
 	switch {
 	case errors.Is(context.Cause(hctx), ErrLeaseLost) || errors.Is(res.Err, ErrLeaseLost):
 		// Another worker owns the delivery now; settling it would step on that worker.
+		r.noVerdict(d)
 		ev.Outcome, ev.ErrorType = OutcomeAbandoned, ClassTransient
 		r.finish(sctx, ev, msg, start, slog.LevelWarn, res.Err, "")
 		return
 	case workCtx.Err() != nil:
 		// Shutdown deadline passed while the handler ran: give it back at once.
+		r.noVerdict(d)
 		_ = d.Nak(sctx, 0)
 		ev.Outcome, ev.ErrorType = OutcomeAbandoned, res.Class
 		r.finish(sctx, ev, msg, start, slog.LevelWarn, res.Err, "")
@@ -317,6 +344,7 @@ func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.Ca
 			slog.String("event_id", BoundID(msg.EventID)), slog.String("tenant", BoundID(msg.Tenant)),
 			slog.String("panic", r.c.redactor.Text(fmt.Sprint(pe.value))),
 			slog.String("stack", string(pe.stack)))
+		r.noVerdict(d)
 		_ = d.Nak(sctx, 0)
 		ev.Outcome, ev.ErrorType = OutcomeAbandoned, ClassPermanent
 		r.finish(sctx, ev, msg, start, slog.LevelError, res.Err, "")
@@ -326,11 +354,9 @@ func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.Ca
 		return
 	}
 
+	// The budget counts from the first attempt, never from PublishedAt: time spent waiting in
+	// the broker (a consumer that is behind) spends nothing.
 	hint, _ := RetryHint(res.Err)
-	first := msg.PublishedAt
-	if first.IsZero() || first.After(start) {
-		first = start
-	}
 	verdict := cfg.Retry.Decide(retry.Input{Attempt: msg.Attempt, FirstAt: first, Now: cfg.Now(), Hint: hint}, cfg.Rand)
 	if !verdict.Retry {
 		r.deadLetter(workCtx, stopFetch, d, msg, res, ReasonRetriesExhausted, ev, start)
@@ -437,6 +463,7 @@ func (r *runner[TTx]) deadLetter(workCtx context.Context, stopFetch context.Canc
 				t.Stop()
 				if errors.Is(context.Cause(lctx), ErrLeaseLost) {
 					// Another worker owns the delivery now; it will try the dead letter again.
+					r.noVerdict(d)
 					ev.Outcome, ev.ErrorType = OutcomeAbandoned, ClassTransient
 					r.finish(workCtx, ev, msg, start, slog.LevelWarn, werr, "")
 					return
@@ -453,6 +480,7 @@ func (r *runner[TTx]) deadLetter(workCtx context.Context, stopFetch context.Canc
 				slog.String("event_id", BoundID(msg.EventID)), slog.String("tenant", BoundID(msg.Tenant)),
 				slog.Int("failures", failures))
 		}
+		r.noVerdict(d)
 		sctx, scancel := settleCtx()
 		if nerr := d.Nak(sctx, 0); nerr != nil {
 			r.log(sctx, slog.LevelWarn, "idem: give back after failed dead letter failed", msg, OutcomeAbandoned, start, nerr, ClassTransient)
@@ -466,6 +494,7 @@ func (r *runner[TTx]) deadLetter(workCtx context.Context, stopFetch context.Canc
 		stopExtend()
 		stopExtend = nil
 	}
+	r.verdict(d)
 	sctx, scancel := settleCtx()
 	defer scancel()
 	if err := d.Term(sctx); err != nil {

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/retry"
 )
 
 // recorder is an idem.Observer that keeps every event.
@@ -136,4 +138,83 @@ func TestDeadLetterWriteRecoversWithinTheRetries(t *testing.T) {
 	require.Zero(t, rec.pauses())
 	require.Zero(t, src.nakCount(), "kept, not nak'ed, while the write was retried")
 	require.Len(t, store.dls(), 1)
+}
+
+// TestRetryBudgetCountsFromTheFirstAttempt: a message published long before the consumer got to
+// it (a deploy, an outage) has spent none of its budget: its first transient failure is retried.
+func TestRetryBudgetCountsFromTheFirstAttempt(t *testing.T) {
+	t.Parallel()
+	store := newMemStore()
+	rec := &recorder{}
+	var calls sync.Map
+	c := memConsumer(t, store, func(cfg *idem.ConsumerConfig[*memTx]) {
+		cfg.Retry = retry.Policy{MaxAttempts: 3, MaxElapsed: time.Minute, Base: time.Millisecond, Cap: 5 * time.Millisecond}
+		cfg.Observer = rec
+		cfg.Handler = func(ctx context.Context, tx *memTx, msg idem.Message) error {
+			n, _ := calls.LoadOrStore(msg.EventID, new(atomic.Int64))
+			if n.(*atomic.Int64).Add(1) == 1 {
+				return idem.Transient(errors.New("upstream 503"))
+			}
+			return nil
+		}
+	})
+	old := time.Now().Add(-time.Hour) // far beyond MaxElapsed, within Retention
+	src := newMemSource(idem.Message{EventID: "evt-old", Payload: []byte(`{}`), PublishedAt: old})
+	stop, _, _ := runFor(t, c, src)
+	require.Eventually(t, func() bool { return src.settledAs("evt-old") != "" }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, stop())
+	require.Equal(t, "ack", src.settledAs("evt-old"), "retried and processed, not retries_exhausted")
+	require.Empty(t, store.dls())
+	require.Equal(t, 1, rec.count(idem.OutcomeRetried))
+
+	// A transport that knows the first delivery was long ago (FirstAttempter) is believed.
+	src = newMemSource()
+	src.firstAttempt = time.Now().Add(-2 * time.Minute)
+	src.push(idem.Message{EventID: "evt-known", Payload: []byte(`{}`)})
+	stop, _, _ = runFor(t, c, src)
+	require.Eventually(t, func() bool { return src.settledAs("evt-known") != "" }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, stop())
+	require.Equal(t, "term", src.settledAs("evt-known"))
+	require.Len(t, store.dls(), 1)
+	require.Equal(t, idem.ReasonRetriesExhausted, store.dls()[0].Reason)
+}
+
+// TestDeliveriesWithoutVerdictDoNotSpendTheBudget: deliveries given back at shutdown (the
+// handler cancelled at the shutdown deadline) are not attempts; the broker's count of them is
+// taken off, so a later transient failure is still retried.
+func TestDeliveriesWithoutVerdictDoNotSpendTheBudget(t *testing.T) {
+	t.Parallel()
+	store := newMemStore()
+	rec := &recorder{}
+	var calls atomic.Int64
+	started := make(chan struct{}, 4)
+	c := memConsumer(t, store, func(cfg *idem.ConsumerConfig[*memTx]) {
+		cfg.Retry = retry.Policy{MaxAttempts: 2, MaxElapsed: time.Minute, Base: time.Millisecond, Cap: 5 * time.Millisecond}
+		cfg.ShutdownTimeout = 20 * time.Millisecond
+		cfg.Observer = rec
+		cfg.Handler = func(ctx context.Context, tx *memTx, msg idem.Message) error {
+			switch calls.Add(1) {
+			case 1, 2: // cut off by the shutdown deadline: no verdict
+				started <- struct{}{}
+				<-ctx.Done()
+				return ctx.Err()
+			case 3:
+				return idem.Transient(errors.New("upstream 503"))
+			}
+			return nil
+		}
+	})
+	src := newMemSource(idem.Message{EventID: "evt-1", Payload: []byte(`{}`)})
+	for range 2 {
+		stop, _, _ := runFor(t, c, src)
+		<-started
+		require.NoError(t, stop())
+	}
+	require.Equal(t, 2, rec.count(idem.OutcomeAbandoned))
+	stop, _, _ := runFor(t, c, src)
+	require.Eventually(t, func() bool { return src.settledAs("evt-1") != "" }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, stop())
+	require.Equal(t, "ack", src.settledAs("evt-1"), "the delivery on broker attempt 3 was attempt 1 of the budget")
+	require.Empty(t, store.dls())
+	require.EqualValues(t, 4, calls.Load())
 }

@@ -489,6 +489,74 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 		require.EqualValues(e.t, 1, e.ledger("evt-g"))
 	})
 
+	run("RetryBudgetCountsFromTheFirstAttempt", func(e *env[TTx]) {
+		// The event waits in the broker longer than the whole elapsed budget (a deploy, an
+		// outage): none of it is spent, so its first transient failure is retried.
+		var calls atomic.Int64
+		credit := storetest.CreditHandler(e.b)
+		cfg := e.config("ledger@v1", func(ctx context.Context, tx TTx, msg idem.Message) error {
+			if calls.Add(1) == 1 {
+				return idem.Transient(errors.New("upstream 503"))
+			}
+			return credit(ctx, tx, msg)
+		})
+		cfg.Retry = retry.Policy{MaxAttempts: 5, MaxElapsed: time.Second, Base: 20 * time.Millisecond, Cap: 100 * time.Millisecond}
+		c, err := idem.NewConsumer(e.b.Store, cfg)
+		require.NoError(e.t, err)
+		e.publish(storetest.PaymentMessage("acme", "evt-late", storetest.Payment{Wallet: "w1", Amount: 5}))
+		time.Sleep(cfg.Retry.MaxElapsed + 500*time.Millisecond)
+		stop := e.run(c, e.source("ledger"))
+		e.eventually(20*time.Second, "processed after one retry", func() bool { return e.rec.Count(idem.OutcomeProcessed, "evt-late") == 1 })
+		require.NoError(e.t, stop())
+		require.Equal(e.t, 1, e.rec.Count(idem.OutcomeRetried, "evt-late"), "retried, not retries_exhausted")
+		require.Empty(e.t, e.deadLetters("evt-late"))
+		require.EqualValues(e.t, 1, e.ledger("evt-late"))
+	})
+
+	run("DeliveriesWithoutVerdictDoNotSpendTheBudget", func(e *env[TTx]) {
+		// Two deliveries end without a verdict: the first loses its lease, the second is cut
+		// off by the shutdown deadline and given back. Neither spends an attempt, so with two
+		// attempts allowed the transient failure that follows is still retried.
+		var calls atomic.Int64
+		started := make(chan struct{}, 1)
+		credit := storetest.CreditHandler(e.b)
+		cfg := e.config("ledger@v1", func(ctx context.Context, tx TTx, msg idem.Message) error {
+			switch calls.Add(1) {
+			case 1: // the failed lease extension cancels it
+				<-ctx.Done()
+				return ctx.Err()
+			case 2: // the shutdown deadline cancels it
+				started <- struct{}{}
+				<-ctx.Done()
+				return ctx.Err()
+			case 3:
+				return idem.Transient(errors.New("upstream 503"))
+			}
+			return credit(ctx, tx, msg)
+		})
+		cfg.Retry.MaxAttempts = 2
+		cfg.ShutdownTimeout = 300 * time.Millisecond
+		c, err := idem.NewConsumer(e.b.Store, cfg)
+		require.NoError(e.t, err)
+		stop := e.run(c, &FailFirstExtend{Source: e.source("ledger")})
+		e.publish(storetest.PaymentMessage("acme", "evt-nv", storetest.Payment{Wallet: "w1", Amount: 5}))
+		select {
+		case <-started:
+		case <-time.After(30 * time.Second):
+			e.t.Fatal("consumertest: the delivery after the lost lease never came")
+		}
+		require.NoError(e.t, stop())
+		require.Equal(e.t, 2, e.rec.Count(idem.OutcomeAbandoned, "evt-nv"), "two deliveries without a verdict")
+
+		stop = e.run(c, e.source("ledger")) // the same consumer, resumed
+		e.eventually(30*time.Second, "processed", func() bool { return e.rec.Count(idem.OutcomeProcessed, "evt-nv") == 1 })
+		require.NoError(e.t, stop())
+		require.Equal(e.t, 1, e.rec.Count(idem.OutcomeRetried, "evt-nv"), "the transient failure was attempt 1 of 2")
+		require.Empty(e.t, e.deadLetters("evt-nv"), "not retries_exhausted")
+		require.EqualValues(e.t, 4, calls.Load())
+		require.EqualValues(e.t, 1, e.ledger("evt-nv"))
+	})
+
 	run("DeadLetterWriteFailureKeepsMessageAndPauses", func(e *env[TTx]) {
 		store := CutDeadLetters(e.b.Store)
 		credit := storetest.CreditHandler(e.b)
