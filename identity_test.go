@@ -233,6 +233,7 @@ func TestErrorShape(t *testing.T) {
 		{"authenticator", msg("evt-5", "forged", `{}`), idem.ErrUnauthenticated},
 		{"key reuse", msg("evt-k", "ok", `{"a":2}`), idem.ErrKeyReuse},
 		{"duplicate keys", msg("evt-7", "ok", `{"a":1,"a":2}`), idem.ErrInvalidPayload},
+		{"not JSON", msg("evt-6", "ok", `{"a":`), idem.ErrInvalidPayload},
 		{"too old", idem.Message{EventID: "evt-8", Payload: []byte(`{}`), OccurredAt: time.Now().Add(-30 * 24 * time.Hour)}, idem.ErrTooOld},
 		{"long id", msg(long, "fail", `{}`), handlerErr},
 		{"hostile id", msg("evt\n\"9\"\x00", "ok", `{}`), idem.ErrInvalidPayload},

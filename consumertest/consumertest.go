@@ -557,6 +557,50 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 		require.EqualValues(e.t, 1, e.ledger("evt-nv"))
 	})
 
+	run("PayloadMustBeJSONByDefault", func(e *env[TTx]) {
+		var calls atomic.Int64
+		credit := storetest.CreditHandler(e.b)
+		c, err := idem.NewConsumer(e.b.Store, e.config("ledger@v1", func(ctx context.Context, tx TTx, msg idem.Message) error {
+			calls.Add(1)
+			return credit(ctx, tx, msg)
+		}))
+		require.NoError(e.t, err)
+		stop := e.run(c, e.source("ledger"))
+		truncated := storetest.PaymentMessage("acme", "evt-trunc", storetest.Payment{Wallet: "w1", Amount: 5})
+		truncated.Payload = truncated.Payload[:len(truncated.Payload)-3]
+		bom := storetest.PaymentMessage("acme", "evt-bom", storetest.Payment{Wallet: "w1", Amount: 5})
+		bom.Payload = append([]byte("\ufeff"), bom.Payload...)
+		e.publish(truncated, bom)
+		e.eventually(20*time.Second, "both dead-lettered", func() bool {
+			return len(e.deadLetters("evt-trunc")) == 1 && len(e.deadLetters("evt-bom")) == 1
+		})
+		require.NoError(e.t, stop())
+		for _, id := range []string{"evt-trunc", "evt-bom"} {
+			dl := e.deadLetters(id)[0]
+			require.Equal(e.t, idem.ReasonInvalidPayload, dl.Reason, id)
+			require.Contains(e.t, dl.Error, "payload is not JSON", id)
+			require.EqualValues(e.t, 0, e.ledger(id), id)
+		}
+		require.Zero(e.t, calls.Load(), "the handler never saw them")
+
+		// A consumer that declares its payloads are not JSON takes raw bytes.
+		cfg := e.config("ledger@v1", func(ctx context.Context, tx TTx, msg idem.Message) error {
+			n, err := e.b.Credit(ctx, tx, msg.EventID, "w1", int64(len(msg.Payload)))
+			if err != nil {
+				return err
+			}
+			return idem.ExpectRows(n, 1)
+		})
+		cfg.Fingerprint.Raw = true
+		raw, err := idem.NewConsumer(e.b.Store, cfg)
+		require.NoError(e.t, err)
+		stop = e.run(raw, e.source("ledger"))
+		e.publish(idem.Message{EventID: "evt-raw", Tenant: "acme", Type: "payment.csv", Payload: []byte("w1;5")})
+		e.eventually(20*time.Second, "raw payload processed", func() bool { return e.rec.Count(idem.OutcomeProcessed, "evt-raw") == 1 })
+		require.NoError(e.t, stop())
+		require.EqualValues(e.t, 1, e.ledger("evt-raw"))
+	})
+
 	run("DeadLetterWriteFailureKeepsMessageAndPauses", func(e *env[TTx]) {
 		store := CutDeadLetters(e.b.Store)
 		credit := storetest.CreditHandler(e.b)
