@@ -222,6 +222,39 @@ func CheckRetention(retention, redeliveryWindow time.Duration, policy retry.Poli
 	return nil
 }
 
+// DeliveryLimitMargin is how many deliveries above Retry.MaxAttempts a broker's delivery limit
+// must allow: deliveries that end without a verdict (a lost lease, a give-back at shutdown or
+// pause, a crash) count against the broker's limit although they spend no attempt of the
+// retry policy.
+const DeliveryLimitMargin = 5
+
+// CheckSourceLimits refuses a source the consumer cannot keep its promise over: one whose
+// broker drops a message after fewer than policy.MaxAttempts + DeliveryLimitMargin deliveries
+// (a DeliveryLimiter reporting a limit; 0 is unlimited), since the broker would then drop an
+// event that was neither applied nor dead-lettered; and one that can deliver an event again
+// later after publishing than redeliveryWindow (a RedeliveryWindower), since its claim could be
+// collected first. A source that implements neither interface passes.
+func CheckSourceLimits(src Source, policy retry.Policy, redeliveryWindow time.Duration) error {
+	var errs []error
+	if l, ok := src.(DeliveryLimiter); ok {
+		attempts := policy.WithDefaults().MaxAttempts
+		if limit := l.DeliveryLimit(); limit > 0 && limit < attempts+DeliveryLimitMargin {
+			errs = append(errs, fmt.Errorf("its delivery limit is %d, want unlimited or at least %d (Retry.MaxAttempts %d + DeliveryLimitMargin %d for deliveries that end without a verdict): at its limit the broker drops a message that was neither applied nor dead-lettered",
+				limit, attempts+DeliveryLimitMargin, attempts, DeliveryLimitMargin))
+		}
+	}
+	if w, ok := src.(RedeliveryWindower); ok {
+		if window := w.RedeliveryWindow(); window > redeliveryWindow {
+			errs = append(errs, fmt.Errorf("it can deliver an event again up to %v after publishing, longer than RedeliveryWindow (%v): bound the source (a stream's MaxAge, a queue's message TTL) or raise RedeliveryWindow and Retention to cover it",
+				window, redeliveryWindow))
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("source %s: %w", src.Name(), errors.Join(errs...))
+}
+
 func validConsumerName(s string) bool {
 	if len(s) > 200 {
 		return false

@@ -28,12 +28,19 @@ const (
 // retry policy's delay; a permanent failure, key reuse or a spent budget writes a dead letter
 // and then terminates the delivery. On shutdown Run stops fetching, lets in-flight deliveries
 // finish within ShutdownTimeout, and naks what is left.
+//
+// Before it fetches, Run refuses a retention that does not cover the source's lease and the
+// retry policy (CheckRetention) and a source whose delivery limit or redelivery window the
+// consumer cannot keep its promise over (CheckSourceLimits).
 func (c *Consumer[TTx]) Run(ctx context.Context, src Source) error {
 	if src == nil {
 		return errors.New("idem: Run: source is nil")
 	}
 	if err := CheckRetention(c.cfg.Retention, c.cfg.RedeliveryWindow, c.cfg.Retry, src.Lease()); err != nil {
 		return fmt.Errorf("idem: consumer %s with source %s: %w", c.cfg.Name, src.Name(), err)
+	}
+	if err := CheckSourceLimits(src, c.cfg.Retry, c.cfg.RedeliveryWindow); err != nil {
+		return fmt.Errorf("idem: consumer %s: %w", c.cfg.Name, err)
 	}
 	r := &runner[TTx]{c: c, src: src}
 	return r.run(ctx)

@@ -218,3 +218,45 @@ func TestDeliveriesWithoutVerdictDoNotSpendTheBudget(t *testing.T) {
 	require.Empty(t, store.dls())
 	require.EqualValues(t, 4, calls.Load())
 }
+
+func TestRunChecksSourceLimits(t *testing.T) {
+	t.Parallel()
+	policy := retry.Policy{MaxAttempts: 8, MaxElapsed: time.Minute, Base: time.Millisecond, Cap: 5 * time.Millisecond}
+	for _, tc := range []struct {
+		name   string
+		limit  int
+		window time.Duration
+		want   []string // empty: Run starts
+	}{
+		{name: "unlimited, within the window", limit: 0, window: time.Hour},
+		{name: "limit with the margin", limit: 8 + idem.DeliveryLimitMargin, window: time.Hour},
+		{name: "limit without the margin", limit: 8 + idem.DeliveryLimitMargin - 1,
+			want: []string{"source mem", "delivery limit is 12", "at least 13", "Retry.MaxAttempts 8", "DeliveryLimitMargin 5"}},
+		{name: "the broker default of 1", limit: 1, want: []string{"delivery limit is 1"}},
+		{name: "window longer than RedeliveryWindow", window: 25 * time.Hour,
+			want: []string{"up to 25h0m0s after publishing", "RedeliveryWindow (24h0m0s)"}},
+		{name: "both", limit: 3, window: 100 * 365 * 24 * time.Hour, want: []string{"delivery limit is 3", "RedeliveryWindow"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := memConsumer(t, newMemStore(), func(cfg *idem.ConsumerConfig[*memTx]) {
+				cfg.Retry = policy
+				cfg.RedeliveryWindow = 24 * time.Hour
+			})
+			src := newMemSource()
+			src.limit, src.window = tc.limit, tc.window
+			require.Equal(t, len(tc.want) == 0, idem.CheckSourceLimits(src, policy, 24*time.Hour) == nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			err := c.Run(ctx, src)
+			if len(tc.want) == 0 {
+				require.NoError(t, err, "Run starts and stops at the deadline")
+				return
+			}
+			require.Error(t, err)
+			for _, w := range tc.want {
+				require.ErrorContains(t, err, w)
+			}
+		})
+	}
+}
