@@ -460,6 +460,10 @@ func (r *runner[TTx]) deadLetter(workCtx context.Context, stopFetch context.Canc
 		r.finish(workCtx, fev, msg, start, slog.LevelError, werr, reason)
 		if giveBack == "" {
 			if stopExtend == nil {
+				// Renew the lease now (the handler may have used most of it), then every third.
+				if xerr := d.Extend(lctx); xerr != nil {
+					lcancel(fmt.Errorf("%w: extend: %w", ErrLeaseLost, xerr))
+				}
 				stopExtend = r.extendLease(lctx, lcancel, d)
 			}
 			t := time.NewTimer(delay)

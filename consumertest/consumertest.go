@@ -124,12 +124,14 @@ func (e *env[TTx]) config(name string, h idem.Handler[TTx]) idem.ConsumerConfig[
 		batch = idem.BatchConfig{Enabled: true, Size: e.opts.batch, MaxWait: 5 * time.Millisecond}
 	}
 	return idem.ConsumerConfig[TTx]{
-		Batch:            batch,
-		Name:             name,
-		Handler:          h,
-		Retry:            fastRetry,
-		Retention:        48 * time.Hour,
-		RedeliveryWindow: time.Hour,
+		Batch:     batch,
+		Name:      name,
+		Handler:   h,
+		Retry:     fastRetry,
+		Retention: 48 * time.Hour,
+		// A day covers the harnesses' bounded redelivery windows (a stream's MaxAge; RabbitMQ's
+		// message TTL + longest delay tier + consumer_timeout), which Run checks.
+		RedeliveryWindow: 24 * time.Hour,
 		Workers:          4,
 		ShutdownTimeout:  5 * time.Second,
 		Observer:         e.rec,

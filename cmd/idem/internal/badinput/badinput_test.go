@@ -300,9 +300,11 @@ func runCatalogue[TTx any](t *testing.T, b storetest.Bundle[TTx], tr transport) 
 			return validator.Validate(ctx, msg)
 		}),
 		// MaxPayloadBytes is left at its default on purpose: the oversized case tests it.
-		Retry:            retry.Policy{MaxAttempts: 5, MaxElapsed: time.Minute, Base: 20 * time.Millisecond, Cap: 100 * time.Millisecond},
-		Retention:        48 * time.Hour,
-		RedeliveryWindow: time.Hour,
+		Retry:     retry.Policy{MaxAttempts: 5, MaxElapsed: time.Minute, Base: 20 * time.Millisecond, Cap: 100 * time.Millisecond},
+		Retention: 48 * time.Hour,
+		// Covers every transport's redelivery window (RabbitMQ: message TTL + longest delay tier
+		// + consumer_timeout), which Run checks (idem.CheckSourceLimits).
+		RedeliveryWindow: 24 * time.Hour,
 		Workers:          4,
 		ShutdownTimeout:  5 * time.Second,
 		Observer:         rec,
