@@ -99,9 +99,7 @@ func (g *GitHub) Verify(r *http.Request, body []byte) (Verified, error) {
 	}
 	tenant, ok := "", false
 	for _, sec := range g.cfg.Secrets {
-		m := hmac.New(sha256.New, sec.Key)
-		m.Write(body)
-		if hmac.Equal(got[:], m.Sum(nil)) && !ok {
+		if hmac.Equal(got[:], githubMAC(sec.Key, body)) && !ok {
 			tenant, ok = sec.Tenant, true
 		}
 	}

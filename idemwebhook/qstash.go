@@ -191,9 +191,7 @@ func (q *QStash) Verify(r *http.Request, body []byte) (Verified, error) {
 	}
 	tenant, ok := "", false
 	for _, sec := range q.cfg.Secrets {
-		m := hmac.New(sha256.New, sec.Key)
-		m.Write([]byte(tok.SigningInput))
-		if hmac.Equal(tok.MAC[:], m.Sum(nil)) && !ok {
+		if hmac.Equal(tok.MAC[:], qstashMAC(sec.Key, tok.SigningInput)) && !ok {
 			tenant, ok = sec.Tenant, true
 		}
 	}

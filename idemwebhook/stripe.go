@@ -190,16 +190,9 @@ func (s *Stripe) Verify(r *http.Request, body []byte) (Verified, error) {
 	if err != nil {
 		return claimed, refuse(err, "")
 	}
-	mac := func(key []byte) []byte {
-		m := hmac.New(sha256.New, key)
-		m.Write([]byte(strconv.FormatInt(sig.Timestamp.Unix(), 10)))
-		m.Write([]byte{'.'})
-		m.Write(body)
-		return m.Sum(nil)
-	}
 	tenant, ok := "", false
 	for _, sec := range s.cfg.Secrets {
-		want := mac(sec.Key)
+		want := stripeMAC(sec.Key, sig.Timestamp.Unix(), body)
 		for _, got := range sig.V1 {
 			if hmac.Equal(got[:], want) && !ok {
 				tenant, ok = sec.Tenant, true
