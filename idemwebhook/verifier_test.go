@@ -77,7 +77,9 @@ func TestStripeVerify(t *testing.T) {
 	require.NoError(t, err)
 	body := `{"id":"evt_1","type":"payment_intent.succeeded","created":1780315200,"data":{}}`
 	signed := func(key []byte, at time.Time, b string) func() *http.Request {
-		return func() *http.Request { return post(b, map[string]string{HeaderStripeSignature: SignStripe(key, at, []byte(b))}) }
+		return func() *http.Request {
+			return post(b, map[string]string{HeaderStripeSignature: SignStripe(key, at, []byte(b))})
+		}
 	}
 	runVerify(t, v, []verifyCase{
 		{name: "valid", req: signed(keyAcme, t0, body), tenant: "acme", id: "evt_1"},
@@ -121,8 +123,12 @@ func TestGitHubVerify(t *testing.T) {
 		}, tenant: "acme", id: "d-1"},
 		{name: "tampered body", req: signed(keyAcme, strings.Replace(body, "7", "8", 1), "d-1"), want: ErrBadSignature, id: "d-1"},
 		{name: "wrong key", req: signed(keyOther, body, "d-1"), want: ErrBadSignature, id: "d-1"},
-		{name: "SHA-1 only", req: func() *http.Request { return post(body, map[string]string{"X-Hub-Signature": "sha1=00", HeaderGitHubDelivery: "d-1"}) }, want: ErrNotSigned, id: "d-1"},
-		{name: "malformed", req: func() *http.Request { return post(body, map[string]string{HeaderGitHubSignature: "md5=abc", HeaderGitHubDelivery: "d-1"}) }, want: ErrMalformedSignature, id: "d-1"},
+		{name: "SHA-1 only", req: func() *http.Request {
+			return post(body, map[string]string{"X-Hub-Signature": "sha1=00", HeaderGitHubDelivery: "d-1"})
+		}, want: ErrNotSigned, id: "d-1"},
+		{name: "malformed", req: func() *http.Request {
+			return post(body, map[string]string{HeaderGitHubSignature: "md5=abc", HeaderGitHubDelivery: "d-1"})
+		}, want: ErrMalformedSignature, id: "d-1"},
 		{name: "no delivery id", req: signed(keyAcme, body, ""), want: idem.ErrInvalidPayload, tenant: "acme"},
 	})
 }
@@ -277,4 +283,3 @@ func TestSecretNeverPrinted(t *testing.T) {
 		require.Contains(t, out, "REDACTED 33 bytes")
 	}
 }
-
