@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemauth"
 	"github.com/idemkit/idem/retry"
 )
 
@@ -214,7 +215,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			err = fmt.Errorf("%w: %w", idem.ErrUnauthenticated, err)
 		}
 		w.Header().Set("WWW-Authenticate", fmt.Sprintf("Signature realm=%q", h.provider.Name))
-		h.refuse(w, r, d, idem.ReasonUnauthenticated, err, http.StatusUnauthorized, nil, bounded(err.Error()))
+		h.refuse(w, r, d, idem.ReasonUnauthenticated, err, http.StatusUnauthorized, nil, unauthenticatedDetail(err))
 		return
 	}
 	if err := checkEventID(v.EventID, "the verified event id"); err != nil {
@@ -405,6 +406,23 @@ func (h *Handler) log(ctx context.Context, level slog.Level, text string, d *del
 		attrs = append(attrs, slog.Duration("retry_in", d.ev.Delay))
 	}
 	h.cfg.Logger.LogAttrs(ctx, level, text, attrs...)
+}
+
+// refusals are the reasons a sender may learn from a 401: a legitimate sender with a skewed
+// clock or a rotated key can act on them, and they say nothing about the keys held.
+var refusals = []error{ErrNotSigned, ErrMalformedSignature, ErrBadSignature, ErrStaleSignature, ErrClaimMismatch,
+	idemauth.ErrNotSigned, idemauth.ErrMalformedSignature, idemauth.ErrUnknownKey, idemauth.ErrBadSignature,
+	idemauth.ErrKeyExpired, idemauth.ErrStaleSignature, idemauth.ErrTenantMismatch, idemauth.ErrVersionRetired}
+
+// unauthenticatedDetail is the problem detail of a refused signature: its reason only, without
+// the verifier's detail (which may count keys or quote claims; the dead letter keeps it).
+func unauthenticatedDetail(err error) string {
+	for _, r := range refusals {
+		if errors.Is(err, r) {
+			return "signature verification failed: " + r.Error()
+		}
+	}
+	return "signature verification failed"
 }
 
 // bounded shortens a verifier's error for a problem body.

@@ -163,6 +163,8 @@ func TestHandlerOutcomes(t *testing.T) {
 			require.NotContains(t, dl.Error, "hunter2", "the dead letter's error is redacted")
 			require.False(t, dl.Fingerprint.IsZero())
 			if tc.dlReason == idem.ReasonUnauthenticated {
+				require.Equal(t, "signature verification failed: "+ErrBadSignature.Error(), p.Detail, "the reason, not how many secrets there are")
+				require.Contains(t, dl.Error, "webhook secrets", "the dead letter keeps the verifier's detail")
 				require.Empty(t, dl.Message.Tenant, "unauthenticated input has no tenant")
 				require.Contains(t, w.Header().Get("WWW-Authenticate"), `realm="github"`)
 			} else {
