@@ -196,7 +196,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Verify sees no body: it can only name the event the request claims.
 		claimed, _ := h.cfg.Verifier.Verify(r, nil)
 		d.msg = h.message(r, nil, boundID(claimed.EventID), "", "", claimed.Attempt)
-		derr := fmt.Errorf("%w: body exceeds %d bytes (the provider's MaxBodyBytes)", idem.ErrInvalidPayload, h.cfg.MaxBodyBytes)
+		derr := fmt.Errorf("%w: body exceeds %d bytes (Config.MaxBodyBytes)", idem.ErrInvalidPayload, h.cfg.MaxBodyBytes)
 		h.refuse(w, r, d, idem.ReasonInvalidPayload, derr, http.StatusRequestEntityTooLarge, nil, "the body exceeds the limit of this endpoint; it was dead-lettered without its body")
 		return
 	}
@@ -242,6 +242,16 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request, d *delivery, re
 		return
 	}
 	d.ev.ErrorType = res.Class
+	if ctx.Err() != nil {
+		// The provider hung up and the transaction rolled back with the request's context: no
+		// verdict on the event (it may fail only because of the cancellation), and the provider
+		// sends it again.
+		d.ev.Outcome = idem.OutcomeAbandoned
+		h.observe(d)
+		h.log(ctx, slog.LevelWarn, "idemwebhook: request ended before the delivery settled", d, "", err)
+		h.retryLater(w, d, h.policy.Backoff(d.msg.Attempt, h.rand), "the request ended before the delivery settled; send it again")
+		return
+	}
 	fp := res.Fingerprint
 	switch {
 	case res.Outcome == idem.OutcomeKeyReuse:

@@ -262,6 +262,31 @@ func TestHandlerDeadLetterWriteFails(t *testing.T) {
 	require.Contains(t, b.logs.String(), "disk full")
 }
 
+func TestHandlerRequestEnded(t *testing.T) {
+	obs := &recordingObserver{}
+	b := setup(t, githubVerifier(t), func(cc *idem.ConsumerConfig[*fakeTx], _ *Config) {
+		cc.UnknownIsPermanent = true // a cancellation must not pass for a permanent failure
+		cc.Observer = obs
+		cc.Handler = func(ctx context.Context, tx *fakeTx, msg idem.Message) error {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	r := ghRequest(`{"do":"ok"}`, "d-1", keyAcme).WithContext(ctx)
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- serve(b.h, r) }()
+	cancel()
+	w := <-done
+	require.Equal(t, http.StatusServiceUnavailable, w.Code)
+	effects, claims, dls := b.store.snapshot()
+	require.Empty(t, effects)
+	require.Zero(t, claims)
+	require.Empty(t, dls, "no verdict on an event whose request ended")
+	require.Len(t, obs.events, 1)
+	require.Equal(t, idem.OutcomeAbandoned, obs.events[0].Outcome)
+}
+
 func TestHandlerPanicPause(t *testing.T) {
 	b := setup(t, githubVerifier(t), func(cc *idem.ConsumerConfig[*fakeTx], _ *Config) { cc.OnPanic = idem.PanicPause })
 	w := serve(b.h, ghRequest(`{"do":"panic"}`, "d-1", keyAcme))
