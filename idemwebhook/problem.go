@@ -13,9 +13,13 @@ const ContentTypeProblem = "application/problem+json"
 // the status and Reason say what happened; Detail never holds a secret, an SQL error or a
 // handler's error text, only what the sender can act on.
 type Problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
+	// Type is always "about:blank": the status says what kind of problem it is.
+	Type string `json:"type"`
+	// Title is the status text ("Unauthorized").
+	Title string `json:"title"`
+	// Status repeats the HTTP status.
+	Status int `json:"status"`
+	// Detail says what the sender can do about it.
 	Detail string `json:"detail,omitempty"`
 	// Reason is the dead-letter reason when the delivery was dead-lettered, or "retry" when it
 	// should be sent again.

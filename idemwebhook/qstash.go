@@ -42,13 +42,18 @@ const (
 
 // QStashClaims are the claims of a QStash token.
 type QStashClaims struct {
-	Issuer    string `json:"iss"`
-	Subject   string `json:"sub"` // the destination URL
-	Expires   int64  `json:"exp"`
-	NotBefore int64  `json:"nbf"`
-	IssuedAt  int64  `json:"iat"`
-	ID        string `json:"jti"`
-	Body      string `json:"body"` // base64url of SHA-256 of the body
+	// Issuer is always "Upstash".
+	Issuer string `json:"iss"`
+	// Subject is the destination URL the token was made for.
+	Subject string `json:"sub"`
+	// Expires, NotBefore and IssuedAt are unix seconds; a token lives 5 minutes by default.
+	Expires   int64 `json:"exp"`
+	NotBefore int64 `json:"nbf"`
+	IssuedAt  int64 `json:"iat"`
+	// ID is the token's own id, new for every attempt (not the message id).
+	ID string `json:"jti"`
+	// Body is base64url of the SHA-256 of the body (QStash writes it with padding).
+	Body string `json:"body"`
 }
 
 // QStashToken is a parsed, not yet verified, QStash JWT.
