@@ -73,6 +73,10 @@ dead-letter backlog, and queue backlog of the --queue names) and a health check 
 			if poll <= 0 {
 				return usagef("--poll is %s, want a positive duration such as 1s", formatDuration(poll))
 			}
+			if leaseTTL < idemrelay.LeaseTTLMin {
+				return usagef("--lease-ttl is %s, want at least %s (default %s)", formatDuration(leaseTTL),
+					idemrelay.LeaseTTLMin, formatDuration(idemrelay.LeaseTTLDefault))
+			}
 			if _, err := connect.ParseBroker(broker); err != nil {
 				return usageError{fmt.Errorf("--broker: %w", err)}
 			}
@@ -148,13 +152,22 @@ dead-letter backlog, and queue backlog of the --queue names) and a health check 
 	return cmd
 }
 
+// readableDurations writes durations as Go duration text ("1.5s") rather than the JSON
+// handler's integer nanoseconds, so a person can read the log.
+func readableDurations(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
+}
+
 // newLogger returns a slog logger writing to w in format at level.
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
 		return nil, usagef("--log-level %q: want debug, info, warn or error", level)
 	}
-	opts := &slog.HandlerOptions{Level: lv}
+	opts := &slog.HandlerOptions{Level: lv, ReplaceAttr: readableDurations}
 	switch strings.ToLower(format) {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
