@@ -146,7 +146,7 @@ dead-letter backlog, and queue backlog of the --queue names) and a health check 
 	fl.Var(newDuration(&poll, idemrelay.PollIntervalDefault), "poll", "longest idle wait between rounds when no notification arrives")
 	fl.Var(newDuration(&leaseTTL, idemrelay.LeaseTTLDefault), "lease-ttl", "lifetime of the relay's partition leases; a dead relay's work is taken over after it")
 	fl.Var(newDuration(&retention, idemrelay.RetentionDefault), "outbox-retention", "delete published outbox rows older than this")
-	fl.StringVar(&id, "id", "", "this relay's id in its leases, unique among relays of the store (default: host-pid-random)")
+	fl.StringVar(&id, "id", "", "this relay's id in its leases, unique among relays of the store (default: <hostname>-<n>, stable across restarts on this machine)")
 	fl.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	fl.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd
