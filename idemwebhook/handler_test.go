@@ -17,8 +17,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/retry"
 )
+
+// TestMain fails a passing run that leaked goroutines (a handler left waiting).
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // effectHandler applies or fails as the payload's "do" says: the cases of the handler tests.
 func effectHandler(_ context.Context, tx *fakeTx, msg idem.Message) error {

@@ -27,6 +27,7 @@ import (
 	"github.com/idemkit/idem/idemauth"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/idemwebhook"
+	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/storetest"
 )
 
@@ -458,3 +459,7 @@ func sinkToIngress[TTx any](t *testing.T, factory storetest.Factory[TTx]) {
 	require.True(t, strings.Contains(err.Error(), "401"), err.Error())
 	require.Equal(t, int64(11), e.state(t, "relay-2").balance)
 }
+
+// TestMain names the service variables whose absence made tests skip, and fails a passing run
+// that leaked goroutines (a server or a pool left open).
+func TestMain(m *testing.M) { testenv.Main(m) }
