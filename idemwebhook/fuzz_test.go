@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // The header parsers read hostile input: each must never panic, must bound what it reads, and
@@ -79,6 +80,36 @@ func FuzzParseQStashToken(f *testing.F) {
 		r := post("", map[string]string{HeaderQStashSignature: token})
 		if _, err := v.Verify(r, nil); err == nil {
 			t.Fatalf("verified %q with a key that did not sign it", token)
+		}
+	})
+}
+
+// FuzzHandlerUnsigned sends hostile requests through the whole handler: whatever the body and
+// headers, a request not signed with the secret is answered 401 and dead-lettered without a
+// tenant, under a bounded, printable event id.
+func FuzzHandlerUnsigned(f *testing.F) {
+	f.Add([]byte(`{"tenant":"globex"}`), "sha256="+strings.Repeat("0", 64), "d-1")
+	f.Add([]byte{0xff, 0x00}, "", strings.Repeat("\x00é", 200))
+	f.Add([]byte(nil), "sha256=zz", "")
+	f.Fuzz(func(t *testing.T, body []byte, sig, id string) {
+		b := setup(t, githubVerifier(t), nil)
+		r := post(string(body), nil)
+		r.Header[HeaderGitHubSignature] = []string{sig}
+		r.Header[HeaderGitHubDelivery] = []string{id}
+		w := serve(b.h, r)
+		if w.Code != 401 {
+			t.Fatalf("status %d for an unsigned request: %s", w.Code, w.Body.String())
+		}
+		_, claims, dls := b.store.snapshot()
+		if claims != 0 || len(dls) != 1 {
+			t.Fatalf("%d claims, %d dead letters", claims, len(dls))
+		}
+		dl := dls[0]
+		if dl.Message.Tenant != "" || dl.Reason != "unauthenticated" {
+			t.Fatalf("dead letter tenant %q reason %s", dl.Message.Tenant, dl.Reason)
+		}
+		if len(dl.Message.EventID) > 128 || !utf8.ValidString(dl.Message.EventID) || strings.ContainsAny(dl.Message.EventID, "\x00\n\r") {
+			t.Fatalf("event id %q is not bounded", dl.Message.EventID)
 		}
 	})
 }
