@@ -15,6 +15,11 @@ const (
 	// worker that neither settles nor extends it before another consumer of the group may claim
 	// it. The consumer extends it at a third while a handler runs.
 	LeaseDefault = 30 * time.Second
+	// LeaseMax is the longest lease a Source accepts. Redis keeps one idle time per pending
+	// entry, so the source stores a lease as LeaseMax minus the lease and every consumer claims
+	// at LeaseMax: each delivery expires after its own owner's lease. A handler that runs longer
+	// is extended, not given a longer lease.
+	LeaseMax = 24 * time.Hour
 	// LeaseMin is the shortest lease a Source accepts: the pending-entry idle time Redis keeps
 	// is in milliseconds, and a shorter lease would be taken over between two extensions.
 	LeaseMin = 100 * time.Millisecond
@@ -94,6 +99,8 @@ func (c SourceConfig) validate() error {
 		return fmt.Errorf("SourceConfig.Start is %q; want %q (oldest) or %q (newest)", c.Start, StartOldest, StartNewest)
 	case c.Lease < LeaseMin:
 		return fmt.Errorf("SourceConfig.Lease %v is shorter than LeaseMin (%v)", c.Lease, LeaseMin)
+	case c.Lease > LeaseMax:
+		return fmt.Errorf("SourceConfig.Lease %v is longer than LeaseMax (%v)", c.Lease, LeaseMax)
 	case c.Poll < PollMin:
 		return fmt.Errorf("SourceConfig.Poll %v is shorter than PollMin (%v)", c.Poll, PollMin)
 	}

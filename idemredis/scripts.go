@@ -7,12 +7,20 @@ import "github.com/redis/go-redis/v9"
 // takeover) and a publish deduplicated (the check of the dedup key and the XADD cannot be
 // split by a concurrent republish). They use the server's clock (TIME), never the client's.
 
-// claimScript moves the group's due naks back to its retry stream, then claims for this
-// consumer up to max entries whose lease expired (idle at least the lease) from the stream and
-// the retry stream, and returns them with their delivery counts: {index, id, fields, count}…
+// receiveScript moves the group's due naks back to its retry stream, claims for this consumer
+// up to max entries whose lease expired, from the stream and the retry stream, then reads new
+// entries of both, and returns {entries, last ids}: each entry is {index, id, fields, count},
+// and the last ids are those of the newest entries of both streams, from which a blocking XREAD
+// waits for anything newer.
 //
-// KEYS: stream, retry stream, delayed set, cursor hash. ARGV: group, consumer, lease ms, max.
-var claimScript = redis.NewScript(`
+// A lease is kept in the pending entry's idle time, shifted: a consumer with lease L sets the
+// idle time of what it receives or extends to expiry−L, and every consumer claims at idle time
+// expiry. So each delivery expires after its own owner's lease, whatever the lease of the
+// consumer that claims it.
+//
+// KEYS: stream, retry stream, delayed set, cursor hash. ARGV: group, consumer, expiry ms,
+// expiry−lease ms, max.
+var receiveScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 100)
@@ -22,7 +30,7 @@ for _, m in ipairs(due) do
   redis.call('ZREM', KEYS[3], m)
 end
 local out = {}
-local want = tonumber(ARGV[4])
+local want = tonumber(ARGV[5])
 for i = 1, 2 do
   if want <= 0 then break end
   local cursor = redis.call('HGET', KEYS[4], tostring(i)) or '0-0'
@@ -32,13 +40,30 @@ for i = 1, 2 do
     if e and e[2] then
       local p = redis.call('XPENDING', KEYS[i], ARGV[1], e[1], e[1], 1)
       if #p == 1 then
+        redis.call('XCLAIM', KEYS[i], ARGV[1], ARGV[2], 0, e[1], 'IDLE', ARGV[4], 'JUSTID')
         out[#out + 1] = {i, e[1], e[2], p[1][4]}
         want = want - 1
       end
     end
   end
 end
-return out
+for i = 1, 2 do
+  if want <= 0 then break end
+  local r = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', want, 'STREAMS', KEYS[i], '>')
+  if r then
+    for _, e in ipairs(r[1][2]) do
+      redis.call('XCLAIM', KEYS[i], ARGV[1], ARGV[2], 0, e[1], 'IDLE', ARGV[4], 'JUSTID')
+      out[#out + 1] = {i, e[1], e[2], 1}
+      want = want - 1
+    end
+  end
+end
+local last = {}
+for i = 1, 2 do
+  local r = redis.call('XREVRANGE', KEYS[i], '+', '-', 'COUNT', 1)
+  if #r == 1 then last[i] = r[1][1] else last[i] = '0-0' end
+end
+return {out, last}
 `)
 
 // settleScript acts on one pending entry only if this consumer still owns it with the delivery
@@ -48,8 +73,9 @@ return out
 //
 // KEYS: the entry's stream, the group's delayed set. ARGV: group, consumer, id, count, op,
 // arg1, arg2, delete (1 on a retry stream: its entries are the group's own and are deleted once
-// acked). Ops: ack; extend (reset the idle time); release (idle time past any lease, so the
-// next claim takes it, with delivery count arg2); delay (re-add after arg1 ms, as attempt arg2).
+// acked). Ops: ack; extend (set the idle time to arg1, expiry−lease: see receiveScript);
+// release (idle time arg1, past expiry, so the next claim takes it, with delivery count arg2);
+// delay (re-add after arg1 ms, as attempt arg2).
 var settleScript = redis.NewScript(`
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
 if #p == 0 or p[1][2] ~= ARGV[2] or tostring(p[1][4]) ~= ARGV[4] then
@@ -57,7 +83,7 @@ if #p == 0 or p[1][2] ~= ARGV[2] or tostring(p[1][4]) ~= ARGV[4] then
 end
 local op = ARGV[5]
 if op == 'extend' then
-  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
+  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[6], 'JUSTID')
   return 1
 end
 if op == 'release' then

@@ -16,9 +16,13 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// releaseIdle is the idle time a released entry is given: longer than any lease, so the next
-// claim of any consumer of the group takes it at once.
-const releaseIdle = 365 * 24 * time.Hour
+// expiryIdle is the idle time at which every consumer claims a pending entry; a delivery with
+// lease L is given idle time expiryIdle−L when received or extended (see receiveScript).
+const expiryIdle = LeaseMax
+
+// releaseIdle is the idle time a released entry is given: past expiryIdle, so the next claim
+// of any consumer of the group takes it at once.
+const releaseIdle = 2 * expiryIdle
 
 // callMargin is how long a blocking read may overrun its block time before it is abandoned.
 const callMargin = 5 * time.Second
@@ -188,67 +192,58 @@ func (s *Source) Receive(ctx context.Context, limit int) ([]idem.Delivery, error
 	}
 }
 
-// read claims expired and due entries, and when there are none waits up to block for new ones.
+// read receives claimable and new entries, and when there are none waits up to block for a
+// new entry in either stream, then tries once more.
 func (s *Source) read(ctx context.Context, limit int, block time.Duration) ([]*Delivery, error) {
-	ds, err := s.claim(ctx, limit)
+	ds, last, err := s.receive(ctx, limit)
 	if isNoGroup(err) {
 		// The stream was deleted (and its groups with it): recreate them and go on.
 		if err = s.createGroups(ctx); err == nil {
-			ds, err = s.claim(ctx, limit)
+			ds, last, err = s.receive(ctx, limit)
 		}
 	}
 	if err != nil || len(ds) > 0 {
 		return ds, err
 	}
-	res, err := s.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
-		Group:    s.cfg.Group,
-		Consumer: s.cfg.Consumer,
-		Streams:  []string{s.stream, s.retry, ">", ">"},
-		Count:    int64(limit),
-		Block:    block,
-	}).Result()
+	// XREAD consumes nothing: it only wakes up when an entry newer than the last one arrives.
+	err = s.rdb.XRead(ctx, &redis.XReadArgs{
+		Streams: []string{s.stream, s.retry, last[0], last[1]},
+		Count:   1,
+		Block:   block,
+	}).Err()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
 	if err != nil {
-		if isNoGroup(err) {
-			return nil, s.createGroups(ctx)
-		}
-		return nil, fmt.Errorf("idemredis: read from %s: %w", s.name, err)
+		return nil, fmt.Errorf("idemredis: wait on %s: %w", s.name, err)
 	}
-	for _, st := range res {
-		retry := st.Stream == s.retry
-		for _, m := range st.Messages {
-			fields := make(map[string]string, len(m.Values))
-			for k, v := range m.Values {
-				if sv, ok := v.(string); ok {
-					fields[k] = sv
-				}
-			}
-			// An entry read with ">" is delivered for the first time in this group.
-			ds = append(ds, s.delivery(st.Stream, retry, m.ID, fields, 1))
-		}
-	}
-	if len(ds) > limit {
-		// Redis applies COUNT per stream; what is over the limit goes back at once.
-		s.giveBack(ds[limit:])
-		ds = ds[:limit]
-	}
-	return ds, nil
+	ds, _, err = s.receive(ctx, limit)
+	return ds, err
 }
 
-// claim runs claimScript and decodes its reply.
-func (s *Source) claim(ctx context.Context, limit int) ([]*Delivery, error) {
+// receive runs receiveScript and decodes its reply.
+func (s *Source) receive(ctx context.Context, limit int) ([]*Delivery, [2]string, error) {
+	last := [2]string{"$", "$"}
 	keys := []string{s.stream, s.retry, s.delayed, s.cursor}
-	reply, err := claimScript.Run(ctx, s.rdb, keys, s.cfg.Group, s.cfg.Consumer, s.cfg.Lease.Milliseconds(), limit).Slice()
+	reply, err := receiveScript.Run(ctx, s.rdb, keys, s.cfg.Group, s.cfg.Consumer,
+		expiryIdle.Milliseconds(), (expiryIdle - s.cfg.Lease).Milliseconds(), limit).Slice()
 	if err != nil {
-		return nil, fmt.Errorf("idemredis: claim from %s: %w", s.name, err)
+		return nil, last, fmt.Errorf("idemredis: receive from %s: %w", s.name, err)
 	}
-	ds := make([]*Delivery, 0, len(reply))
-	for _, r := range reply {
+	if len(reply) != 2 {
+		return nil, last, fmt.Errorf("idemredis: receive from %s: unexpected reply %v", s.name, reply)
+	}
+	entries, _ := reply[0].([]any)
+	if ids, _ := reply[1].([]any); len(ids) == 2 {
+		last[0], _ = ids[0].(string)
+		last[1], _ = ids[1].(string)
+	}
+	ds := make([]*Delivery, 0, len(entries))
+	for _, r := range entries {
 		e, ok := r.([]any)
 		if !ok || len(e) != 4 {
-			return ds, fmt.Errorf("idemredis: claim from %s: unexpected reply %v", s.name, r)
+			s.giveBack(ds)
+			return nil, last, fmt.Errorf("idemredis: receive from %s: unexpected entry %v", s.name, r)
 		}
 		idx, _ := e[0].(int64)
 		id, _ := e[1].(string)
@@ -266,7 +261,7 @@ func (s *Source) claim(ctx context.Context, limit int) ([]*Delivery, error) {
 		}
 		ds = append(ds, s.delivery(key, retry, id, fields, count))
 	}
-	return ds, nil
+	return ds, last, nil
 }
 
 // delivery decodes one entry; a message that does not decode is still delivered, with an
@@ -337,7 +332,9 @@ func (d *Delivery) Ack(ctx context.Context) error { return d.do(ctx, "ack", 0, 0
 func (d *Delivery) Term(ctx context.Context) error { return d.do(ctx, "ack", 0, 0) }
 
 // Extend resets the entry's idle time, pushing its lease out by the source's lease.
-func (d *Delivery) Extend(ctx context.Context) error { return d.do(ctx, "extend", 0, 0) }
+func (d *Delivery) Extend(ctx context.Context) error {
+	return d.do(ctx, "extend", (expiryIdle - d.src.cfg.Lease).Milliseconds(), 0)
+}
 
 // Nak asks for redelivery after delay. Without delay the entry is released in place and the
 // next claim takes it; with one it is acknowledged and a copy waits in the group's delayed set
