@@ -371,3 +371,33 @@ func (d *Delivery) settle(ctx context.Context, op string, arg1, arg2 int64) (boo
 		arg1, arg2, del).Int()
 	return n == 1, err
 }
+
+// Backlog counts what the group still has to settle: entries of the stream not yet delivered
+// to it (its lag) or delivered and pending, entries of its retry stream, and naks waiting out
+// their delay. It feeds queue-backlog metrics and tells when a drain is done.
+func (s *Source) Backlog(ctx context.Context) (int64, error) {
+	groups, err := s.rdb.XInfoGroups(ctx, s.stream).Result()
+	if err != nil {
+		return 0, fmt.Errorf("idemredis: backlog of %s: %w", s.name, err)
+	}
+	var n int64
+	found := false
+	for _, g := range groups {
+		if g.Name == s.cfg.Group {
+			if g.Lag < 0 {
+				return 0, fmt.Errorf("idemredis: backlog of %s: Redis cannot tell the group's lag (entries were deleted from the middle of the stream)", s.name)
+			}
+			n, found = g.Lag+g.Pending, true
+		}
+	}
+	if !found {
+		return 0, fmt.Errorf("idemredis: backlog of %s: no such group", s.name)
+	}
+	pipe := s.rdb.Pipeline()
+	retry := pipe.XLen(ctx, s.retry)
+	delayed := pipe.ZCard(ctx, s.delayed)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, fmt.Errorf("idemredis: backlog of %s: %w", s.name, err)
+	}
+	return n + retry.Val() + delayed.Val(), nil
+}
