@@ -22,10 +22,10 @@ require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/idemkit/idem v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idemamqp v0.0.0-00010101000000-000000000000
-	github.com/idemkit/idem/idemredis v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idemnats v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idempg v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idemprom v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idem/idemredis v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idemschema v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idemsqlite v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.12.0
