@@ -20,8 +20,8 @@ import (
 	"github.com/idemkit/idem/idemamqp"
 	"github.com/idemkit/idem/idemnats"
 	"github.com/idemkit/idem/idempg"
-	"github.com/idemkit/idem/idemredis"
 	"github.com/idemkit/idem/idemqueue"
+	"github.com/idemkit/idem/idemredis"
 	"github.com/idemkit/idem/idemsqlite"
 	"github.com/idemkit/idem/internal/testenv"
 )
