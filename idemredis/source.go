@@ -374,7 +374,9 @@ func (d *Delivery) settle(ctx context.Context, op string, arg1, arg2 int64) (boo
 
 // Backlog counts what the group still has to settle: entries of the stream not yet delivered
 // to it (its lag) or delivered and pending, entries of its retry stream, and naks waiting out
-// their delay. It feeds queue-backlog metrics and tells when a drain is done.
+// their delay. It feeds queue-backlog metrics and tells when a drain is done. The lag comes from
+// XINFO GROUPS, which reports it from Redis 7 on, and not after entries were deleted from the
+// middle of the stream (then Backlog fails rather than guess).
 func (s *Source) Backlog(ctx context.Context) (int64, error) {
 	groups, err := s.rdb.XInfoGroups(ctx, s.stream).Result()
 	if err != nil {
