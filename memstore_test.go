@@ -154,7 +154,7 @@ func (s *memStore) SetDeadLetterStatus(context.Context, idem.SetDeadLetterStatus
 	return nil, errors.New("memstore: not supported")
 }
 
-func (s *memStore) RecordRecovery(context.Context, idem.Key, time.Time) ([]time.Duration, error) {
+func (s *memStore) RecordRecovery(context.Context, idem.Key, int64, time.Time) ([]time.Duration, error) {
 	return nil, nil
 }
 
