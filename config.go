@@ -98,7 +98,8 @@ type ConsumerConfig[TTx any] struct {
 	Retention time.Duration
 	// RedeliveryWindow is the longest time after publishing in which the broker or an operator
 	// can bring an event back (stream max age, duplicate window, replay); default
-	// RedeliveryWindowDefault.
+	// RedeliveryWindowDefault. Run refuses a source that reports a longer window
+	// (CheckSourceLimits).
 	RedeliveryWindow time.Duration
 	// Workers is how many deliveries Run handles at once (default WorkersDefault).
 	Workers int
