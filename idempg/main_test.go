@@ -165,3 +165,13 @@ func bundle(tb testing.TB, store *idempg.Store) storetest.Bundle[pgx.Tx] {
 func TestConformance(t *testing.T) {
 	storetest.Exercise(t, factory)
 }
+
+// TestConformanceBatch runs the batched path's suite against PostgreSQL, plain and partitioned.
+func TestConformanceBatch(t *testing.T) {
+	t.Parallel()
+	t.Run("Plain", func(t *testing.T) { t.Parallel(); storetest.ExerciseBatch(t, factory) })
+	t.Run("PartitionedDay", func(t *testing.T) {
+		t.Parallel()
+		storetest.ExerciseBatch(t, partitionedFactory(idempg.PartitionConfig{Bucket: day, Retention: 7 * day}))
+	})
+}

@@ -109,3 +109,9 @@ func fp(b byte) idem.Fingerprint {
 	}
 	return f
 }
+
+// TestConformanceBatch runs the batched path's suite against SQLite.
+func TestConformanceBatch(t *testing.T) {
+	t.Parallel()
+	storetest.ExerciseBatch(t, factory)
+}

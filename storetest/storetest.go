@@ -120,6 +120,8 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 		})
 	}
 
+	keyChecks(run)
+
 	run("DuplicateDeliveryAppliesOnce", func(s *suite[TTx]) {
 		s.wallet("w1")
 		c := s.consumer("ledger@v1", nil)
