@@ -138,7 +138,37 @@ var errBatchAborted = errors.New("idem: batch attempt aborted by a failing event
 // savepoints, the first failing event aborts the transaction: applyBatch writes that event's
 // failure and returns its position in items (the others' results are then not final);
 // otherwise it returns -1.
+//
+// When the multi-row claim itself fails (one id the database cannot store, one claim a
+// constraint refuses), the transaction rolls back and each event is claimed and applied alone,
+// in a transaction of its own: only the unclaimable event fails, with the database's own
+// error, and the others proceed. That costs a transaction per event, for this batch only.
 func (c *Consumer[TTx]) applyBatch(ctx context.Context, bs BatchStore[TTx], items []batchItem, params []ClaimParams, results []Result, settles []func(context.Context, TTx) error, savepoints bool) int {
+	failedAt, claimErr := c.applyBatchOnce(ctx, bs, items, params, results, settles, savepoints)
+	if claimErr == nil {
+		return failedAt
+	}
+	if len(items) == 1 || ctx.Err() != nil {
+		for _, it := range items {
+			results[it.i] = c.finishResult(ctx, results[it.i], 0, claimErr)
+		}
+		return -1
+	}
+	for j := range items {
+		c.applyBatch(ctx, bs, items[j:j+1], params[j:j+1], results, settles, savepoints)
+	}
+	return -1
+}
+
+// errClaimBatch carries a failed multi-row claim out of the batch's transaction.
+type errClaimBatch struct{ err error }
+
+func (e *errClaimBatch) Error() string { return e.err.Error() }
+func (e *errClaimBatch) Unwrap() error { return e.err }
+
+// applyBatchOnce is applyBatch without the fallback: when the multi-row claim fails it writes
+// no result and returns the claim's error.
+func (c *Consumer[TTx]) applyBatchOnce(ctx context.Context, bs BatchStore[TTx], items []batchItem, params []ClaimParams, results []Result, settles []func(context.Context, TTx) error, savepoints bool) (int, error) {
 	statuses := make([]ClaimStatus, len(items))
 	failed := make([]error, len(items))
 	failedAt := -1
@@ -149,7 +179,10 @@ func (c *Consumer[TTx]) applyBatch(ctx context.Context, bs BatchStore[TTx], item
 		}
 		crs, err := bs.ClaimBatchTx(ctx, tx, params)
 		if err != nil {
-			return fmt.Errorf("idem: claim batch of %d: %w", len(params), err)
+			if len(params) == 1 {
+				return &errClaimBatch{fmt.Errorf("idem: claim %s: %w", params[0].Key, err)}
+			}
+			return &errClaimBatch{fmt.Errorf("idem: claim batch of %d: %w", len(params), err)}
 		}
 		if len(crs) != len(params) {
 			return fmt.Errorf("idem: claim batch of %d: store returned %d results", len(params), len(crs))
@@ -208,7 +241,11 @@ func (c *Consumer[TTx]) applyBatch(ctx context.Context, bs BatchStore[TTx], item
 		// Everything rolled back, the failing event's claim with it.
 		it := items[failedAt]
 		results[it.i] = c.finishResult(ctx, results[it.i], statuses[failedAt], failure)
-		return failedAt
+		return failedAt, nil
+	}
+	var claimErr *errClaimBatch
+	if errors.As(err, &claimErr) {
+		return -1, claimErr.err
 	}
 	for j, it := range items {
 		res := results[it.i]
@@ -222,7 +259,7 @@ func (c *Consumer[TTx]) applyBatch(ctx context.Context, bs BatchStore[TTx], item
 			results[it.i] = c.finishResult(ctx, res, statuses[j], nil)
 		}
 	}
-	return -1
+	return -1, nil
 }
 
 func settleAt[TTx any](settles []func(context.Context, TTx) error, i int) func(context.Context, TTx) error {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -158,8 +159,18 @@ func bundle(tb testing.TB, store *idempg.Store) storetest.Bundle[pgx.Tx] {
 			err := pool.QueryRow(ctx, claimRows, key.Tenant, key.Consumer, key.EventID).Scan(&n)
 			return n, err
 		},
+		// A CHECK constraint refuses the event's claims, as PostgreSQL refuses a row it cannot
+		// store (on a partitioned table it reaches every partition).
+		RejectClaims: func(ctx context.Context, eventID string) error {
+			_, err := pool.Exec(ctx, `ALTER TABLE `+table(store, "claims")+` ADD CONSTRAINT reject_`+
+				hex.EncodeToString([]byte(eventID))+` CHECK (event_id <> `+quoteLiteral(eventID)+`)`)
+			return err
+		},
 	}
 }
+
+// quoteLiteral quotes s as an SQL string literal.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // TestConformance runs the shared store suite against PostgreSQL.
 func TestConformance(t *testing.T) {

@@ -3,7 +3,9 @@ package idemsqlite_test
 import (
 	"context"
 	"database/sql"
+	"encoding/hex"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,6 +90,15 @@ func factory(tb testing.TB) storetest.Bundle[*sql.Tx] {
 			err := db.QueryRowContext(ctx, `SELECT count(*) FROM idem_claims
 				WHERE tenant = ? AND consumer = ? AND event_id = ?`, key.Tenant, key.Consumer, key.EventID).Scan(&n)
 			return n, err
+		},
+		// A trigger refuses the event's claims with RAISE(ABORT): the statement fails, the
+		// transaction stays, as with a constraint SQLite enforces.
+		RejectClaims: func(ctx context.Context, eventID string) error {
+			lit := "'" + strings.ReplaceAll(eventID, "'", "''") + "'"
+			_, err := db.ExecContext(ctx, `CREATE TRIGGER "reject_`+hex.EncodeToString([]byte(eventID))+`"
+				BEFORE INSERT ON idem_claims WHEN NEW.event_id = `+lit+`
+				BEGIN SELECT RAISE(ABORT, 'claim refused by the test schema'); END`)
+			return err
 		},
 	}
 }

@@ -97,6 +97,45 @@ func exerciseBatch[TTx any](t *testing.T, factory Factory[TTx], savepoints bool)
 		require.EqualValues(s.t, 131, s.balance("w1"))
 	})
 
+	run("OneUnclaimableEventDoesNotSinkItsBatch", func(s *suite[TTx]) {
+		// The database refuses the claim of one event (an id it cannot store, a partition it
+		// lacks): that event fails with the database's error, the others of its batch apply.
+		if s.b.RejectClaims == nil {
+			s.t.Skip("the bundle has no RejectClaims")
+		}
+		s.wallet("w1")
+		c := s.consumer("ledger@v1", batched)
+		_, err := c.Process(s.ctx, s.payment("acme", "old", Payment{Wallet: "w1", Amount: 1}))
+		require.NoError(s.t, err)
+		require.NoError(s.t, s.b.RejectClaims(s.ctx, "bad"))
+		msgs := []idem.Message{
+			s.payment("acme", "a", Payment{Wallet: "w1", Amount: 10}),
+			s.payment("acme", "bad", Payment{Wallet: "w1", Amount: 100}),
+			s.payment("acme", "old", Payment{Wallet: "w1", Amount: 1}),  // duplicate
+			s.payment("acme", "old", Payment{Wallet: "w1", Amount: 99}), // same key twice in a batch, and key reuse
+			s.payment("acme", "b", Payment{Wallet: "w1", Amount: 20}),
+		}
+		rs := c.ProcessBatch(s.ctx, msgs)
+		require.Len(s.t, rs, len(msgs))
+		want := []idem.Outcome{idem.OutcomeProcessed, idem.OutcomeFailed, idem.OutcomeDuplicate, idem.OutcomeKeyReuse, idem.OutcomeProcessed}
+		for i, r := range rs {
+			require.Equal(s.t, want[i], r.Outcome, "message %d (%s): %v", i, msgs[i].EventID, r.Err)
+		}
+		require.ErrorContains(s.t, rs[1].Err, "event bad")
+		require.NotContains(s.t, rs[1].Err.Error(), "batch of 5", "the error is the event's own claim's, not the batch's")
+		for id, n := range map[string]int64{"a": 1, "bad": 0, "old": 1, "b": 1} {
+			require.EqualValues(s.t, n, s.ledger(id), "ledger rows of %s", id)
+			require.EqualValues(s.t, n, s.claims(idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: id}), "claims of %s", id)
+		}
+		require.EqualValues(s.t, 31, s.balance("w1"))
+
+		// A redelivery of the batch: the others are duplicates, the bad one fails again alone.
+		rs = c.ProcessBatch(s.ctx, []idem.Message{msgs[0], msgs[1], msgs[4]})
+		require.Equal(s.t, []idem.Outcome{idem.OutcomeDuplicate, idem.OutcomeFailed, idem.OutcomeDuplicate},
+			[]idem.Outcome{rs[0].Outcome, rs[1].Outcome, rs[2].Outcome})
+		require.EqualValues(s.t, 31, s.balance("w1"))
+	})
+
 	run("ConcurrentOverlappingBatchesApplyOnce", func(s *suite[TTx]) {
 		s.wallet("w1")
 		c := s.consumer("ledger@v1", batched)
