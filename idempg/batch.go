@@ -231,11 +231,14 @@ func cmpString(a, b string) int {
 }
 
 // SavepointTx runs fn in a savepoint of tx (pgx's nested transaction): an error or panic from
-// fn rolls back to the savepoint only.
+// fn rolls back to the savepoint only. When the savepoint can be neither rolled back to nor
+// released because fn ended the whole transaction (a ROLLBACK or COMMIT run on it: the
+// connection reports no open transaction), the error wraps idem.ErrTxEnded, and the consumer
+// aborts the batch.
 func (s *Store) SavepointTx(ctx context.Context, tx pgx.Tx, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("idempg: savepoint: %w", err)
+		return fmt.Errorf("idempg: savepoint: %w", s.txEnded(tx, err))
 	}
 	done := false
 	defer func() {
@@ -246,15 +249,36 @@ func (s *Store) SavepointTx(ctx context.Context, tx pgx.Tx, fn func(ctx context.
 	if err := fn(ctx, sp); err != nil {
 		done = true
 		if rerr := sp.Rollback(ctx); rerr != nil {
-			return fmt.Errorf("idempg: rollback to savepoint after %w: %w", err, rerr)
+			return fmt.Errorf("idempg: rollback to savepoint after %w: %w", err, s.txEnded(tx, rerr))
 		}
 		return err
 	}
 	done = true
+	if s.TxEnded(tx) {
+		return fmt.Errorf("idempg: release savepoint: %w", idem.ErrTxEnded)
+	}
 	if err := sp.Commit(ctx); err != nil {
-		return fmt.Errorf("idempg: release savepoint: %w", err)
+		return fmt.Errorf("idempg: release savepoint: %w", s.txEnded(tx, err))
 	}
 	return nil
+}
+
+var _ idem.TxEndChecker[pgx.Tx] = (*Store)(nil)
+
+// TxEnded implements idem.TxEndChecker: it reports whether tx's connection says no transaction
+// is open (a statement ended it behind pgx's back), from the status of its last message, so
+// without a round trip.
+func (s *Store) TxEnded(tx pgx.Tx) bool {
+	c := tx.Conn()
+	return c != nil && !c.IsClosed() && c.PgConn().TxStatus() == 'I'
+}
+
+// txEnded wraps err with idem.ErrTxEnded when tx's transaction is gone.
+func (s *Store) txEnded(tx pgx.Tx, err error) error {
+	if s.TxEnded(tx) {
+		return fmt.Errorf("%w: %w", idem.ErrTxEnded, err)
+	}
+	return err
 }
 
 // ReleaseClaimTx deletes a claim made earlier in tx, for an event whose handler failed inside

@@ -166,6 +166,11 @@ func bundle(tb testing.TB, store *idempg.Store) storetest.Bundle[pgx.Tx] {
 				hex.EncodeToString([]byte(eventID))+` CHECK (event_id <> `+quoteLiteral(eventID)+`)`)
 			return err
 		},
+		// A ROLLBACK run on the transaction ends it, even from inside a savepoint; it succeeds.
+		KillTx: func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "ROLLBACK")
+			return err
+		},
 	}
 }
 

@@ -121,7 +121,8 @@ func (s *Store) Close() error {
 func (s *Store) Dialect() string { return "postgres" }
 
 // InTx runs fn in a new transaction, at the database's default isolation (normally READ
-// COMMITTED, which ClaimTx expects), and commits it when fn returns nil. An error from fn rolls
+// COMMITTED, which ClaimTx expects), and commits it when fn returns nil, unless fn ended the
+// transaction itself (an error wrapping idem.ErrTxEnded). An error from fn rolls
 // back and is returned as is; a panic rolls back and keeps panicking. The rollback runs even
 // when ctx has ended, so the connection goes back to the pool clean.
 func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
@@ -138,6 +139,11 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 	}()
 	if err := fn(ctx, tx); err != nil {
 		return err
+	}
+	if s.TxEnded(tx) {
+		// A statement of fn ended the transaction (ROLLBACK, COMMIT): a COMMIT now would
+		// succeed with a warning and report work as committed that was not, or not with it.
+		return fmt.Errorf("idempg: commit: %w", idem.ErrTxEnded)
 	}
 	done = true // Commit ends the transaction whatever it returns.
 	if err := tx.Commit(ctx); err != nil {

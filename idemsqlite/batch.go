@@ -85,6 +85,14 @@ func (s *Store) ClaimBatchTx(ctx context.Context, tx *sql.Tx, ps []idem.ClaimPar
 
 // SavepointTx runs fn inside a savepoint of tx: an error or panic from fn rolls back to the
 // savepoint only, leaving the rest of tx intact.
+//
+// Some statements make SQLite roll back the whole transaction, not just the statement: a
+// trigger's RAISE(ROLLBACK), an ON CONFLICT ROLLBACK clause, and, per SQLite's documentation,
+// SQLITE_FULL, IOERR, BUSY or NOMEM in some cases. The savepoint is then gone with the
+// transaction, and the connection is back in autocommit mode, where every later statement
+// would commit on its own. SavepointTx notices it at the root: ROLLBACK TO or RELEASE of its
+// savepoint fails (whatever the error text), and it returns an error wrapping idem.ErrTxEnded,
+// on which the consumer aborts the batch.
 func (s *Store) SavepointTx(ctx context.Context, tx *sql.Tx, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	if _, err := tx.ExecContext(ctx, "SAVEPOINT idem_sp"); err != nil {
 		return fmt.Errorf("idemsqlite: savepoint: %w", err)
@@ -98,13 +106,13 @@ func (s *Store) SavepointTx(ctx context.Context, tx *sql.Tx, fn func(ctx context
 	if err := fn(ctx, tx); err != nil {
 		done = true
 		if _, rerr := tx.ExecContext(context.WithoutCancel(ctx), "ROLLBACK TO SAVEPOINT idem_sp; RELEASE SAVEPOINT idem_sp"); rerr != nil {
-			return fmt.Errorf("idemsqlite: rollback to savepoint after %w: %w", err, rerr)
+			return fmt.Errorf("idemsqlite: rollback to savepoint after %w: %w: %w", err, idem.ErrTxEnded, rerr)
 		}
 		return err
 	}
 	done = true
 	if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT idem_sp"); err != nil {
-		return fmt.Errorf("idemsqlite: release savepoint: %w", err)
+		return fmt.Errorf("idemsqlite: release savepoint: %w: %w", idem.ErrTxEnded, err)
 	}
 	return nil
 }

@@ -55,7 +55,10 @@ func factory(tb testing.TB) storetest.Bundle[*sql.Tx] {
 			event_id TEXT    NOT NULL,
 			wallet   TEXT    NOT NULL,
 			amount   INTEGER NOT NULL
-		);`)
+		);
+		CREATE TABLE doom (x INTEGER);
+		CREATE TRIGGER doom_rollback BEFORE INSERT ON doom
+			BEGIN SELECT RAISE(ROLLBACK, 'the handler ended the transaction'); END;`)
 	require.NoError(tb, err)
 	db := b.db
 	return storetest.Bundle[*sql.Tx]{
@@ -98,6 +101,11 @@ func factory(tb testing.TB) storetest.Bundle[*sql.Tx] {
 			_, err := db.ExecContext(ctx, `CREATE TRIGGER "reject_`+hex.EncodeToString([]byte(eventID))+`"
 				BEFORE INSERT ON idem_claims WHEN NEW.event_id = `+lit+`
 				BEGIN SELECT RAISE(ABORT, 'claim refused by the test schema'); END`)
+			return err
+		},
+		// A trigger's RAISE(ROLLBACK) rolls back the whole transaction, savepoints and all.
+		KillTx: func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO doom (x) VALUES (1)`)
 			return err
 		},
 	}

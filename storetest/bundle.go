@@ -35,6 +35,11 @@ type Bundle[TTx any] struct {
 	// the suite can check that one unclaimable event fails alone. Optional: checks that need
 	// it are skipped without it.
 	RejectClaims func(ctx context.Context, eventID string) error
+	// KillTx, when set, ends tx from inside a handler the way a statement of the database can
+	// (SQLite: a trigger's RAISE(ROLLBACK); PostgreSQL: a ROLLBACK run on the transaction) and
+	// returns what that statement returned (nil when it succeeded). Optional: checks that need
+	// it are skipped without it.
+	KillTx func(ctx context.Context, tx TTx) error
 }
 
 // Factory builds a fresh Bundle for one test or benchmark; cleanup goes through tb.Cleanup.
