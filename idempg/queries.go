@@ -9,8 +9,8 @@ type queries struct {
 	// Migrations.
 	schemaExists, createSchema, createMigrations, migrationApplied, migrationRecord string
 
-	// Claims. On a partitioned store, claim, claimSelect, claimBatch, claimBatchSelect and
-	// claimRelease are the partitioned variants, and the claimDelete statements are unused.
+	// Claims. On a partitioned store, claim, claimBatch and claimRelease are the partitioned
+	// variants, and claimSelect, claimBatchSelect and the claimDelete statements are unused.
 	claim, claimSelect, claimDeleteAll, claimDeleteConsumer string
 	claimBatch, claimBatchSelect, claimRelease              string
 	// claimLock and claimBatchLock (partitioned only) take the keys' advisory locks and read
@@ -230,14 +230,15 @@ func buildQueries(schema, prefix string, partitioned bool) queries {
 		// advisory lock (claimLock) in a statement of its own, so this statement's snapshot,
 		// taken after the lock (READ COMMITTED), sees every claim of the key committed before,
 		// in whichever partition: an existing claim is reported, else one is inserted. The
-		// lookup visits each partition's primary key. ON CONFLICT still guards the insert; a
+		// lookup visits each partition's primary key, newest first (a duplicate mostly follows
+		// its first delivery closely, and the scan stops at the first claim). ON CONFLICT still guards the insert; a
 		// conflict it absorbs (no row) is read again by ClaimTx. A claim in a partition that
 		// does not exist fails the INSERT (SQLSTATE 23514, no constraint name), which ClaimTx
 		// reports as ErrPartitionMissing.
 		q.claim = `WITH found AS (
 			SELECT fingerprint, created_at FROM {{claims}}
 			WHERE tenant = $1 AND consumer = $2 AND event_id = $3
-			LIMIT 1
+			ORDER BY bucket DESC LIMIT 1
 		), ins AS (
 			INSERT INTO {{claims}} (tenant, consumer, event_id, bucket, fingerprint, created_at)
 			SELECT $1::text, $2::text, $3::text, $4::timestamptz, $5::bytea, $6::timestamptz
@@ -248,8 +249,6 @@ func buildQueries(schema, prefix string, partitioned bool) queries {
 		SELECT true, fingerprint, created_at FROM ins
 		UNION ALL
 		SELECT false, fingerprint, created_at FROM found`
-		q.claimSelect = `SELECT fingerprint, created_at FROM {{claims}}
-			WHERE tenant = $1 AND consumer = $2 AND event_id = $3 LIMIT 1`
 		q.claimLock = `SELECT current_setting('transaction_isolation') FROM (SELECT pg_advisory_xact_lock($1)) AS l`
 		// count() makes the executor take every lock, in the (sorted) order of the array.
 		q.claimBatchLock = `SELECT count(pg_advisory_xact_lock(h)), current_setting('transaction_isolation')
@@ -274,7 +273,7 @@ func buildQueries(schema, prefix string, partitioned bool) queries {
 		SELECT true, tenant, consumer, event_id, NULL::bytea, NULL::timestamptz FROM ins
 		UNION ALL
 		SELECT false, tenant, consumer, event_id, fingerprint, created_at FROM found`
-		q.claimBatchSelect = ""
+		q.claimSelect, q.claimBatchSelect = "", "" // claim and claimBatch read existing claims themselves
 		// ReleaseClaimTx deletes the claim this very transaction inserted (xmin is the
 		// inserting transaction), whatever its bucket, and never a committed claim of the key
 		// (which the claim found and reported instead). It visits every partition's primary
