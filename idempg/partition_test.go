@@ -656,3 +656,50 @@ func mustPool(t *testing.T, cfg *pgxpool.Config) *pgxpool.Pool {
 	t.Cleanup(pool.Close)
 	return pool
 }
+
+// TestPartitionRetentionWithClaimTimeBuckets: a claim lives in the bucket of its own creation
+// time, so dropping the partitions whose end is Retention in the past keeps every claim younger
+// than Retention, whatever its event's time, and the key stays claimed until then.
+func TestPartitionRetentionWithClaimTimeBuckets(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, p := range []idempg.PartitionConfig{
+		{Bucket: day, Retention: 3 * day, Ahead: day},
+		{Bucket: time.Hour, Retention: 10 * time.Hour, Ahead: 2 * time.Hour},
+	} {
+		t.Run(p.Bucket.String(), func(t *testing.T) {
+			t.Parallel()
+			store := newStore(t, idempg.Config{Partition: p})
+			now := time.Now().UTC()
+			// Partitions back to twice the retention, as an earlier run left them.
+			_, err := store.EnsurePartitions(ctx, now.Add(-p.Retention))
+			require.NoError(t, err)
+			ages := map[string]time.Duration{}
+			for i := time.Duration(0); i <= 2*p.Retention-p.Bucket; i += p.Bucket / 4 {
+				id := fmt.Sprintf("evt-%d", i/time.Minute)
+				ages[id] = i
+				// The event's time is far from the claim's: it must not matter.
+				res, err := claimIn(t, store, idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: id}, idem.Fingerprint{1}, now.Add(-i))
+				require.NoError(t, err, id)
+				require.Equal(t, idem.ClaimNew, res.Status, id)
+			}
+			dropped, err := store.DropExpiredPartitions(ctx, now)
+			require.NoError(t, err)
+			require.NotEmpty(t, dropped)
+			kept, collected := 0, 0
+			for id, age := range ages {
+				res, err := claimIn(t, store, idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: id}, idem.Fingerprint{2}, now)
+				require.NoError(t, err, id)
+				switch {
+				case age < p.Retention:
+					require.Equal(t, idem.ClaimConflict, res.Status, "%s, claimed %v ago, is younger than the retention: still claimed", id, age)
+					kept++
+				case res.Status == idem.ClaimNew:
+					collected++
+				}
+			}
+			require.Positive(t, kept)
+			require.Positive(t, collected, "claims older than the retention and its bucket were collected")
+		})
+	}
+}
