@@ -443,6 +443,17 @@ func TestPartitionClaim(t *testing.T) {
 		_, err := idempg.NewWithConfig(mustPool(t, cfg), idempg.Config{Schema: store.Config().Schema, Partition: p})
 		require.ErrorContains(t, err, `default_transaction_isolation to "serializable"`)
 		require.ErrorContains(t, err, "needs READ COMMITTED")
+
+		// A default set where the config cannot show it (a startup option, a role's or the
+		// database's setting) is refused by Migrate.
+		cfg = store.Pool().Config()
+		cfg.ConnConfig.RuntimeParams["options"] = "-c default_transaction_isolation=repeatable\\ read"
+		hidden, err := idempg.NewWithConfig(mustPool(t, cfg), idempg.Config{Schema: store.Config().Schema, Partition: p})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, hidden.Close()) })
+		err = hidden.Migrate(ctx)
+		require.ErrorContains(t, err, `the database's default_transaction_isolation is "repeatable read"`)
+		require.ErrorContains(t, err, "needs READ COMMITTED")
 	})
 
 	t.Run("MissingPartitionIsCreatedOnDemand", func(t *testing.T) {
