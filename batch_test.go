@@ -40,7 +40,6 @@ type memStore struct {
 	effects         map[string]int
 	reject          map[string]bool
 	batchClaims     int
-	checker         bool
 }
 
 func newMemStore() *memStore {
