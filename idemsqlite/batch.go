@@ -17,7 +17,8 @@ var _ idem.BatchStore[*sql.Tx] = (*Store)(nil)
 const claimChunk = 500
 
 // ClaimBatchTx claims every key inside tx with multi-row INSERT … ON CONFLICT DO NOTHING
-// RETURNING statements (up to 500 rows each) and reads the claims it did not insert. SQLite
+// RETURNING statements (up to 500 rows each) and reads the claims it did not insert. It first
+// opens a savepoint that TxEnded probes. SQLite
 // serialises writers and tx holds the write lock, so nothing changes in between. Results come
 // back in the order of ps.
 func (s *Store) ClaimBatchTx(ctx context.Context, tx *sql.Tx, ps []idem.ClaimParams) ([]idem.ClaimResult, error) {
@@ -31,6 +32,10 @@ func (s *Store) ClaimBatchTx(ctx context.Context, tx *sql.Tx, ps []idem.ClaimPar
 			return nil, fmt.Errorf("idemsqlite: claim batch: key %s appears twice", p.Key)
 		}
 		index[p.Key] = i
+	}
+	// The marker TxEnded probes; ClaimBatchTx is the batch transaction's first statement.
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT "+txMarker); err != nil {
+		return nil, fmt.Errorf("idemsqlite: claim batch: savepoint: %w", err)
 	}
 	table := s.cfg.Prefix + "claims"
 	for start := 0; start < len(ps); start += claimChunk {
@@ -115,6 +120,23 @@ func (s *Store) SavepointTx(ctx context.Context, tx *sql.Tx, fn func(ctx context
 		return fmt.Errorf("idemsqlite: release savepoint: %w: %w", idem.ErrTxEnded, err)
 	}
 	return nil
+}
+
+// txMarker is the savepoint ClaimBatchTx opens in a batch's transaction, for TxEnded.
+const txMarker = "idem_tx"
+
+var _ idem.TxEndChecker[*sql.Tx] = (*Store)(nil)
+
+// TxEnded implements idem.TxEndChecker for a transaction in which ClaimBatchTx ran (the batch
+// path asks it after each handler): it reports whether a statement ended the transaction behind
+// database/sql's back (see SavepointTx), which the driver does not expose. It releases and
+// reopens the savepoint ClaimBatchTx opened: inside the transaction that changes nothing; once
+// the connection is back in autocommit mode, the release fails (and the reopen, which would
+// start a new transaction, never runs). It is a call into the embedded database, without a
+// network round trip. Any failure counts as ended.
+func (s *Store) TxEnded(tx *sql.Tx) bool {
+	_, err := tx.Exec("RELEASE SAVEPOINT " + txMarker + "; SAVEPOINT " + txMarker)
+	return err != nil
 }
 
 // ReleaseClaimTx deletes a claim made earlier in tx, for an event whose handler failed inside a

@@ -137,67 +137,13 @@ func exerciseBatch[TTx any](t *testing.T, factory Factory[TTx], savepoints bool)
 		require.EqualValues(s.t, 31, s.balance("w1"))
 	})
 
-	run("TransactionEndedByAHandlerAbortsTheBatch", func(s *suite[TTx]) {
-		// A handler's statement ends the whole transaction. Nothing of it may commit, no later
-		// handler may run outside it (its effect would commit without its claim), and every
-		// event of the batch is applied once in the end.
-		if s.b.KillTx == nil {
-			s.t.Skip("the bundle has no KillTx")
+	for _, swallow := range []bool{false, true} {
+		name := "TransactionEndedByAHandlerAbortsTheBatch"
+		if swallow {
+			name += "/HandlerIgnoresTheError"
 		}
-		s.wallet("w1")
-		var kill atomic.Bool
-		kill.Store(true)
-		c := s.consumer("ledger@v1", func(cfg *idem.ConsumerConfig[TTx]) {
-			batched(cfg)
-			inner := cfg.Handler
-			cfg.Handler = func(ctx context.Context, tx TTx, msg idem.Message) error {
-				if err := inner(ctx, tx, msg); err != nil {
-					return err
-				}
-				if msg.EventID == "kill" && kill.Load() {
-					return s.b.KillTx(ctx, tx) // nil on a store where the statement succeeds
-				}
-				return nil
-			}
-		})
-		_, err := c.Process(s.ctx, s.payment("acme", "old", Payment{Wallet: "w1", Amount: 1}))
-		require.NoError(s.t, err)
-		amounts := map[string]int64{"a": 10, "kill": 100, "b": 20, "c": 40}
-		msgs := []idem.Message{
-			s.payment("acme", "a", Payment{Wallet: "w1", Amount: amounts["a"]}),
-			s.payment("acme", "old", Payment{Wallet: "w1", Amount: 1}), // duplicate
-			s.payment("acme", "kill", Payment{Wallet: "w1", Amount: amounts["kill"]}),
-			s.payment("acme", "b", Payment{Wallet: "w1", Amount: amounts["b"]}),
-			s.payment("acme", "c", Payment{Wallet: "w1", Amount: amounts["c"]}),
-		}
-		rs := c.ProcessBatch(s.ctx, msgs)
-		require.Len(s.t, rs, len(msgs))
-		require.Equal(s.t, idem.OutcomeFailed, rs[2].Outcome, "the killer: %v", rs[2].Err)
-		var balance int64 = 1
-		for i, m := range msgs {
-			k := idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: m.EventID}
-			n, claims := s.ledger(m.EventID), s.claims(k)
-			require.Equal(s.t, claims, n, "%s: an effect exists exactly when its claim does", m.EventID)
-			require.LessOrEqual(s.t, n, int64(1), m.EventID)
-			if m.EventID == "old" {
-				continue
-			}
-			require.Equal(s.t, rs[i].Outcome == idem.OutcomeProcessed, n == 1, "%s: %s, %d effects (%v)", m.EventID, rs[i].Outcome, n, rs[i].Err)
-			balance += n * amounts[m.EventID]
-		}
-		require.EqualValues(s.t, 0, s.ledger("kill"))
-		require.Equal(s.t, balance, s.balance("w1"))
-
-		// Redelivered (the handler no longer ends its transaction): each applies once.
-		kill.Store(false)
-		for _, r := range c.ProcessBatch(s.ctx, msgs) {
-			require.Contains(s.t, []idem.Outcome{idem.OutcomeProcessed, idem.OutcomeDuplicate, idem.OutcomeKeyReuse}, r.Outcome, "%v", r.Err)
-		}
-		for id := range amounts {
-			require.EqualValues(s.t, 1, s.ledger(id), id)
-		}
-		require.EqualValues(s.t, 171, s.balance("w1"))
-	})
+		run(name, func(s *suite[TTx]) { transactionEnded(s, batched, swallow) })
+	}
 
 	run("ConcurrentOverlappingBatchesApplyOnce", func(s *suite[TTx]) {
 		s.wallet("w1")
@@ -240,4 +186,72 @@ func exerciseBatch[TTx any](t *testing.T, factory Factory[TTx], savepoints bool)
 		}
 		require.EqualValues(s.t, processed, bal, "every processed outcome is exactly one effect")
 	})
+}
+
+// transactionEnded is the check TransactionEndedByAHandlerAbortsTheBatch: a handler's
+// statement ends the whole transaction (and, with swallow, the handler ignores the statement's
+// error). Nothing of the transaction may commit, no later handler may run outside it (its
+// effect would commit without its claim), and every event of the batch is applied once in the
+// end.
+func transactionEnded[TTx any](s *suite[TTx], batched func(*idem.ConsumerConfig[TTx]), swallow bool) {
+	if s.b.KillTx == nil {
+		s.t.Skip("the bundle has no KillTx")
+	}
+	s.wallet("w1")
+	var kill atomic.Bool
+	kill.Store(true)
+	c := s.consumer("ledger@v1", func(cfg *idem.ConsumerConfig[TTx]) {
+		batched(cfg)
+		inner := cfg.Handler
+		cfg.Handler = func(ctx context.Context, tx TTx, msg idem.Message) error {
+			if err := inner(ctx, tx, msg); err != nil {
+				return err
+			}
+			if msg.EventID == "kill" && kill.Load() {
+				err := s.b.KillTx(ctx, tx) // nil on a store where the statement succeeds
+				if swallow {
+					return nil // a handler bug idem must survive: nothing may commit outside the transaction
+				}
+				return err
+			}
+			return nil
+		}
+	})
+	_, err := c.Process(s.ctx, s.payment("acme", "old", Payment{Wallet: "w1", Amount: 1}))
+	require.NoError(s.t, err)
+	amounts := map[string]int64{"a": 10, "kill": 100, "b": 20, "c": 40}
+	msgs := []idem.Message{
+		s.payment("acme", "a", Payment{Wallet: "w1", Amount: amounts["a"]}),
+		s.payment("acme", "old", Payment{Wallet: "w1", Amount: 1}), // duplicate
+		s.payment("acme", "kill", Payment{Wallet: "w1", Amount: amounts["kill"]}),
+		s.payment("acme", "b", Payment{Wallet: "w1", Amount: amounts["b"]}),
+		s.payment("acme", "c", Payment{Wallet: "w1", Amount: amounts["c"]}),
+	}
+	rs := c.ProcessBatch(s.ctx, msgs)
+	require.Len(s.t, rs, len(msgs))
+	require.Equal(s.t, idem.OutcomeFailed, rs[2].Outcome, "the killer: %v", rs[2].Err)
+	var balance int64 = 1
+	for i, m := range msgs {
+		k := idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: m.EventID}
+		n, claims := s.ledger(m.EventID), s.claims(k)
+		require.Equal(s.t, claims, n, "%s: an effect exists exactly when its claim does", m.EventID)
+		require.LessOrEqual(s.t, n, int64(1), m.EventID)
+		if m.EventID == "old" {
+			continue
+		}
+		require.Equal(s.t, rs[i].Outcome == idem.OutcomeProcessed, n == 1, "%s: %s, %d effects (%v)", m.EventID, rs[i].Outcome, n, rs[i].Err)
+		balance += n * amounts[m.EventID]
+	}
+	require.EqualValues(s.t, 0, s.ledger("kill"))
+	require.Equal(s.t, balance, s.balance("w1"))
+
+	// Redelivered (the handler no longer ends its transaction): each applies once.
+	kill.Store(false)
+	for _, r := range c.ProcessBatch(s.ctx, msgs) {
+		require.Contains(s.t, []idem.Outcome{idem.OutcomeProcessed, idem.OutcomeDuplicate, idem.OutcomeKeyReuse}, r.Outcome, "%v", r.Err)
+	}
+	for id := range amounts {
+		require.EqualValues(s.t, 1, s.ledger(id), id)
+	}
+	require.EqualValues(s.t, 171, s.balance("w1"))
 }
