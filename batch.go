@@ -34,10 +34,11 @@ type BatchStore[TTx any] interface {
 // batch's transaction instead of carrying on.
 var ErrTxEnded = errors.New("the transaction ended inside the handler")
 
-// TxEndChecker is implemented by a BatchStore that can tell cheaply (without a round trip)
-// whether tx has ended behind idem's back (idempg: the connection reports no open
-// transaction). The batch path asks it after every handler, so a handler that ended the
-// transaction and returned nil aborts the batch before the next handler runs outside it.
+// TxEndChecker is implemented by a BatchStore that can tell cheaply (without a network round
+// trip) whether a batch's tx has ended behind idem's back (idempg: the connection reports no
+// open transaction; idemsqlite: a marker savepoint is gone). The batch path asks it after every
+// handler, so a handler that ended the transaction and returned nil aborts the batch before the
+// next handler runs outside it.
 type TxEndChecker[TTx any] interface {
 	// TxEnded reports whether tx is no longer open on its connection.
 	TxEnded(tx TTx) bool
