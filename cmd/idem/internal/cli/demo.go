@@ -81,7 +81,7 @@ land in a real database by accident.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&storeFlag, "store", defaults.Store, "store DSN: sqlite://PATH or postgres://USER:PASSWORD@HOST:PORT/DB")
+	fl.StringVar(&storeFlag, "store", defaults.Store, "store DSN: sqlite://PATH, postgres://USER:PASSWORD@HOST:PORT/DB or mysql://USER:PASSWORD@HOST:PORT/DB")
 	fl.StringVar(&opts.Broker, "broker", defaults.Broker, "broker: sql (the queue table in the store), nats://HOST:PORT or amqp://USER:PASSWORD@HOST:PORT/VHOST")
 	fl.IntVar(&opts.Events, "events", defaults.Events, "events to produce")
 	fl.IntVar(&opts.Concurrency, "concurrency", defaults.Concurrency, "consumer workers")
