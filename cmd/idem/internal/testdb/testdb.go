@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"net/url"
 	"path/filepath"
 	"testing"
 
@@ -158,6 +159,14 @@ func SQLite(tb testing.TB) (*idemsqlite.Store, storetest.Bundle[*sql.Tx]) {
 // small pool on it; the database is dropped and the pool closed at cleanup.
 func MySQLDB(tb testing.TB) *sql.DB {
 	tb.Helper()
+	db, _ := MySQLDatabase(tb)
+	return db
+}
+
+// MySQLDatabase is MySQLDB that also returns the store URL of the database, as the idem command
+// takes it (mysql://USER:PASSWORD@HOST:PORT/DB).
+func MySQLDatabase(tb testing.TB) (*sql.DB, string) {
+	tb.Helper()
 	cfg, err := mysql.ParseDSN(testenv.URL(tb, testenv.MySQLVar))
 	if err != nil {
 		tb.Fatalf("testdb: parse %s: %v", testenv.MySQLVar, err)
@@ -190,7 +199,14 @@ func MySQLDB(tb testing.TB) *sql.DB {
 			tb.Errorf("testdb: drop MySQL database %s: %v", name, err)
 		}
 	})
-	return db
+	u := url.URL{Scheme: "mysql", Host: cfg.Addr, Path: "/" + name}
+	switch {
+	case cfg.Passwd != "":
+		u.User = url.UserPassword(cfg.User, cfg.Passwd)
+	case cfg.User != "":
+		u.User = url.User(cfg.User)
+	}
+	return db, u.String()
 }
 
 // MySQL returns a migrated store in a fresh MySQL or MariaDB database, plus the conformance
