@@ -134,11 +134,11 @@ func mysqlDSN(raw string) (string, error) {
 		return "", fmt.Errorf("not a valid URL: %s", urlErr(err))
 	}
 	if u.Host == "" {
-		return "", errors.New("has no host: use mysql://USER:PASSWORD@HOST:PORT/DB")
+		return "", errors.New("has no host: use mysql://USER@HOST:PORT/DB")
 	}
 	db := strings.TrimPrefix(u.Path, "/")
 	if db == "" || strings.Contains(db, "/") {
-		return "", errors.New("names no database: use mysql://USER:PASSWORD@HOST:PORT/DB")
+		return "", errors.New("names no database: use mysql://USER@HOST:PORT/DB")
 	}
 	q, err := parseQuery(u.RawQuery)
 	if err != nil {
