@@ -21,7 +21,7 @@ CREATE TABLE IF NOT EXISTS {{prefix}}dead_letters (
     first_failed_at BIGINT         NOT NULL,
     last_failed_at  BIGINT         NOT NULL,
     status          VARCHAR(16)    NOT NULL DEFAULT 'pending',
-    source          VARCHAR(1024)  NOT NULL DEFAULT '',
+    source          TEXT           NOT NULL,
     recovered_at    BIGINT         NULL,
     -- MySQL has no partial index: pending_key is the key hash while the row is pending and NULL
     -- after, and a unique index ignores NULLs, so there is one pending dead letter per delivery.
@@ -37,7 +37,7 @@ CREATE TABLE IF NOT EXISTS {{prefix}}dead_letters (
 CREATE TABLE IF NOT EXISTS {{prefix}}audit (
     id             BIGINT        NOT NULL AUTO_INCREMENT,
     at             BIGINT        NOT NULL,
-    actor          VARCHAR(256)  NOT NULL,
+    actor          TEXT          NOT NULL,
     action         VARCHAR(16)   NOT NULL,
     dead_letter_id BIGINT        NOT NULL,
     event_id       BLOB          NOT NULL,
