@@ -51,7 +51,7 @@ func (s *Store) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.
 	fp := dl.Fingerprint // the zero fingerprint is stored as 32 zero bytes so uniqueness holds
 	errText, reason := text(dl.Error), text(string(dl.Reason))
 	var out idem.DeadLetter
-	err = s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err = s.ownTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, s.q.dlInsert,
 			dl.Consumer, []byte(m.Tenant), []byte(m.EventID), []byte(m.Type), nonNil(m.Payload), headers,
 			nullMicros(m.PublishedAt), nullMicros(m.OccurredAt), fp[:], keyHash(dl.Consumer, m.Tenant, m.EventID),
@@ -178,7 +178,7 @@ func (s *Store) SetDeadLetterStatus(ctx context.Context, p idem.SetDeadLetterSta
 		eventID []byte
 	}
 	var done []changed
-	err := s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.ownTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		done = done[:0]
 		rows, err := tx.QueryContext(ctx, s.q.dlLockPending+inList(len(p.IDs))+" ORDER BY id FOR UPDATE", int64Args(nil, p.IDs)...)
 		if err != nil {
@@ -231,7 +231,7 @@ func (s *Store) RecordRecovery(ctx context.Context, key idem.Key, now time.Time)
 		now = time.Now()
 	}
 	var out []time.Duration
-	err := s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.ownTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		out = out[:0]
 		rows, err := tx.QueryContext(ctx, s.q.dlLockRecover, keyHash(key.Consumer, key.Tenant, key.EventID),
 			key.Consumer, []byte(key.Tenant), []byte(key.EventID))

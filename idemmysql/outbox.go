@@ -14,10 +14,6 @@ import (
 // outboxFetchLimitDefault bounds OutboxFetch when the caller gives no limit.
 const outboxFetchLimitDefault = 100
 
-// leaseAttempts bounds LeaseAcquire's retries after a deadlock between concurrent first
-// acquisitions of one lease (InnoDB may deadlock two upserts of a row that does not exist yet).
-const leaseAttempts = 3
-
 // EnqueueTx inserts outgoing events inside the caller's transaction, so they commit or roll back
 // with its business write. Each is validated (event id and topic required) and hashed into one of
 // OutboxPartitions partitions by its ordering key; created_at and next_attempt_at are now, and
@@ -125,7 +121,7 @@ func (s *Store) OutboxMarkFailed(ctx context.Context, p idem.OutboxFailParams) e
 	if !p.FirstAttemptAt.IsZero() {
 		first = sql.NullInt64{Int64: p.FirstAttemptAt.UnixMicro(), Valid: true}
 	}
-	err := s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.ownTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		// An UPDATE that changes nothing reports 0 rows, so existence is read under the row lock.
 		var one int
 		if err := tx.QueryRowContext(ctx, s.sub(`SELECT 1 FROM {{prefix}}outbox WHERE id = ? FOR UPDATE`), p.ID).Scan(&one); err != nil {
@@ -200,20 +196,16 @@ func (s *Store) LeaseAcquire(ctx context.Context, p idem.LeaseParams) (int64, bo
 	var (
 		owner string
 		token int64
-		err   error
 	)
-	for range leaseAttempts {
-		err = s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-			if _, err := tx.ExecContext(ctx, s.q.leaseUpsert, p.Name, p.Owner, until,
-				p.Owner, nowUS, p.Owner, nowUS, p.Owner, p.Owner, nowUS, until); err != nil {
-				return err
-			}
-			return tx.QueryRowContext(ctx, s.q.leaseRead, p.Name).Scan(&owner, &token)
-		})
-		if !isMySQLError(err, errLockDeadlock) {
-			break
+	// Concurrent first acquisitions of one lease may deadlock (two upserts of a row that does
+	// not exist yet); ownTx runs the transaction again.
+	err := s.ownTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, s.q.leaseUpsert, p.Name, p.Owner, until,
+			p.Owner, nowUS, p.Owner, nowUS, p.Owner, p.Owner, nowUS, until); err != nil {
+			return err
 		}
-	}
+		return tx.QueryRowContext(ctx, s.q.leaseRead, p.Name).Scan(&owner, &token)
+	})
 	if err != nil {
 		return 0, false, fmt.Errorf("idemmysql: acquire lease %q for %q: %w", p.Name, p.Owner, err)
 	}

@@ -10,13 +10,13 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// QueuePublish inserts msgs into queue in a transaction of its own, available at once, and
-// wakes this process's QueueWait callers after commit.
+// QueuePublish inserts msgs into queue in a transaction of its own (READ COMMITTED, run again
+// after a deadlock), available at once, and wakes this process's QueueWait callers after commit.
 func (s *Store) QueuePublish(ctx context.Context, queue string, msgs ...idem.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	return s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	return s.ownTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		return s.QueuePublishTx(ctx, tx, queue, msgs...)
 	})
 }
@@ -53,8 +53,9 @@ func (s *Store) QueuePublishTx(ctx context.Context, tx *sql.Tx, queue string, ms
 }
 
 // QueueFetch leases up to p.Max jobs of p.Queue that are available (available_at <= p.Now) and
-// not leased (lease_until NULL or past), lowest id first, in one transaction: SELECT … FOR
-// UPDATE SKIP LOCKED picks and locks the rows (concurrent fetchers skip them instead of
+// not leased (lease_until NULL or past), lowest id first, in one READ COMMITTED transaction (no
+// gap locks, so publishers never wait for a fetch): SELECT … FOR UPDATE SKIP LOCKED picks and
+// locks the rows (concurrent fetchers skip them instead of
 // waiting), an UPDATE sets lease_until = p.Now+p.Lease and increments token and attempts, and
 // a SELECT reads them back.
 func (s *Store) QueueFetch(ctx context.Context, p idem.QueueFetchParams) ([]idem.QueueJob, error) {
@@ -69,7 +70,7 @@ func (s *Store) QueueFetch(ctx context.Context, p idem.QueueFetchParams) ([]idem
 		now = time.Now()
 	}
 	var jobs []idem.QueueJob
-	err := s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.ownTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		jobs = jobs[:0]
 		rows, err := tx.QueryContext(ctx, s.q.queueLock, []byte(p.Queue), now.UnixMicro(), now.UnixMicro(), p.Max)
 		if err != nil {

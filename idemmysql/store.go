@@ -262,8 +262,31 @@ func (s *Store) Dialect() string { return "mysql" }
 // statements on tx would run outside any transaction: fn must return such an error, never
 // swallow it and go on.
 func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	return s.runTx(ctx, s.cfg.Isolation, fn)
+}
+
+// ownTxAttempts bounds how often ownTx runs a store-internal transaction that deadlocked.
+const ownTxAttempts = 3
+
+// ownTx runs one of the store's own transactions (publish, fetch, dead letters, leases): at
+// READ COMMITTED, whatever Config.Isolation says, so that their locking reads take no gap locks
+// that would block concurrent publishers and fetchers; and again, up to three times in all,
+// after a deadlock, which has rolled all of it back. fn must be safe to run again.
+func (s *Store) ownTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	var err error
+	for range ownTxAttempts {
+		err = s.runTx(ctx, sql.LevelReadCommitted, fn)
+		if !isMySQLError(err, errLockDeadlock) {
+			return err
+		}
+	}
+	return err
+}
+
+// runTx is InTx at the given isolation level.
+func (s *Store) runTx(ctx context.Context, level sql.IsolationLevel, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	s.prepareClaims(ctx)
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: s.cfg.Isolation})
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: level})
 	if err != nil {
 		return fmt.Errorf("idemmysql: begin transaction: %w", err)
 	}
