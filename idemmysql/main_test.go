@@ -140,14 +140,15 @@ func factoryFor(cfg idemmysql.Config) storetest.Factory[*sql.Tx] {
 	}
 }
 
-// isolations are the levels the conformance suite runs at: the server's default (REPEATABLE
-// READ on a stock server) and READ COMMITTED, each set per transaction by the store.
+// isolations are the levels the conformance suite runs at, each set per transaction by the
+// store: REPEATABLE READ (InnoDB's default), READ COMMITTED and SERIALIZABLE.
 var isolations = []struct {
 	name  string
 	level sql.IsolationLevel
 }{
 	{"RepeatableRead", sql.LevelRepeatableRead},
 	{"ReadCommitted", sql.LevelReadCommitted},
+	{"Serializable", sql.LevelSerializable},
 }
 
 func TestConformance(t *testing.T) {
