@@ -14,7 +14,7 @@ import (
 
 // BenchmarkClaim measures the claim path: one InTx with one ClaimTx per iteration, for a new key
 // (the INSERT commits a row) and for a duplicate (the INSERT collides, the locking read reads
-// the claim), at both isolation levels.
+// the claim), at each isolation level the tests use.
 func BenchmarkClaim(b *testing.B) {
 	claim := func(b *testing.B, s *idemmysql.Store, p idem.ClaimParams, want idem.ClaimStatus) {
 		err := s.InTx(context.Background(), func(ctx context.Context, tx *sql.Tx) error {
