@@ -128,7 +128,7 @@ func (s *Store) SavepointTx(ctx context.Context, tx *sql.Tx, fn func(ctx context
 // batch.
 func (s *Store) ReleaseClaimTx(ctx context.Context, tx *sql.Tx, key idem.Key) error {
 	if _, err := tx.ExecContext(ctx, s.q.claimRelease, key.Tenant, key.Consumer, key.EventID); err != nil {
-		return fmt.Errorf("idemmysql: release claim of event %s (key %s): %w", key.EventID, key, err)
+		return fmt.Errorf("idemmysql: release claim: %w", err)
 	}
 	return nil
 }

@@ -25,14 +25,14 @@ func (s *Store) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.
 	// dead-letter queue must keep. Its fingerprint (of the raw content) keeps it apart from other
 	// such messages.
 	if dl.Consumer == "" {
-		return idem.DeadLetter{}, fmt.Errorf("idemmysql: insert dead letter of event %s: Consumer is empty", m.EventID)
+		return idem.DeadLetter{}, fmt.Errorf("idemmysql: insert dead letter: Consumer is empty")
 	}
 	if len(dl.Consumer) > MaxConsumerBytes {
-		return idem.DeadLetter{}, fmt.Errorf("idemmysql: insert dead letter of event %s: Consumer has %d bytes, more than %d",
-			m.EventID, len(dl.Consumer), MaxConsumerBytes)
+		return idem.DeadLetter{}, fmt.Errorf("idemmysql: insert dead letter: Consumer has %d bytes, more than %d",
+			len(dl.Consumer), MaxConsumerBytes)
 	}
 	if dl.Reason == "" {
-		return idem.DeadLetter{}, fmt.Errorf("idemmysql: insert dead letter of event %s: Reason is empty", m.EventID)
+		return idem.DeadLetter{}, fmt.Errorf("idemmysql: insert dead letter: Reason is empty")
 	}
 	first, last := dl.FirstFailed, dl.LastFailed
 	switch {
@@ -46,7 +46,7 @@ func (s *Store) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.
 	}
 	headers, err := encodeHeaders(m.Headers)
 	if err != nil {
-		return idem.DeadLetter{}, fmt.Errorf("idemmysql: insert dead letter of event %s: %w", m.EventID, err)
+		return idem.DeadLetter{}, fmt.Errorf("idemmysql: insert dead letter: %w", err)
 	}
 	fp := dl.Fingerprint // the zero fingerprint is stored as 32 zero bytes so uniqueness holds
 	errText, reason := text(dl.Error), text(string(dl.Reason))
@@ -68,7 +68,7 @@ func (s *Store) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.
 		return err
 	})
 	if err != nil {
-		return idem.DeadLetter{}, fmt.Errorf("idemmysql: insert dead letter of event %s: %w", m.EventID, err)
+		return idem.DeadLetter{}, fmt.Errorf("idemmysql: insert dead letter: %w", err)
 	}
 	return out, nil
 }
@@ -259,7 +259,7 @@ func (s *Store) RecordRecovery(ctx context.Context, key idem.Key, deadLetterID i
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("idemmysql: record recovery of event %s (key %s): %w", key.EventID, key, err)
+		return nil, fmt.Errorf("idemmysql: record recovery: %w", err)
 	}
 	return out, nil
 }

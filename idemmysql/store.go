@@ -370,7 +370,7 @@ func (s *Store) ClaimTx(ctx context.Context, tx *sql.Tx, p idem.ClaimParams) (id
 			return idem.ClaimResult{Status: idem.ClaimNew}, nil
 		}
 		if !isMySQLError(err, errDupEntry) {
-			return idem.ClaimResult{}, fmt.Errorf("idemmysql: claim event %s (key %s): %w", p.Key.EventID, p.Key, err)
+			return idem.ClaimResult{}, fmt.Errorf("idemmysql: claim: %w", err)
 		}
 		var row *sql.Row
 		if read != nil {
@@ -387,19 +387,19 @@ func (s *Store) ClaimTx(ctx context.Context, tx *sql.Tx, p idem.ClaimParams) (id
 			continue // garbage-collected since the INSERT collided with it: claim anew
 		}
 		if err != nil {
-			return idem.ClaimResult{}, fmt.Errorf("idemmysql: read claim of event %s (key %s): %w", p.Key.EventID, p.Key, err)
+			return idem.ClaimResult{}, fmt.Errorf("idemmysql: read claim: %w", err)
 		}
 		return claimFound(p, stored, createdAt)
 	}
-	return idem.ClaimResult{}, fmt.Errorf("idemmysql: claim event %s (key %s): the existing claim vanished %d times in a row",
-		p.Key.EventID, p.Key, claimAttempts)
+	return idem.ClaimResult{}, fmt.Errorf("idemmysql: claim: the existing claim vanished %d times in a row",
+		claimAttempts)
 }
 
 // claimFound reports an existing claim as a duplicate or, with another fingerprint, a conflict.
 func claimFound(p idem.ClaimParams, stored []byte, createdAt int64) (idem.ClaimResult, error) {
 	existing, err := idem.FingerprintFromBytes(stored)
 	if err != nil {
-		return idem.ClaimResult{}, fmt.Errorf("idemmysql: claim of event %s (key %s): %w", p.Key.EventID, p.Key, err)
+		return idem.ClaimResult{}, fmt.Errorf("idemmysql: claim: %w", err)
 	}
 	res := idem.ClaimResult{Status: idem.ClaimDuplicate, Existing: existing, ClaimedAt: fromMicros(createdAt)}
 	if existing != p.Fingerprint {
