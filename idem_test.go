@@ -284,3 +284,36 @@ func TestPayloadMustBeJSONByDefault(t *testing.T) {
 		})
 	}
 }
+
+// TestOutgoingRefusesWhatAConsumerWould: the outbox validates identity as the consumer's edge
+// does, so an event that could never be applied fails in the producer's transaction.
+func TestOutgoingRefusesWhatAConsumerWould(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		o    idem.Outgoing
+		want string
+	}{
+		{"ok", idem.Outgoing{EventID: "e1", Tenant: "acme", Topic: "t"}, ""},
+		{"blank id", idem.Outgoing{EventID: " \u00a0", Topic: "t"}, "event id"},
+		{"long id", idem.Outgoing{EventID: strings.Repeat("x", 3<<10), Topic: "t"}, "event id"},
+		{"NUL in id", idem.Outgoing{EventID: "a\x00b", Topic: "t"}, "event id"},
+		{"invalid UTF-8 id", idem.Outgoing{EventID: "a\xff", Topic: "t"}, "event id"},
+		{"long tenant", idem.Outgoing{EventID: "e1", Tenant: strings.Repeat("t", 10<<10), Topic: "t"}, "tenant"},
+		{"no topic", idem.Outgoing{EventID: "e1"}, "Topic is empty"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			err := tc.o.Validate()
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.want)
+			require.Less(t, len(err.Error()), 400, "the error is bounded: %q", err)
+			if tc.want != "Topic is empty" {
+				require.ErrorIs(t, err, idem.ErrInvalidPayload)
+			}
+		})
+	}
+}

@@ -134,13 +134,19 @@ func (o Outgoing) Message() Message {
 	}
 }
 
-// Validate reports the first missing required field, naming it and the event id.
+// Validate reports the first missing required field or invalid identity, naming it and the
+// event id (bounded). The outbox refuses what a consumer would refuse (ValidateIdentity): an
+// event that could never be applied must fail in the producer's transaction, not hold its key
+// back in the outbox.
 func (o Outgoing) Validate() error {
 	switch {
 	case o.EventID == "":
 		return fmt.Errorf("idem: outgoing event (topic %q): EventID is empty", o.Topic)
 	case o.Topic == "":
-		return fmt.Errorf("idem: outgoing event %s: Topic is empty", o.EventID)
+		return fmt.Errorf("idem: outgoing event %s: Topic is empty", BoundID(o.EventID))
+	}
+	if err := ValidateIdentity(o.Message()); err != nil {
+		return fmt.Errorf("idem: outgoing event %s (topic %q): %w", BoundID(o.EventID), o.Topic, err)
 	}
 	return nil
 }
