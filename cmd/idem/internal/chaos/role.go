@@ -68,6 +68,8 @@ type RoleArgs struct {
 	Duplicates, Transient, Poison float64
 	// Workers is a consumer's number of concurrent deliveries.
 	Workers int
+	// RetryBudget is a consumer's retry policy's MaxElapsed (default RetryBudgetDefault).
+	RetryBudget time.Duration
 	// Stats receives the role's counters as "@chaos <counter> <n>" lines (nil: discarded).
 	Stats io.Writer
 	// Logger receives the role's logs (nil: discarded).
@@ -83,7 +85,7 @@ func (a RoleArgs) Flags(role string) []string {
 		"--nats", a.NATSURL, "--stream", a.Stream, "--subject", a.Subject, "--durable", a.Durable,
 		"--run", a.RunID, "--seed", strconv.FormatInt(a.Seed, 10), "--rate", strconv.Itoa(a.Rate),
 		"--duplicates", f(a.Duplicates), "--transient", f(a.Transient), "--poison", f(a.Poison),
-		"--workers", strconv.Itoa(a.Workers),
+		"--workers", strconv.Itoa(a.Workers), "--retry-budget", a.RetryBudget.String(),
 	}
 }
 
@@ -116,6 +118,7 @@ func RoleMain(ctx context.Context, argv []string, stdin io.Reader, stdout, stder
 	fs.Float64Var(&a.Transient, "transient", 0, "transient failure rate")
 	fs.Float64Var(&a.Poison, "poison", 0, "poison rate")
 	fs.IntVar(&a.Workers, "workers", WorkersDefault, "concurrent deliveries (consumer)")
+	fs.DurationVar(&a.RetryBudget, "retry-budget", RetryBudgetDefault, "retry policy's MaxElapsed (consumer)")
 	fs.BoolVar(&verbose, "verbose", false, "log everything, not only warnings")
 	fs.BoolVar(&watch, "watch-stdin", false, "stop when stdin reaches its end")
 	if err := fs.Parse(argv); err != nil {
@@ -166,7 +169,7 @@ func RunRole(ctx context.Context, role string, a RoleArgs) error {
 	if role == RoleProducer && a.Subject == "" {
 		errs = append(errs, errors.New("--subject is empty"))
 	}
-	if role != RoleProducer && a.NATSURL == "" {
+	if a.NATSURL == "" {
 		errs = append(errs, errors.New("--nats is empty"))
 	}
 	if role == RoleConsumer && (a.Stream == "" || a.Durable == "") {
@@ -180,7 +183,7 @@ func RunRole(ctx context.Context, role string, a RoleArgs) error {
 	case RoleProducer:
 		return runProducer(ctx, a, st)
 	case RoleRelay:
-		return runRelay(ctx, a)
+		return runRelay(ctx, a, st)
 	case RoleConsumer:
 		return runConsumer(ctx, a, st)
 	}

@@ -17,9 +17,16 @@ import (
 	"github.com/idemkit/idem/retry"
 )
 
-// consumerRetry is generous on purpose: transient failures, kills, cuts and broker restarts
-// must never spend an event's budget, or a valid event would end as retries_exhausted.
-var consumerRetry = retry.Policy{MaxAttempts: 1000, MaxElapsed: 6 * time.Hour, Base: 20 * time.Millisecond, Cap: time.Second}
+// consumerRetry is the consumers' retry policy: attempts are generous, and the time budget is
+// RoleArgs.RetryBudget — short (RetryBudgetDefault), so that a database outage can outlast it,
+// yet longer than any cut, stall, kill or broker restart, which must never spend an event's
+// budget (a valid event would end as retries_exhausted).
+func consumerRetry(budget time.Duration) retry.Policy {
+	if budget <= 0 {
+		budget = RetryBudgetDefault
+	}
+	return retry.Policy{MaxAttempts: 1000, MaxElapsed: budget, Base: 20 * time.Millisecond, Cap: time.Second}
+}
 
 // runConsumer runs ledger@v1 over the run's shared durable until ctx ends.
 func runConsumer(ctx context.Context, a RoleArgs, st *stats) error {
@@ -57,7 +64,7 @@ func runConsumer(ctx context.Context, a RoleArgs, st *stats) error {
 		Name:             consumerName,
 		Handler:          h.credit,
 		Validator:        idem.ValidatorFunc(validatePayment),
-		Retry:            consumerRetry,
+		Retry:            consumerRetry(a.RetryBudget),
 		RedeliveryWindow: max(streamMaxAge, streamDuplicates),
 		Workers:          a.Workers,
 		ShutdownTimeout:  5 * time.Second,
