@@ -68,18 +68,17 @@ const (
 				AND d.reason = CASE WHEN o.poison = 'key_reuse' THEN 'key_reuse' ELSE 'invalid_payload' END)
 			END <> 1`
 	// qStrayDeadLetters: dead letters (of anyone: the consumer, the relay) that match no poison
-	// order with its reason. A poison identity's dead letter matches by the order index its
-	// message carries.
+	// order with its reason, but those of valid events an outage exhausted. A poison
+	// identity's dead letter matches by the order index its message carries.
 	qStrayDeadLetters = `SELECT count(*) FROM {dead_letters} d WHERE NOT EXISTS (
 		SELECT 1 FROM {orders} o WHERE o.run_id = $1 AND o.event_id = d.event_id AND o.poison <> ''
 			AND NOT {ident} AND d.consumer = $2
 			AND d.reason = CASE WHEN o.poison = 'key_reuse' THEN 'key_reuse' ELSE 'invalid_payload' END)
 		AND NOT EXISTS (SELECT 1 FROM {orders} o WHERE o.run_id = $1 AND o.id = {dl_order}
-			AND {ident} AND d.consumer = $2 AND d.reason = 'invalid_payload')`
+			AND {ident} AND d.consumer = $2 AND d.reason = 'invalid_payload')
+		AND NOT (d.consumer = $2 AND ` + excusedDL + `)`
 	// qEdgeAccepted: poison identities the outbox accepted (its Enqueue must refuse them).
 	qEdgeAccepted = `SELECT count(*) FROM {orders} WHERE run_id = $1 AND edge_accepted`
-	// qIdents: poison identities by kind, and how many are dead-lettered exactly once.
-	qIdents = `SELECT o.poison, count(*) FROM {orders} o WHERE o.run_id = $1 AND {ident} GROUP BY o.poison`
 	// qValidDeadLettered: valid events with a dead letter of their own (not key_reuse).
 	qValidDeadLettered = `SELECT count(DISTINCT d.event_id) FROM {dead_letters} d
 		WHERE d.reason <> 'key_reuse' AND NOT ` + excusedDL + ` AND EXISTS (SELECT 1 FROM {orders} o
