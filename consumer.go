@@ -140,7 +140,11 @@ func (c *Consumer[TTx]) prepare(ctx context.Context, msg Message, now time.Time)
 		}
 	}
 
-	if t := msg.eventTime(); !t.IsZero() && now.Sub(t) > c.cfg.Retention {
+	t, err := msg.eventTime()
+	if err != nil {
+		return fail(Permanent(fmt.Errorf("%w: event %s: %w", ErrInvalidPayload, msg.EventID, err)), ReasonInvalidPayload)
+	}
+	if !t.IsZero() && now.Sub(t) > c.cfg.Retention {
 		return fail(Permanent(fmt.Errorf("%w: event %s from %s is older than retention %v", ErrTooOld, msg.EventID, t.UTC().Format(time.RFC3339), c.cfg.Retention)), ReasonTooOld)
 	}
 

@@ -52,13 +52,27 @@ func (m Message) Clone() Message {
 	return c
 }
 
-// eventTime is the time the retention horizon is measured from: the producer's occurrence time
-// when known, else the broker's publish time.
-func (m Message) eventTime() time.Time {
-	if !m.OccurredAt.IsZero() {
-		return m.OccurredAt
+// eventTime is the time the retention horizon is measured from: the earliest of the producer's
+// occurrence time, the broker's publish time and, on a replay, the original event's time
+// (HeaderReplayEventTime), since a replay resets the publish time and a late replay must not
+// pass for a fresh event. Zero when none is known; an error when the replay header does not parse.
+func (m Message) eventTime() (time.Time, error) {
+	var t time.Time
+	earliest := func(c time.Time) {
+		if !c.IsZero() && (t.IsZero() || c.Before(t)) {
+			t = c
+		}
 	}
-	return m.PublishedAt
+	earliest(m.OccurredAt)
+	earliest(m.PublishedAt)
+	if v := m.Header(HeaderReplayEventTime); v != "" {
+		rt, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("header %s: %w", HeaderReplayEventTime, err)
+		}
+		earliest(rt)
+	}
+	return t, nil
 }
 
 // Key identifies one effect: the same event processed by the same consumer (at the same effect

@@ -40,6 +40,13 @@ type ReplaySigner interface {
 	SignReplay(ctx context.Context, msg *Message) error
 }
 
+// HeaderReplayEventTime carries, on a replay, the time of the original event (RFC 3339): the
+// earliest of its OccurredAt, its PublishedAt and its first failure. The consumer measures the
+// retention horizon from it, because a replay's own publish time is new: without it, a replay
+// of an event without OccurredAt, later than Retention after a copy was applied and its claim
+// collected, would pass too_old and apply the event again.
+const HeaderReplayEventTime = "Idem-Replay-Event-Time"
+
 // HeaderReplayNewEventOf is set on a replay sent with ReplayParams.AsNewEvent: the event id of the
 // dead letter whose edited payload goes out under a new event id.
 const HeaderReplayNewEventOf = "Idem-Replay-New-Event-Of"
@@ -192,6 +199,9 @@ func (r *Replayer) Replay(ctx context.Context, p ReplayParams) (ReplayResult, er
 		}
 		msg.Headers[HeaderReplayOf] = strconv.FormatInt(dl.ID, 10)
 		msg.Headers[HeaderReplayedBy] = actor
+		if t := replayEventTime(dl); !t.IsZero() {
+			msg.Headers[HeaderReplayEventTime] = t.UTC().Format(time.RFC3339Nano)
+		}
 		msg.Attempt, msg.PublishedAt = 0, time.Time{}
 		if r.Signer != nil && dl.Reason != ReasonUnauthenticated {
 			if err := r.Signer.SignReplay(ctx, &msg); err != nil {
@@ -210,6 +220,21 @@ func (r *Replayer) Replay(ctx context.Context, p ReplayParams) (ReplayResult, er
 		res.Replayed = append(res.Replayed, changed...)
 	}
 	return res, nil
+}
+
+// replayEventTime is the original time of dl's event: the earliest of its OccurredAt, its
+// PublishedAt, its first failure and the event time an earlier replay carried.
+func replayEventTime(dl DeadLetter) time.Time {
+	var t time.Time
+	for _, c := range []time.Time{dl.Message.OccurredAt, dl.Message.PublishedAt, dl.FirstFailed} {
+		if !c.IsZero() && (t.IsZero() || c.Before(t)) {
+			t = c
+		}
+	}
+	if prev, err := time.Parse(time.RFC3339Nano, dl.Message.Header(HeaderReplayEventTime)); err == nil && (t.IsZero() || prev.Before(t)) {
+		t = prev
+	}
+	return t
 }
 
 // unedited reports whether dl's message still has the fingerprint stored with it, recomputed with

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -280,7 +281,9 @@ func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.Ca
 			}
 		}
 		if res.Outcome == OutcomeProcessed && msg.Header(HeaderReplayOf) != "" {
-			if ds, err := r.c.store.RecordRecovery(sctx, res.Key, cfg.Now()); err == nil {
+			// An unparseable id marks only the key's replayed dead letters.
+			dlID, _ := strconv.ParseInt(msg.Header(HeaderReplayOf), 10, 64)
+			if ds, err := r.c.store.RecordRecovery(sctx, res.Key, dlID, cfg.Now()); err == nil {
 				ev.Recovered = ds
 			} else {
 				r.log(sctx, slog.LevelWarn, "idem: record recovery failed", msg, res.Outcome, start, err, ClassTransient)

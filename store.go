@@ -120,9 +120,11 @@ type DeadLetterStore interface {
 	SetDeadLetterStatus(ctx context.Context, p SetDeadLetterStatusParams) ([]int64, error)
 
 	// RecordRecovery notes that a replayed event was processed: it sets recovered_at on the
-	// replayed dead letters of that key and returns the time from their first failure to now,
-	// one entry per dead letter (empty when none was replayed).
-	RecordRecovery(ctx context.Context, key Key, now time.Time) ([]time.Duration, error)
+	// replayed dead letters of that key, and on deadLetterID (the replay's Idem-Replay-Of) when
+	// it belongs to key and is still pending — the replayer marks a dead letter replayed only
+	// after publishing it, so a fast consumer can get there first. It returns the time from
+	// each one's first failure to now, one entry per dead letter it marked (empty when none).
+	RecordRecovery(ctx context.Context, key Key, deadLetterID int64, now time.Time) ([]time.Duration, error)
 
 	// ListAudit returns audit rows, newest first, at most limit (0 means 100).
 	ListAudit(ctx context.Context, limit int) ([]AuditEntry, error)

@@ -25,7 +25,7 @@ func (printSink) Publish(_ context.Context, topic string, msgs ...idem.Message) 
 func (printSink) Close() error { return nil }
 
 // The producer writes its order and the event in one transaction; the relay publishes the event
-// afterwards. RunOnce does one round, the way `idem relay --once` would; a service runs Run.
+// afterwards. RunOnce does one round (handy in tests and cron jobs); a service runs Run, as `idem relay` does.
 func Example_relay() {
 	dir, _ := os.MkdirTemp("", "idemrelay-example")
 	defer os.RemoveAll(dir)

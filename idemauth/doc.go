@@ -38,7 +38,8 @@
 // A dead letter's producer signature is older than the tolerance by the time an operator replays
 // it. [ReplaySigner] signs the replay with an operator [ReplayKey] in its own header,
 // Idem-Replay-Signature ([HeaderReplaySignature]), purpose "replay", over the fields above plus
-// the Idem-Replay-Of, Idem-Replayed-By and Idem-Replay-New-Event-Of headers. A [Verifier] lists
+// the Idem-Replay-Of, Idem-Replayed-By, Idem-Replay-New-Event-Of and Idem-Replay-Event-Time
+// headers (the last one dates the original event for the too_old check). A [Verifier] lists
 // the replay keys it accepts in [VerifierConfig].ReplayKeys; it still requires the producer's
 // signature and checks its MAC (not its age) when it holds the producer's key.
 //

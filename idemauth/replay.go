@@ -93,8 +93,8 @@ func NewReplaySigner(key ReplayKey, now func() time.Time) (*ReplaySigner, error)
 
 // SignReplay sets msg's HeaderReplaySignature. The MAC covers the purpose "replay", the time,
 // the key id, the event id, the tenant (msg.Tenant, the one the original signature verified),
-// the type, the occurrence time, the Idem-Replay-Of, Idem-Replayed-By and Idem-Replay-New-Event-Of
-// headers and SHA-256 of the payload. It refuses a message without tenant or event id, a tenant the key may not replay
+// the type, the occurrence time, the Idem-Replay-Of, Idem-Replayed-By, Idem-Replay-New-Event-Of
+// and Idem-Replay-Event-Time headers and SHA-256 of the payload. It refuses a message without tenant or event id, a tenant the key may not replay
 // for and a key past its NotAfter.
 func (s *ReplaySigner) SignReplay(_ context.Context, msg *idem.Message) error {
 	now := s.now()
@@ -122,7 +122,8 @@ func (s *ReplaySigner) SignReplay(_ context.Context, msg *idem.Message) error {
 // replayMAC is the v2 MAC with purpose "replay" over msg as the operator republishes it.
 func replayMAC(key ReplayKey, unix int64, msg idem.Message) [32]byte {
 	return macV2(key.Secret, purposeReplay, unix, key.ID, msg.Tenant, msg,
-		msg.Header(idem.HeaderReplayOf), msg.Header(idem.HeaderReplayedBy), msg.Header(idem.HeaderReplayNewEventOf))
+		msg.Header(idem.HeaderReplayOf), msg.Header(idem.HeaderReplayedBy), msg.Header(idem.HeaderReplayNewEventOf),
+		msg.Header(idem.HeaderReplayEventTime))
 }
 
 // authenticateReplay verifies a message that carries an operator's replay signature: the replay

@@ -156,11 +156,12 @@ func (s *Store) SetDeadLetterStatus(ctx context.Context, p idem.SetDeadLetterSta
 	return changed, nil
 }
 
-// RecordRecovery sets recovered_at on the replayed, not yet recovered dead letters of key and
+// RecordRecovery sets recovered_at on the replayed, not yet recovered dead letters of key, and on
+// deadLetterID when it is key's and still pending (the replay outran the replayer's mark), and
 // returns the time from each one's first failure to now.
-func (s *Store) RecordRecovery(ctx context.Context, key idem.Key, now time.Time) ([]time.Duration, error) {
+func (s *Store) RecordRecovery(ctx context.Context, key idem.Key, deadLetterID int64, now time.Time) ([]time.Duration, error) {
 	now = orNow(now)
-	rows, err := s.pool.Query(ctx, s.q.dlRecover, key.Tenant, key.Consumer, key.EventID, now)
+	rows, err := s.pool.Query(ctx, s.q.dlRecover, key.Tenant, key.Consumer, key.EventID, now, deadLetterID)
 	if err != nil {
 		return nil, fmt.Errorf("idempg: record recovery of event %s (key %s): %w", key.EventID, key, err)
 	}

@@ -161,16 +161,16 @@ func TestDeadLetterStatusAuditRecovery(t *testing.T) {
 
 	// The replay of evt-0 is processed two hours after its first failure.
 	key := idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-0"}
-	rec, err := store.RecordRecovery(ctx, key, t0.Add(2*time.Hour))
+	rec, err := store.RecordRecovery(ctx, key, 0, t0.Add(2*time.Hour))
 	require.NoError(t, err)
 	require.Equal(t, []time.Duration{2 * time.Hour}, rec)
-	rec, err = store.RecordRecovery(ctx, key, t0.Add(3*time.Hour))
+	rec, err = store.RecordRecovery(ctx, key, all[0].ID, t0.Add(3*time.Hour))
 	require.NoError(t, err)
 	require.Empty(t, rec, "recorded once")
 	got, err := store.GetDeadLetter(ctx, all[0].ID)
 	require.NoError(t, err)
 	require.True(t, got.RecoveredAt.Equal(t0.Add(2*time.Hour)))
-	rec, err = store.RecordRecovery(ctx, idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-2"}, t0)
+	rec, err = store.RecordRecovery(ctx, idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-2"}, all[2].ID, t0)
 	require.NoError(t, err)
 	require.Empty(t, rec, "discarded, not replayed")
 }

@@ -43,6 +43,9 @@ func runTests(m *testing.M) int {
 		sharedPool = pool
 	}
 	code := m.Run()
+	if s := testenv.SkipSummary(); s != "" {
+		fmt.Println(s)
+	}
 	if sharedPool != nil {
 		sharedPool.Close()
 	}

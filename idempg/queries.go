@@ -114,7 +114,7 @@ func buildQueries(schema, prefix string, partitioned bool) queries {
 		RETURNING dead_letter_id`,
 		dlRecover: `UPDATE {{dead_letters}} SET recovered_at = $4
 			WHERE event_id = $3 AND consumer = $2 AND tenant = $1
-			AND status = 'replayed' AND recovered_at IS NULL
+			AND recovered_at IS NULL AND (status = 'replayed' OR (id = $5 AND status = 'pending'))
 			RETURNING first_failed_at`,
 		dlStats: `SELECT reason, count(*), min(first_failed_at) FROM {{dead_letters}}
 			WHERE status = 'pending' GROUP BY reason`,

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemrelay"
 )
 
 // StoreTimeoutDefault bounds the store queries of one scrape unless
@@ -31,7 +32,9 @@ type StoreCollectorConfig struct {
 	// Queues names the queue-table queues to report; the store cannot list them, and naming them
 	// keeps the queue label bounded. Duplicates are ignored.
 	Queues []string
-	// Outbox, when set, yields idem_outbox_backlog and idem_outbox_oldest_age_seconds.
+	// Outbox, when set, yields idem_outbox_backlog, idem_outbox_oldest_age_seconds and
+	// idem_relay_members (relays holding a live membership lease), so an alert can see a
+	// backlog that no relay is there to publish.
 	Outbox idem.OutboxRelayStore
 	// Timeout bounds the store queries of one scrape (default StoreTimeoutDefault); the queries
 	// run concurrently, each within it.
@@ -62,6 +65,7 @@ type storeCollector struct {
 	dlPending, dlOldest         *prometheus.Desc
 	queueBacklog, queueOldest   *prometheus.Desc
 	outboxBacklog, outboxOldest *prometheus.Desc
+	relayMembers                *prometheus.Desc
 	success                     *prometheus.Desc
 }
 
@@ -99,6 +103,8 @@ func NewStoreCollector(cfg StoreCollectorConfig) prometheus.Collector {
 			"Outbox events not yet published.", nil, nil),
 		outboxOldest: prometheus.NewDesc(name("outbox_oldest_age_seconds"),
 			"Age of the oldest unpublished outbox event, 0 when the outbox is empty.", nil, nil),
+		relayMembers: prometheus.NewDesc(name("relay_members"),
+			"Outbox relays holding a live membership lease; 0 with a backlog means nothing publishes it.", nil, nil),
 		success: prometheus.NewDesc(name("store_scrape_success"),
 			"1 when the store query behind a figure succeeded on this scrape, 0 when it failed.",
 			[]string{"figure", "queue"}, nil),
@@ -118,6 +124,7 @@ func (s *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	if s.cfg.Outbox != nil {
 		ch <- s.outboxBacklog
 		ch <- s.outboxOldest
+		ch <- s.relayMembers
 	}
 	ch <- s.success
 }
@@ -139,6 +146,7 @@ func (s *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if s.cfg.Outbox != nil {
 		wg.Go(func() { s.collectOutbox(ctx, now, ch) })
+		wg.Go(func() { s.collectRelays(ctx, now, ch) })
 	}
 	wg.Wait()
 }
@@ -194,6 +202,18 @@ func (s *storeCollector) collectOutbox(ctx context.Context, now time.Time, ch ch
 	ch <- prometheus.MustNewConstMetric(s.outboxBacklog, prometheus.GaugeValue, float64(st.Backlog))
 	ch <- prometheus.MustNewConstMetric(s.outboxOldest, prometheus.GaugeValue, age(now, st.Oldest, st.Backlog))
 	s.sendSuccess(ch, true, "outbox", "")
+}
+
+// collectRelays sends how many relays hold a live membership lease.
+func (s *storeCollector) collectRelays(ctx context.Context, now time.Time, ch chan<- prometheus.Metric) {
+	leases, err := s.cfg.Outbox.LeaseList(ctx, idemrelay.MemberLeasePrefix, now)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(s.relayMembers, fmt.Errorf("idemprom: relay leases: %w", err))
+		s.sendSuccess(ch, false, "relays", "")
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(s.relayMembers, prometheus.GaugeValue, float64(len(leases)))
+	s.sendSuccess(ch, true, "relays", "")
 }
 
 // sendSuccess sends idem_store_scrape_success for one figure.

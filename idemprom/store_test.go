@@ -48,11 +48,23 @@ func (f *fakeQueue) QueueStats(_ context.Context, queue string) (idem.QueueStats
 // fakeOutbox answers OutboxStats with stats or err.
 type fakeOutbox struct {
 	idem.OutboxRelayStore
-	stats idem.QueueStats
-	err   error
+	stats  idem.QueueStats
+	err    error
+	leases []idem.Lease
 }
 
 func (f *fakeOutbox) OutboxStats(context.Context) (idem.QueueStats, error) { return f.stats, f.err }
+
+// LeaseList returns the fake's leases whose names start with prefix.
+func (f *fakeOutbox) LeaseList(_ context.Context, prefix string, _ time.Time) ([]idem.Lease, error) {
+	var out []idem.Lease
+	for _, l := range f.leases {
+		if strings.HasPrefix(l.Name, prefix) {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
 
 var errDown = errors.New("database is down")
 
@@ -73,7 +85,8 @@ func TestStoreCollector(t *testing.T) {
 		}}
 	}
 	healthyOutbox := func() *fakeOutbox {
-		return &fakeOutbox{stats: idem.QueueStats{Backlog: 2, Oldest: now.Add(-2 * time.Second)}}
+		return &fakeOutbox{stats: idem.QueueStats{Backlog: 2, Oldest: now.Add(-2 * time.Second)},
+			leases: []idem.Lease{{Name: "relay/member/a"}, {Name: "relay/partition/0"}}}
 	}
 	const (
 		dlHealthy = `
@@ -107,6 +120,9 @@ idem_outbox_backlog 2
 # HELP idem_outbox_oldest_age_seconds Age of the oldest unpublished outbox event, 0 when the outbox is empty.
 # TYPE idem_outbox_oldest_age_seconds gauge
 idem_outbox_oldest_age_seconds 2
+# HELP idem_relay_members Outbox relays holding a live membership lease; 0 with a backlog means nothing publishes it.
+# TYPE idem_relay_members gauge
+idem_relay_members 1
 `
 		successHelp = `
 # HELP idem_store_scrape_success 1 when the store query behind a figure succeeded on this scrape, 0 when it failed.
@@ -133,6 +149,7 @@ idem_store_scrape_success{figure="dead_letters",queue=""} 1
 idem_store_scrape_success{figure="outbox",queue=""} 1
 idem_store_scrape_success{figure="queue",queue="orders"} 1
 idem_store_scrape_success{figure="queue",queue="payments"} 1
+idem_store_scrape_success{figure="relays",queue=""} 1
 `,
 		},
 		{
@@ -165,6 +182,7 @@ idem_store_scrape_success{figure="dead_letters",queue=""} 0
 idem_store_scrape_success{figure="outbox",queue=""} 1
 idem_store_scrape_success{figure="queue",queue="orders"} 1
 idem_store_scrape_success{figure="queue",queue="payments"} 1
+idem_store_scrape_success{figure="relays",queue=""} 1
 `,
 			wantErr:     errDown,
 			wantErrText: "idemprom: dead-letter stats",
@@ -192,9 +210,14 @@ idem_store_scrape_success{figure="queue",queue="payments"} 0
 		{
 			name: "outbox error",
 			cfg:  StoreCollectorConfig{DeadLetters: healthyDL(), Outbox: &fakeOutbox{err: errDown}},
-			want: dlHealthy + successHelp + `
+			want: dlHealthy + `
+# HELP idem_relay_members Outbox relays holding a live membership lease; 0 with a backlog means nothing publishes it.
+# TYPE idem_relay_members gauge
+idem_relay_members 0
+` + successHelp + `
 idem_store_scrape_success{figure="dead_letters",queue=""} 1
 idem_store_scrape_success{figure="outbox",queue=""} 0
+idem_store_scrape_success{figure="relays",queue=""} 1
 `,
 			wantErr:     errDown,
 			wantErrText: "idemprom: outbox stats",
@@ -206,6 +229,7 @@ idem_store_scrape_success{figure="outbox",queue=""} 0
 			want: outboxHealthy + successHelp + `
 idem_store_scrape_success{figure="dead_letters",queue=""} 0
 idem_store_scrape_success{figure="outbox",queue=""} 1
+idem_store_scrape_success{figure="relays",queue=""} 1
 `,
 			wantErr: context.DeadlineExceeded,
 		},

@@ -69,9 +69,16 @@ type Observer interface {
 // Config configures a Relay. Zero fields take the documented defaults (see WithDefaults);
 // validation names the field of every error.
 type Config struct {
-	// ID identifies this relay in its leases (default "<hostname>-<pid>-<random hex>"). It must
-	// be unique among the relays sharing a database: two processes with one ID would both
-	// believe they own the same partitions.
+	// ID identifies this relay in its leases. It must be unique among the relays sharing a
+	// database: two processes with one ID would both believe they own the same partitions.
+	//
+	// New's default is stable per machine: "<hostname>-<slot>", the lowest slot whose lock file
+	// (in the OS temp directory, one per user) no live process holds, so a relay killed and
+	// restarted on the same machine takes its old ID back and resumes its partitions at once
+	// instead of waiting LeaseTTL for its own leases. Where file locks are unavailable, and from
+	// WithDefaults alone, it is "<hostname>-<pid>-<random hex>". Set ID yourself when one
+	// machine runs relays for several databases and each should keep its partitions across
+	// restarts (e.g. "orders-relay-1").
 	ID string
 	// BatchSize is how many rows one round fetches (default BatchSizeDefault). When rows held
 	// back behind a not-yet-due row fill a whole batch, the relay fetches more next round (up to
@@ -190,13 +197,22 @@ func (c Config) Validate() error {
 	return fmt.Errorf("idemrelay: config: %w", errors.Join(errs...))
 }
 
+// hostname is the machine's name, "relay" when it has none, cut to keep IDs within maxIDLen.
+func hostname() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		return "relay"
+	}
+	if len(host) > maxIDLen/2 {
+		host = host[:maxIDLen/2]
+	}
+	return host
+}
+
 // defaultID is "<hostname>-<pid>-<8 random hex digits>": readable in lease tables, and unique
 // even when two relays start in one container image with the same hostname and pid.
 func defaultID() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "relay"
-	}
+	host := hostname()
 	var b [4]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
 	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])

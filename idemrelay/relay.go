@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -41,6 +42,10 @@ type Relay struct {
 
 	// wake tells an idle Run that new partitions were acquired.
 	wake chan struct{}
+
+	// idLock holds the machine-local slot behind a default stable ID for the relay's life
+	// (an *os.File: dropping it would let the garbage collector close it and free the ID).
+	idLock io.Closer
 }
 
 // New validates cfg (after WithDefaults) and returns a relay that publishes store's outbox
@@ -60,8 +65,17 @@ func New(store idem.OutboxRelayStore, dlq idem.DeadLetterStore, sink idem.Sink, 
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("idemrelay: New: %w", errors.Join(errs...))
 	}
+	var idLock io.Closer
+	if cfg.ID == "" {
+		if id, lock, ok := stableID(slotDir(), hostname()); ok {
+			cfg.ID, idLock = id, lock
+		}
+	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
+		if idLock != nil {
+			idLock.Close()
+		}
 		return nil, err
 	}
 	n := store.OutboxPartitions()
@@ -78,6 +92,7 @@ func New(store idem.OutboxRelayStore, dlq idem.DeadLetterStore, sink idem.Sink, 
 		owned:      make(map[int]*partitionLease),
 		fetchLimit: cfg.BatchSize,
 		wake:       make(chan struct{}, 1),
+		idLock:     idLock,
 	}, nil
 }
 

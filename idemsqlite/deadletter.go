@@ -190,13 +190,14 @@ func (s *Store) SetDeadLetterStatus(ctx context.Context, p idem.SetDeadLetterSta
 }
 
 // RecordRecovery notes that a replay of key was processed: every replayed dead letter of that
-// key not yet marked recovered gets recovered_at = now, and the time from its first failure to
-// now is returned, one per dead letter (none when nothing was replayed).
-func (s *Store) RecordRecovery(ctx context.Context, key idem.Key, now time.Time) ([]time.Duration, error) {
+// key not yet marked recovered, and deadLetterID when it is key's and still pending (the replay
+// outran the replayer's mark), gets recovered_at = now; the time from its first failure to now
+// is returned, one per dead letter (none when nothing was replayed).
+func (s *Store) RecordRecovery(ctx context.Context, key idem.Key, deadLetterID int64, now time.Time) ([]time.Duration, error) {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.dlRecover, now.UnixMicro(), key.Consumer, key.Tenant, key.EventID)
+	rows, err := s.db.QueryContext(ctx, s.q.dlRecover, now.UnixMicro(), key.Consumer, key.Tenant, key.EventID, deadLetterID)
 	if err != nil {
 		return nil, fmt.Errorf("idemsqlite: record recovery of event %s (key %s): %w", key.EventID, key, err)
 	}

@@ -150,16 +150,16 @@ func TestDeadLetterStatusAndAudit(t *testing.T) {
 	// Recovery: the replayed rows of the key, once.
 	key := idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "e1"}
 	rec := t0.Add(3 * time.Hour)
-	durs, err := b.store.RecordRecovery(b.ctx, key, rec)
+	durs, err := b.store.RecordRecovery(b.ctx, key, 0, rec)
 	require.NoError(t, err)
 	require.Equal(t, []time.Duration{3 * time.Hour}, durs)
-	durs, err = b.store.RecordRecovery(b.ctx, key, rec.Add(time.Hour))
+	durs, err = b.store.RecordRecovery(b.ctx, key, ids[0], rec.Add(time.Hour))
 	require.NoError(t, err)
 	require.Empty(t, durs, "already recorded")
 	dl, err = b.store.GetDeadLetter(b.ctx, ids[0])
 	require.NoError(t, err)
 	require.Equal(t, rec, dl.RecoveredAt)
-	durs, err = b.store.RecordRecovery(b.ctx, idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "e3"}, rec)
+	durs, err = b.store.RecordRecovery(b.ctx, idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "e3"}, 0, rec)
 	require.NoError(t, err)
 	require.Empty(t, durs, "discarded, not replayed")
 }

@@ -87,7 +87,8 @@ func buildQueries(prefix string) queries {
 		auditInsert: p(`INSERT INTO {p}audit (at, actor, action, dead_letter_id, event_id, reason)
 			VALUES (?, ?, ?, ?, ?, ?)`),
 		dlRecover: p(`UPDATE {p}dead_letters SET recovered_at = ?
-			WHERE consumer = ? AND tenant = ? AND event_id = ? AND status = 'replayed' AND recovered_at IS NULL
+			WHERE consumer = ? AND tenant = ? AND event_id = ? AND recovered_at IS NULL
+			AND (status = 'replayed' OR (id = ? AND status = 'pending'))
 			RETURNING first_failed_at`),
 		auditList: p(`SELECT id, at, actor, action, dead_letter_id, event_id, reason FROM {p}audit
 			ORDER BY id DESC LIMIT ?`),

@@ -162,7 +162,7 @@ run old-bucket-in-claim-key   fail:'(applied<=1)' retention.pml safety -DOLD_BUC
 run old-global-gc-retention   fail:'(applied<=1)' retention.pml safety -DOLD_GC
 run assume-clock-skew         fail:'(applied<=1)' retention.pml safety -DSKEW
 run assume-resend-keeps-time  fail:'(applied<=1)' retention.pml safety -DFRESH
-run gap-replay-no-occurred-at fail:'(applied<=1)' retention.pml safety -DREPLAY_FRESH
+run old-replay-fresh-time    fail:'(applied<=1)' retention.pml safety -DREPLAY_FRESH
 
 report() {
 	wait

@@ -33,8 +33,11 @@
  *                  and replayed after the first claim was collected passes too_old.
  *   -DOLD_GC       `idem gc` deletes claims at a global retention shorter than the consumer's
  *                  (issue 10, item 12): a redelivery within R finds no claim.
- *   -DREPLAY_FRESH an event without OccurredAt: its event time is PublishedAt, which a replay
- *                  resets, so a replay after its claim was collected passes too_old.
+ *   -DREPLAY_FRESH the replay before the fix: an event without OccurredAt has PublishedAt as
+ *                  its event time, which a replay resets, so a replay after its claim was
+ *                  collected passes too_old. The fixed replayer sends the original event time
+ *                  along (Idem-Replay-Event-Time) and the consumer counts from the earliest:
+ *                  that is the default model, where a replay keeps dlOcc.
  *   -DSKEW         the producer's clock is ahead by S: OccurredAt is later than the claim, and a
  *                  copy accepted by too_old can outlive the claim. -DSKEW -DSKEW_GRACE keeps
  *                  claims S longer than R and passes.

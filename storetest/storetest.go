@@ -120,6 +120,8 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 		})
 	}
 
+	replayChecks(run)
+
 	run("DuplicateDeliveryAppliesOnce", func(s *suite[TTx]) {
 		s.wallet("w1")
 		c := s.consumer("ledger@v1", nil)
@@ -457,9 +459,32 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 		require.Equal(s.t, first.ID, audit[0].DeadLetterID)
 		require.Equal(s.t, "evt-dl", audit[0].EventID)
 
-		rec, err := st.RecordRecovery(s.ctx, idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-dl"}, now.Add(2*time.Hour))
+		rec, err := st.RecordRecovery(s.ctx, idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-dl"}, 0, now.Add(2*time.Hour))
 		require.NoError(s.t, err)
 		require.Equal(s.t, []time.Duration{2 * time.Hour}, rec)
+
+		// The replay outran the replayer: the consumer records recovery while the dead letter is
+		// still pending; the replayer's mark afterwards keeps the recovery time.
+		other := dl
+		other.Message.EventID = "evt-fast"
+		fast, err := st.InsertDeadLetter(s.ctx, other)
+		require.NoError(s.t, err)
+		fastKey := idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-fast"}
+		rec, err = st.RecordRecovery(s.ctx, idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-dl"}, fast.ID, now.Add(2*time.Hour))
+		require.NoError(s.t, err)
+		require.Empty(s.t, rec, "a dead letter of another key is never marked")
+		rec, err = st.RecordRecovery(s.ctx, fastKey, fast.ID, now.Add(3*time.Hour))
+		require.NoError(s.t, err)
+		require.Equal(s.t, []time.Duration{now.Add(3 * time.Hour).Sub(fast.FirstFailed)}, rec, "the pending dead letter named by the replay is marked")
+		changed, err = st.SetDeadLetterStatus(s.ctx, idem.SetDeadLetterStatusParams{IDs: []int64{fast.ID}, Status: idem.DeadLetterReplayed, Actor: "ops", Reason: "fixed", Now: now.Add(4 * time.Hour)})
+		require.NoError(s.t, err)
+		require.Equal(s.t, []int64{fast.ID}, changed)
+		got, err = st.GetDeadLetter(s.ctx, fast.ID)
+		require.NoError(s.t, err)
+		require.True(s.t, got.RecoveredAt.Equal(now.Add(3*time.Hour)), "recovery kept after the replayer's mark: %v", got.RecoveredAt)
+		rec, err = st.RecordRecovery(s.ctx, fastKey, fast.ID, now.Add(5*time.Hour))
+		require.NoError(s.t, err)
+		require.Empty(s.t, rec, "recorded once")
 
 		// After the replay, a new failure of the same delivery is a new pending row.
 		third, err := st.InsertDeadLetter(s.ctx, dl)

@@ -72,11 +72,34 @@ func benign(stack string) bool {
 	return strings.Contains(stack, "created by testing.")
 }
 
+// Run runs the package's tests and prints SkipSummary's line when services were missing; for a
+// TestMain that does its own checks: `func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }`.
+func Run(m *testing.M) int {
+	code := m.Run()
+	if s := SkipSummary(); s != "" {
+		fmt.Println(s)
+	}
+	return code
+}
+
+// MainWith runs the package's tests like Run and then, on a passing run, check (e.g.
+// goleak.Find), failing the run with its error; it exits the process.
+func MainWith(m *testing.M, check func() error) {
+	code := Run(m)
+	if code == 0 {
+		if err := check(); err != nil {
+			fmt.Fprintf(os.Stderr, "after the tests: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
 // Main runs the package's tests and then fails the run if goroutines leaked; use it as
 // `func TestMain(m *testing.M) { testenv.Main(m) }`. Only a passing run is checked, so a failure
 // is never hidden behind a leak report.
 func Main(m *testing.M) {
-	code := m.Run()
+	code := Run(m)
 	if code == 0 {
 		if err := FindLeaks(2 * time.Second); err != nil {
 			fmt.Fprintf(os.Stderr, "goroutine leak check: %v\n", err)

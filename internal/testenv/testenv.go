@@ -5,9 +5,38 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 )
+
+// skips counts, per service variable, the tests of this test binary that skipped for want of
+// it, for the summary line Main prints. It lives for one test process only.
+var skips struct {
+	sync.Mutex
+	byVar map[string]int
+}
+
+// SkipSummary returns one line naming the unset service variables that made tests of this
+// package skip, with how many, or "" when none skipped.
+func SkipSummary() string {
+	skips.Lock()
+	defer skips.Unlock()
+	if len(skips.byVar) == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(skips.byVar))
+	n := 0
+	for name, c := range skips.byVar {
+		names = append(names, name)
+		n += c
+	}
+	slices.Sort(names)
+	return fmt.Sprintf("testenv: SKIPPED %d tests: set %s to run them against real services", n, strings.Join(names, ", "))
+}
 
 // The environment variables that locate services.
 const (
@@ -31,6 +60,12 @@ func URL(t testing.TB, name string) string {
 		if Required() {
 			t.Fatalf("%s is not set and %s=1: this test needs the service", name, RequireVar)
 		}
+		skips.Lock()
+		if skips.byVar == nil {
+			skips.byVar = map[string]int{}
+		}
+		skips.byVar[name]++
+		skips.Unlock()
 		t.Skipf("skipping: set %s to run this test against a real service", name)
 	}
 	return v

@@ -53,8 +53,10 @@ land in a real database by accident.`,
 				return usageError{err}
 			}
 			var bar *progressBar
-			if !jsonOut && e.isTerminal(e.stderr) {
-				bar = &progressBar{w: e.stderr, now: e.now}
+			if !jsonOut {
+				// A terminal gets a bar; a pipe or file a line every few seconds, so a long run
+				// in CI or under nohup is not silent.
+				bar = &progressBar{w: e.stderr, now: e.now, lines: !e.isTerminal(e.stderr)}
 				opts.Progress = bar.update
 			}
 			verdict, err := demo.Run(ctx, opts)
@@ -98,15 +100,20 @@ land in a real database by accident.`,
 }
 
 // progressBar draws "[#####.....]  4200/10000  42%" on one terminal line, at most ten times a
-// second. demo may report progress from several goroutines.
+// second; with lines set (not a terminal) it prints "demo: 4200/10000 orders settled (42%)" every
+// progressLineEvery and at the end instead. demo may report progress from several goroutines.
 type progressBar struct {
-	w    io.Writer
-	now  func() time.Time
-	mu   sync.Mutex
-	last time.Time
-	done bool
-	drew bool
+	w     io.Writer
+	now   func() time.Time
+	lines bool
+	mu    sync.Mutex
+	last  time.Time
+	done  bool
+	drew  bool
 }
+
+// progressLineEvery spaces the progress lines written to a pipe or file.
+const progressLineEvery = 5 * time.Second
 
 const progressWidth = 30
 
@@ -117,11 +124,25 @@ func (p *progressBar) update(done, total int) {
 		return
 	}
 	now := p.now()
-	if done < total && now.Sub(p.last) < 100*time.Millisecond {
+	every := 100 * time.Millisecond
+	if p.lines {
+		every = progressLineEvery
+		if p.last.IsZero() {
+			p.last = now // the first line after progressLineEvery, not at once
+		}
+	}
+	if done < total && now.Sub(p.last) < every {
 		return
 	}
 	p.last = now
 	done = min(max(done, 0), total)
+	if p.lines {
+		fmt.Fprintf(p.w, "demo: %d/%d orders settled (%d%%)\n", done, total, done*100/total)
+		if done == total {
+			p.done = true
+		}
+		return
+	}
 	filled := done * progressWidth / total
 	fmt.Fprintf(p.w, "\r[%s%s] %*d/%d %3d%%", strings.Repeat("#", filled), strings.Repeat(".", progressWidth-filled),
 		len(fmt.Sprint(total)), done, total, done*100/total)

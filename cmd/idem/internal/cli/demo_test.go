@@ -61,5 +61,23 @@ func TestProgressBar(t *testing.T) {
 	require.True(t, strings.HasSuffix(out, "[##############################] 300/300 100%\n"), "%q", out)
 
 	var nilBar *progressBar
-	nilBar.finish() // demo calls finish without a bar when stderr is no terminal
+	nilBar.finish() // demo calls finish without a bar with --json
+}
+
+// TestProgressLines: on a pipe or file the demo prints a line every few seconds and at the end.
+func TestProgressLines(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	now := time.Unix(0, 0)
+	p := &progressBar{w: &buf, now: func() time.Time { return now }, lines: true}
+	p.update(0, 300)
+	now = now.Add(time.Second)
+	p.update(10, 300) // within progressLineEvery: skipped
+	now = now.Add(progressLineEvery)
+	p.update(150, 300)
+	p.update(160, 300) // skipped
+	p.update(300, 300) // the end is always printed
+	p.finish()
+	require.Equal(t, "demo: 150/300 orders settled (50%)\ndemo: 300/300 orders settled (100%)\n", buf.String())
+	require.NotContains(t, buf.String(), "\r")
 }

@@ -282,14 +282,31 @@ func newDLQShowCmd(e *env) *cobra.Command {
 	var (
 		store    string
 		jsonOut  bool
+		idFlag   string
 		redactor = idem.NewRedactor(idem.RedactConfig{})
 	)
 	cmd := &cobra.Command{
-		Use:   "show ID",
+		Use:   "show --id ID",
 		Short: "Show one dead letter: message, headers and payload (secrets masked)",
-		Args:  exactArgs(1, "one dead-letter id"),
+		Long: `show prints one dead letter: its message, headers and payload (secrets masked, control
+characters escaped, large payloads cut), reason, error, attempts and audit fields. Name it with
+--id, as replay and discard do; "show ID" works too.`,
+		Example: `  idem dlq show --id 42
+  idem dlq show --id 42 --json`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseID(args[0])
+			var raw string
+			switch {
+			case idFlag != "" && len(args) == 1:
+				return usagef("%s takes the id once: --id %s or %s, not both", cmd.CommandPath(), idFlag, args[0])
+			case idFlag != "":
+				raw = idFlag
+			case len(args) == 1:
+				raw = args[0]
+			default:
+				return usagef("%s needs --id ID (one dead-letter id)", cmd.CommandPath())
+			}
+			id, err := parseID(raw)
 			if err != nil {
 				return err
 			}
@@ -313,6 +330,7 @@ func newDLQShowCmd(e *env) *cobra.Command {
 	}
 	storeFlag(cmd, &store)
 	jsonFlag(cmd, &jsonOut)
+	cmd.Flags().StringVar(&idFlag, "id", "", "the dead letter to show")
 	return cmd
 }
 

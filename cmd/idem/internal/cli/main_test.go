@@ -24,7 +24,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testenv.MainWith(m, func() error { return goleak.Find() })
 }
 
 // result is what one run of the command produced.

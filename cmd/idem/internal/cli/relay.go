@@ -73,6 +73,10 @@ dead-letter backlog, and queue backlog of the --queue names) and a health check 
 			if poll <= 0 {
 				return usagef("--poll is %s, want a positive duration such as 1s", formatDuration(poll))
 			}
+			if leaseTTL < idemrelay.LeaseTTLMin {
+				return usagef("--lease-ttl is %s, want at least %s (default %s)", formatDuration(leaseTTL),
+					idemrelay.LeaseTTLMin, formatDuration(idemrelay.LeaseTTLDefault))
+			}
 			if _, err := connect.ParseBroker(broker); err != nil {
 				return usageError{fmt.Errorf("--broker: %w", err)}
 			}
@@ -142,10 +146,19 @@ dead-letter backlog, and queue backlog of the --queue names) and a health check 
 	fl.Var(newDuration(&poll, idemrelay.PollIntervalDefault), "poll", "longest idle wait between rounds when no notification arrives")
 	fl.Var(newDuration(&leaseTTL, idemrelay.LeaseTTLDefault), "lease-ttl", "lifetime of the relay's partition leases; a dead relay's work is taken over after it")
 	fl.Var(newDuration(&retention, idemrelay.RetentionDefault), "outbox-retention", "delete published outbox rows older than this")
-	fl.StringVar(&id, "id", "", "this relay's id in its leases, unique among relays of the store (default: host-pid-random)")
+	fl.StringVar(&id, "id", "", "this relay's id in its leases, unique among relays of the store (default: <hostname>-<n>, stable across restarts on this machine)")
 	fl.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	fl.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd
+}
+
+// readableDurations writes durations as Go duration text ("1.5s") rather than the JSON
+// handler's integer nanoseconds, so a person can read the log.
+func readableDurations(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 // newLogger returns a slog logger writing to w in format at level.
@@ -154,7 +167,7 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
 		return nil, usagef("--log-level %q: want debug, info, warn or error", level)
 	}
-	opts := &slog.HandlerOptions{Level: lv}
+	opts := &slog.HandlerOptions{Level: lv, ReplaceAttr: readableDurations}
 	switch strings.ToLower(format) {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil

@@ -19,7 +19,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testenv.MainWith(m, func() error { return goleak.Find() })
 }
 
 func TestParseStore(t *testing.T) {

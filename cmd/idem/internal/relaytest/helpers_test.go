@@ -30,7 +30,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testenv.MainWith(m, func() error { return goleak.Find() })
 }
 
 // outboxState is one outbox row as the tests look at it.

@@ -803,3 +803,53 @@ func TestRelayHeldKeyDoesNotStarveOthers(t *testing.T) {
 	require.Equal(t, counts{Pending: 30, Published: 2}, k.counts(ctx))
 	require.NoError(t, r.Release(ctx))
 }
+
+// A relay killed and restarted under the same ID — what the default, machine-stable ID gives
+// (idemrelay's TestStableIDAfterKill) — resumes its partitions at once: its first publish after
+// the restart comes before its old leases would have expired, where a relay with a new ID waits
+// for them (TestRelayCrashBetweenPublishAndMark). The test logs the outbox-to-sink latency.
+func TestRestartedRelayResumesItsLeasesAtOnce(t *testing.T) {
+	t.Parallel()
+	for _, kk := range kits {
+		t.Run(kk.name, func(t *testing.T) {
+			t.Parallel()
+			k := kk.new(t, storeCfg{})
+			ctx := ctxT(t, 30*time.Second)
+			const ttl = 10 * time.Second
+			sink := &recSink{}
+
+			// The first life: publishes e-1, then dies without giving its leases back.
+			crashing := &crashStore{OutboxRelayStore: k.store}
+			r1 := newRelay(t, crashing, k.dlq, sink.as("first"), func(c *idemrelay.Config) { c.ID, c.LeaseTTL = "host-0", ttl })
+			run1 := start(t, r1)
+			k.enqueue(t, ev("e-1", "k", "orders"))
+			eventually(t, 10*time.Second, func() bool { return k.row(ctx, "e-1").Published }, "e-1 published")
+			crashing.crash()
+			run1.stop(t)
+			leases, err := k.store.LeaseList(ctx, idemrelay.PartitionLeasePrefix, time.Now())
+			require.NoError(t, err)
+			require.NotEmpty(t, leases, "a killed relay leaves its leases")
+			until := leases[0].LeaseUntil
+			for _, l := range leases {
+				require.Equal(t, "host-0", l.Owner)
+				if l.LeaseUntil.Before(until) {
+					until = l.LeaseUntil
+				}
+			}
+
+			// The second life, same ID: e-2 goes out without waiting for the old leases.
+			enqueued := time.Now()
+			k.enqueue(t, ev("e-2", "k", "orders"))
+			r2 := newRelay(t, k.another(t), k.dlq, sink.as("second"), func(c *idemrelay.Config) { c.ID, c.LeaseTTL = "host-0", ttl })
+			start(t, r2)
+			eventually(t, 2*ttl, func() bool { return k.row(ctx, "e-2").Published }, "e-2 published")
+			got := sink.all()
+			last := got[len(got)-1]
+			require.Equal(t, "e-2", last.msg.EventID)
+			require.Equal(t, "second", last.relay)
+			require.True(t, last.end.Before(until), "published at %s, before the old leases expire at %s", last.end.Format(time.StampMilli), until.Format(time.StampMilli))
+			t.Logf("outbox-to-sink latency across a restart with the same ID: %s (the old leases had %s left)",
+				last.end.Sub(enqueued).Round(time.Millisecond), until.Sub(enqueued).Round(time.Millisecond))
+		})
+	}
+}
