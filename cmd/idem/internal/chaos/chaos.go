@@ -39,6 +39,9 @@ const (
 	// RetryBudgetDefault is the consumers' retry budget (their policy's MaxElapsed): short, so
 	// that the database outages (OutageFor) outlast it.
 	RetryBudgetDefault = 10 * time.Second
+	// InboxBucketDefault partitions the claims table by day, so that a re-send with another
+	// OccurredAt lands in another bucket: the claim key alone must still decide.
+	InboxBucketDefault = 24 * time.Hour
 	// RateMax bounds Options.Rate; ConsumersMax and RelaysMax the process counts.
 	RateMax      = 10000
 	ConsumersMax = 16
@@ -90,6 +93,10 @@ type Options struct {
 	OutageFor [2]time.Duration
 	// RetryBudget is the consumers' retry policy's MaxElapsed (default RetryBudgetDefault).
 	RetryBudget time.Duration
+	// InboxBucket partitions the claims table by day (24h, the default) or hour buckets of
+	// OccurredAt; PlainInbox keeps the plain claims table instead.
+	InboxBucket time.Duration
+	PlainInbox  bool
 	// DeadLetterFailEvery is the range of the pause between two windows in which every
 	// dead-letter write fails (a trigger refuses it as a full disk would); DeadLetterFailFor
 	// the range of a window's length.
@@ -132,6 +139,11 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.RetryBudget == 0 {
 		o.RetryBudget = RetryBudgetDefault
+	}
+	if o.PlainInbox {
+		o.InboxBucket = 0
+	} else if o.InboxBucket == 0 {
+		o.InboxBucket = InboxBucketDefault
 	}
 	if o.OutageFor == ([2]time.Duration{}) {
 		o.OutageFor = [2]time.Duration{o.RetryBudget + 2*time.Second, o.RetryBudget + 5*time.Second}
@@ -204,6 +216,9 @@ func (o Options) Validate() error {
 	}
 	if o.RetryBudget <= 0 {
 		errs = append(errs, fmt.Errorf("RetryBudget is %v, want > 0", o.RetryBudget))
+	}
+	if o.InboxBucket != 0 && o.InboxBucket != time.Hour && o.InboxBucket != 24*time.Hour {
+		errs = append(errs, fmt.Errorf("InboxBucket is %v, want 1h or 24h", o.InboxBucket))
 	}
 	if o.Outages < 0 {
 		errs = append(errs, fmt.Errorf("Outages is %d, want >= 0", o.Outages))
@@ -323,7 +338,7 @@ func (h *harness) run(ctx context.Context, exe string) (Report, error) {
 		return h.r, fmt.Errorf("chaos: connect to PostgreSQL: %w", err)
 	}
 	defer h.pool.Close()
-	if err := setupSchema(ctx, h.pool, h.r.Schema, h.runID); err != nil {
+	if err := setupSchema(ctx, h.pool, h.r.Schema, h.runID, o.InboxBucket); err != nil {
 		return h.r, fmt.Errorf("chaos: %w", err)
 	}
 	if !o.Keep {
@@ -390,7 +405,7 @@ func (h *harness) run(ctx context.Context, exe string) (Report, error) {
 		PostgresURL: roleURL, Schema: h.r.Schema, NATSURL: h.nats.URL(),
 		Stream: h.stream, Subject: h.subject, Durable: h.durable, RunID: h.runID, Seed: o.Seed,
 		Rate: o.Rate, Duplicates: o.Duplicates, Transient: o.Transient, Poison: o.Poison, Workers: o.Workers,
-		RetryBudget: o.RetryBudget,
+		RetryBudget: o.RetryBudget, InboxBucket: o.InboxBucket,
 	}
 	start := func(name, role string) error {
 		a := base
@@ -461,7 +476,7 @@ func (h *harness) run(ctx context.Context, exe string) (Report, error) {
 	r.Retries = h.counters["retried"]
 	r.Abandoned = h.counters["abandoned"]
 	r.TransientInjected = h.counters["transient"]
-	r.buildFaults(h.counters["sink_refused"], o.RetryBudget)
+	r.buildFaults(h.counters["sink_refused"], o.RetryBudget, o.InboxBucket)
 	if r.DuplicatesIgnored == 0 && r.DuplicatesInjected > 0 {
 		r.Notes = append(r.Notes, "the consumers reported no duplicate although duplicates were injected")
 	}

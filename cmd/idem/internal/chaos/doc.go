@@ -25,7 +25,9 @@
 //     producer would; each must end as exactly one invalid_payload dead letter, matched by the
 //     order index it carries (header Chaos-Order), and never be applied.
 //   - resent_occurred_at: valid events enqueued again with the same id and payload but an
-//     OccurredAt moved by 1 to 72 hours either way; each must still be applied once.
+//     OccurredAt moved by 1 to 72 hours either way; each must still be applied once. The
+//     claims table is partitioned by day of OccurredAt (Options.InboxBucket; PlainInbox for the
+//     plain table), so most re-sends land in another partition than their first claim.
 //   - sink_refusals: the relay's broker refuses one message of a pipelined batch now and then
 //     (its PubAck fails while the rest of the batch goes on); each wallet's payments must still
 //     reach the stream in commit order.

@@ -188,8 +188,9 @@ func countText(m map[string]int) string {
 }
 
 // buildFaults fills r.Faults from the counts the harness and the verdict gathered; sinkRefused
-// is the relays' count of refused messages, budget the consumers' retry budget.
-func (r *Report) buildFaults(sinkRefused int, budget time.Duration) {
+// is the relays' count of refused messages, budget the consumers' retry budget, inboxBucket
+// the claims table's partition width (0: plain table).
+func (r *Report) buildFaults(sinkRefused int, budget, inboxBucket time.Duration) {
 	idents := map[string]int{}
 	n := 0
 	for kind, c := range r.Poison {
@@ -223,6 +224,7 @@ func (r *Report) buildFaults(sinkRefused int, budget time.Duration) {
 		"resent_occurred_at": {
 			Injected: "valid events enqueued again with the same id and payload and OccurredAt moved by 1 to 72 hours either way",
 			Count:    r.resends,
+			Detail:   map[string]int{"inbox_bucket_hours": int(inboxBucket.Hours())},
 			Verdict:  map[string]int{"double_applied": r.DoubleApplied, "valid_dead_lettered": r.validDeadLettered},
 		},
 		"sink_refusals": {

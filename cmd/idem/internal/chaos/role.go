@@ -70,6 +70,8 @@ type RoleArgs struct {
 	Workers int
 	// RetryBudget is a consumer's retry policy's MaxElapsed (default RetryBudgetDefault).
 	RetryBudget time.Duration
+	// InboxBucket partitions the claims table by this bucket of OccurredAt (0: plain table).
+	InboxBucket time.Duration
 	// Stats receives the role's counters as "@chaos <counter> <n>" lines (nil: discarded).
 	Stats io.Writer
 	// Logger receives the role's logs (nil: discarded).
@@ -86,6 +88,7 @@ func (a RoleArgs) Flags(role string) []string {
 		"--run", a.RunID, "--seed", strconv.FormatInt(a.Seed, 10), "--rate", strconv.Itoa(a.Rate),
 		"--duplicates", f(a.Duplicates), "--transient", f(a.Transient), "--poison", f(a.Poison),
 		"--workers", strconv.Itoa(a.Workers), "--retry-budget", a.RetryBudget.String(),
+		"--inbox-bucket", a.InboxBucket.String(),
 	}
 }
 
@@ -119,6 +122,7 @@ func RoleMain(ctx context.Context, argv []string, stdin io.Reader, stdout, stder
 	fs.Float64Var(&a.Poison, "poison", 0, "poison rate")
 	fs.IntVar(&a.Workers, "workers", WorkersDefault, "concurrent deliveries (consumer)")
 	fs.DurationVar(&a.RetryBudget, "retry-budget", RetryBudgetDefault, "retry policy's MaxElapsed (consumer)")
+	fs.DurationVar(&a.InboxBucket, "inbox-bucket", 0, "claims partitioned by this bucket of OccurredAt (0: plain table)")
 	fs.BoolVar(&verbose, "verbose", false, "log everything, not only warnings")
 	fs.BoolVar(&watch, "watch-stdin", false, "stop when stdin reaches its end")
 	if err := fs.Parse(argv); err != nil {

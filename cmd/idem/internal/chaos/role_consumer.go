@@ -38,7 +38,7 @@ func runConsumer(ctx context.Context, a RoleArgs, st *stats) error {
 		return fmt.Errorf("chaos: consumer: %w", err)
 	}
 	defer pool.Close()
-	store, err := idempg.NewWithConfig(pool, idempg.Config{Schema: a.Schema})
+	store, err := idempg.NewWithConfig(pool, storeConfig(a.Schema, a.InboxBucket))
 	if err != nil {
 		return fmt.Errorf("chaos: consumer: %w", err)
 	}

@@ -28,7 +28,7 @@ func runRelay(ctx context.Context, a RoleArgs, st *stats) error {
 		return fmt.Errorf("chaos: relay: %w", err)
 	}
 	defer pool.Close()
-	store, err := idempg.NewWithConfig(pool, idempg.Config{Schema: a.Schema})
+	store, err := idempg.NewWithConfig(pool, storeConfig(a.Schema, a.InboxBucket))
 	if err != nil {
 		return fmt.Errorf("chaos: relay: %w", err)
 	}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
 )
 
@@ -99,10 +101,22 @@ var scenarioDDL = []string{
 		PRIMARY KEY (run_id, id))`,
 }
 
-// setupSchema creates a fresh schema with idem's tables (migrated) and the scenario's, and the
+// storeConfig is the idempg configuration of every process of a run: the run's schema, and the
+// claims table partitioned by day (or hour) buckets of OccurredAt when bucket is not 0, with
+// partitions kept as long as the consumers keep their claims.
+func storeConfig(schema string, bucket time.Duration) idempg.Config {
+	cfg := idempg.Config{Schema: schema}
+	if bucket > 0 {
+		cfg.Partition = idempg.PartitionConfig{Bucket: bucket, Retention: idem.RetentionDefault}
+	}
+	return cfg
+}
+
+// setupSchema creates a fresh schema with idem's tables (migrated, partitioned by bucket
+// when it is not 0) and the scenario's, and the
 // run's wallets at a zero balance.
-func setupSchema(ctx context.Context, pool *pgxpool.Pool, schema, runID string) error {
-	store, err := idempg.NewWithConfig(pool, idempg.Config{Schema: schema})
+func setupSchema(ctx context.Context, pool *pgxpool.Pool, schema, runID string, bucket time.Duration) error {
+	store, err := idempg.NewWithConfig(pool, storeConfig(schema, bucket))
 	if err != nil {
 		return err
 	}

@@ -19,7 +19,7 @@ func cleanRun(t *testing.T, runID string) tables {
 	ctx := context.Background()
 	pool := testdb.Pool(t)
 	schema := testdb.Name("idem_chaos_test_")
-	require.NoError(t, setupSchema(ctx, pool, schema, runID))
+	require.NoError(t, setupSchema(ctx, pool, schema, runID, 0))
 	t.Cleanup(func() { _ = dropSchema(context.Background(), pool, schema) })
 	tb := newTables(schema)
 	for _, q := range []string{

@@ -169,6 +169,7 @@ commit order. It exits 1 on any violation.`,
 	fl.IntVar(&consumers, "consumers", 0, "consumer processes (default 2)")
 	fl.IntVar(&opts.Outages, "outages", 0, "database outages longer than the retry budget (default 1, or one per 3 minutes of chaos)")
 	fl.Var(newDuration(&opts.RetryBudget, chaos.RetryBudgetDefault), "retry-budget", "the consumers' retry budget (MaxElapsed); every outage outlasts it")
+	fl.BoolVar(&opts.PlainInbox, "plain-inbox", false, "keep the plain claims table (default: partitioned by day of OccurredAt, where a re-send with a new OccurredAt lands in another partition)")
 	fl.Int64Var(&opts.Seed, "seed", 0, "seed of the misbehaviour and the chaos schedule (0: random, reported)")
 	fl.BoolVar(&keep, "keep", false, "keep the run's schema for inspection")
 	fl.BoolVarP(&verbose, "verbose", "v", false, "forward the processes' logs")
