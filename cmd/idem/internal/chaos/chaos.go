@@ -476,7 +476,7 @@ func (h *harness) run(ctx context.Context, exe string) (Report, error) {
 	r.Retries = h.counters["retried"]
 	r.Abandoned = h.counters["abandoned"]
 	r.TransientInjected = h.counters["transient"]
-	r.buildFaults(h.counters["sink_refused"], o.RetryBudget, o.InboxBucket)
+	r.buildFaults(h.counters, o.RetryBudget, o.InboxBucket)
 	if r.DuplicatesIgnored == 0 && r.DuplicatesInjected > 0 {
 		r.Notes = append(r.Notes, "the consumers reported no duplicate although duplicates were injected")
 	}

@@ -187,10 +187,11 @@ func countText(m map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
-// buildFaults fills r.Faults from the counts the harness and the verdict gathered; sinkRefused
-// is the relays' count of refused messages, budget the consumers' retry budget, inboxBucket
+// buildFaults fills r.Faults from the counts the harness and the verdict gathered; counters are
+// the roles' (sink_refused: messages the relays' broker refused; paused_restart: consumers that
+// paused themselves and were started again), budget the consumers' retry budget, inboxBucket
 // the claims table's partition width (0: plain table).
-func (r *Report) buildFaults(sinkRefused int, budget, inboxBucket time.Duration) {
+func (r *Report) buildFaults(counters map[string]int, budget, inboxBucket time.Duration) {
 	idents := map[string]int{}
 	n := 0
 	for kind, c := range r.Poison {
@@ -210,7 +211,7 @@ func (r *Report) buildFaults(sinkRefused int, budget, inboxBucket time.Duration)
 		"dead_letter_write_failures": {
 			Injected: "windows in which a trigger refuses every dead-letter write (SQLSTATE 53100)",
 			Count:    r.dlWindows,
-			Detail:   map[string]int{"refused_writes": r.dlRefused},
+			Detail:   map[string]int{"refused_writes": r.dlRefused, "consumer_pauses": counters["paused_restart"]},
 			Verdict: map[string]int{"bad_poison": r.BadPoison, "poison_without_dead_letter": r.lostPoison,
 				"stray_dead_letters": r.StrayDeadLetters, "lost": r.Lost},
 		},
@@ -229,7 +230,7 @@ func (r *Report) buildFaults(sinkRefused int, budget, inboxBucket time.Duration)
 		},
 		"sink_refusals": {
 			Injected: "the broker refuses one message of a pipelined batch (its PubAck fails, the rest of the batch goes on)",
-			Count:    sinkRefused,
+			Count:    counters["sink_refused"],
 			Verdict:  map[string]int{"order_violations": r.OrderViolations, "unpublished": r.Unpublished},
 		},
 	}

@@ -53,6 +53,24 @@ func runConsumer(ctx context.Context, a RoleArgs, st *stats) error {
 		return fmt.Errorf("chaos: consumer: %w", err)
 	}
 
+	// A consumer that pauses itself (a dead letter it cannot write, say) returns ErrPaused and
+	// leaves its message in the broker; an orchestrator starts it again. So does this loop,
+	// after a moment, in the same process: a pause is not an unexpected exit.
+	for {
+		err := consumeOnce(ctx, a, st, store, js)
+		if err == nil || !errors.Is(err, idem.ErrPaused) {
+			return err
+		}
+		st.add("paused_restart", 1)
+		a.Logger.LogAttrs(ctx, slog.LevelWarn, "chaos: consumer paused itself; starting it again", slog.String("error", err.Error()))
+		if !sleepCtx(ctx, time.Second) {
+			return nil
+		}
+	}
+}
+
+// consumeOnce runs the consumer until ctx ends (nil) or it pauses itself (ErrPaused).
+func consumeOnce(ctx context.Context, a RoleArgs, st *stats, store *idempg.Store, js jetstream.JetStream) error {
 	t := newTables(a.Schema)
 	h := &ledgerHandler{
 		seed: a.Seed, transient: a.Transient, stats: st,
