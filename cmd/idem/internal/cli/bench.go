@@ -167,6 +167,7 @@ commit order. It exits 1 on any violation.`,
 	fl.Var(newDuration(&opts.Duration, chaos.DurationDefault), "duration", "how long the chaos goes on before the drain")
 	fl.IntVar(&rate, "rate", 0, "offered events per second (default 200)")
 	fl.IntVar(&consumers, "consumers", 0, "consumer processes (default 2)")
+	fl.Var(newDuration(&opts.DrainTimeout, chaos.DrainTimeoutDefault), "drain-timeout", "how long the system may take to drain after the chaos (a run that does not drain in time fails)")
 	fl.IntVar(&opts.Outages, "outages", 0, "database outages longer than the retry budget (default 1, or one per 3 minutes of chaos)")
 	fl.Var(newDuration(&opts.RetryBudget, chaos.RetryBudgetDefault), "retry-budget", "the consumers' retry budget (MaxElapsed); every outage outlasts it")
 	fl.BoolVar(&opts.PlainInbox, "plain-inbox", false, "keep the plain claims table (default: partitioned by day of OccurredAt, where a re-send with a new OccurredAt lands in another partition)")
