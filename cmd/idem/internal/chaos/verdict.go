@@ -79,6 +79,9 @@ const (
 		AND NOT (d.consumer = $2 AND ` + excusedDL + `)`
 	// qEdgeAccepted: poison identities the outbox accepted (its Enqueue must refuse them).
 	qEdgeAccepted = `SELECT count(*) FROM {orders} WHERE run_id = $1 AND edge_accepted`
+	// qEdgeAcceptedKinds: the kinds of the poison identities the outbox accepted.
+	qEdgeAcceptedKinds = `SELECT COALESCE(string_agg(DISTINCT poison, ', ' ORDER BY poison), '')
+		FROM {orders} WHERE run_id = $1 AND edge_accepted`
 	// qValidDeadLettered: valid events with a dead letter of their own (not key_reuse).
 	qValidDeadLettered = `SELECT count(DISTINCT d.event_id) FROM {dead_letters} d
 		WHERE d.reason <> 'key_reuse' AND NOT ` + excusedDL + ` AND EXISTS (SELECT 1 FROM {orders} o
@@ -243,7 +246,13 @@ func check(ctx context.Context, pool *pgxpool.Pool, t tables, runID string, r *R
 		}
 	}
 	add(r.Unpublished, "%d outbox rows were never published")
-	add(*edgeAccepted, "the outbox accepted %d poison identities (Enqueue must refuse them)")
+	if *edgeAccepted > 0 {
+		var kinds string
+		if err := pool.QueryRow(ctx, t.sql(qEdgeAcceptedKinds), runID).Scan(&kinds); err != nil {
+			return fmt.Errorf("check run %s: kinds of poison identities the outbox accepted: %w", runID, err)
+		}
+		add(*edgeAccepted, "the outbox accepted %d poison identities (%s; Enqueue must refuse them)", kinds)
+	}
 	add(r.ClaimsWithoutEffect, "%d claims have no effect (no ledger row)")
 	add(r.EffectsWithoutClaim, "%d ledger rows have no claim")
 	r.OK = len(r.Violations) == 0
