@@ -25,6 +25,25 @@ type BatchStore[TTx any] interface {
 	ReleaseClaimTx(ctx context.Context, tx TTx, key Key) error
 }
 
+// ErrTxEnded is wrapped by an error that reports a transaction ended behind idem's back: a
+// statement of a handler rolled back (or committed) the whole transaction, e.g. a SQLite
+// trigger's RAISE(ROLLBACK), an ON CONFLICT ROLLBACK clause, or a ROLLBACK run on the
+// transaction. What the transaction held is gone, claims included, and what runs after it runs
+// outside any transaction; so a BatchStore's SavepointTx wraps it when it cannot roll back to or
+// release its savepoint because the transaction is gone, and the consumer then aborts the
+// batch's transaction instead of carrying on.
+var ErrTxEnded = errors.New("the transaction ended inside the handler")
+
+// TxEndChecker is implemented by a BatchStore that can tell cheaply (without a network round
+// trip) whether a batch's tx has ended behind idem's back (idempg: the connection reports no
+// open transaction; idemsqlite: a marker savepoint is gone). The batch path asks it after every
+// handler, so a handler that ended the transaction and returned nil aborts the batch before the
+// next handler runs outside it.
+type TxEndChecker[TTx any] interface {
+	// TxEnded reports whether tx is no longer open on its connection.
+	TxEnded(tx TTx) bool
+}
+
 // Defaults for BatchConfig.
 const (
 	// BatchSizeDefault is how many deliveries one batch takes when batching is on.
@@ -100,22 +119,19 @@ func (c *Consumer[TTx]) processBatch(ctx context.Context, msgs []Message, settle
 		params = append(params, ClaimParams{Key: res.Key, Fingerprint: res.Fingerprint, Now: now, Bucket: res.bucket})
 	}
 
-	if len(items) > 0 && c.cfg.Batch.Savepoints {
-		c.applyBatch(ctx, bs, items, params, results, settles, true)
-	} else if len(items) > 0 {
-		// Optimistic: no savepoints. A failing event aborts the attempt; it is set aside and
-		// the rest is tried again, so each failure costs one extra transaction.
-		its, ps := items, params
-		for len(its) > 0 {
-			failedAt := c.applyBatch(ctx, bs, its, ps, results, settles, false)
-			if failedAt < 0 {
-				break
-			}
-			// results[its[failedAt].i] holds that event's failure: it takes its own path (retry or
-			// dead letter) without running again in this delivery.
-			its = append(its[:failedAt:failedAt], its[failedAt+1:]...)
-			ps = append(ps[:failedAt:failedAt], ps[failedAt+1:]...)
+	// A failing event aborts the attempt (without savepoints: any failure; with them: a handler
+	// that ended the transaction itself); it is set aside and the rest is tried again, so each
+	// such failure costs one extra transaction.
+	its, ps := items, params
+	for len(its) > 0 {
+		failedAt := c.applyBatch(ctx, bs, its, ps, results, settles, c.cfg.Batch.Savepoints)
+		if failedAt < 0 {
+			break
 		}
+		// results[its[failedAt].i] holds that event's failure: it takes its own path (retry or
+		// dead letter) without running again in this delivery.
+		its = append(its[:failedAt:failedAt], its[failedAt+1:]...)
+		ps = append(ps[:failedAt:failedAt], ps[failedAt+1:]...)
 	}
 	slices.Sort(later)
 	for _, i := range later {
@@ -135,10 +151,42 @@ var errBatchAborted = errors.New("idem: batch attempt aborted by a failing event
 
 // applyBatch runs one transaction over items: one multi-row claim, then each new event's
 // handler (in a savepoint when savepoints is set). It writes each item's result. Without
-// savepoints, the first failing event aborts the transaction: applyBatch writes that event's
-// failure and returns its position in items (the others' results are then not final);
-// otherwise it returns -1.
+// savepoints, the first failing event aborts the transaction; with them, the first event whose
+// handler ended the transaction (ErrTxEnded) does. applyBatch then writes that event's failure
+// and returns its position in items (the others' results are then not final); otherwise it
+// returns -1.
+//
+// When the multi-row claim itself fails (one id the database cannot store, one claim a
+// constraint refuses), the transaction rolls back and each event is claimed and applied alone,
+// in a transaction of its own: only the unclaimable event fails, with the database's own
+// error, and the others proceed. That costs a transaction per event, for this batch only.
 func (c *Consumer[TTx]) applyBatch(ctx context.Context, bs BatchStore[TTx], items []batchItem, params []ClaimParams, results []Result, settles []func(context.Context, TTx) error, savepoints bool) int {
+	failedAt, claimErr := c.applyBatchOnce(ctx, bs, items, params, results, settles, savepoints)
+	if claimErr == nil {
+		return failedAt
+	}
+	if len(items) == 1 || ctx.Err() != nil {
+		for _, it := range items {
+			results[it.i] = c.finishResult(ctx, results[it.i], 0, claimErr)
+		}
+		return -1
+	}
+	for j := range items {
+		c.applyBatch(ctx, bs, items[j:j+1], params[j:j+1], results, settles, savepoints)
+	}
+	return -1
+}
+
+// errClaimBatch carries a failed multi-row claim out of the batch's transaction.
+type errClaimBatch struct{ err error }
+
+func (e *errClaimBatch) Error() string { return e.err.Error() }
+func (e *errClaimBatch) Unwrap() error { return e.err }
+
+// applyBatchOnce is applyBatch without the fallback: when the multi-row claim fails it writes
+// no result and returns the claim's error.
+func (c *Consumer[TTx]) applyBatchOnce(ctx context.Context, bs BatchStore[TTx], items []batchItem, params []ClaimParams, results []Result, settles []func(context.Context, TTx) error, savepoints bool) (int, error) {
+	checker, _ := bs.(TxEndChecker[TTx])
 	statuses := make([]ClaimStatus, len(items))
 	failed := make([]error, len(items))
 	failedAt := -1
@@ -149,7 +197,10 @@ func (c *Consumer[TTx]) applyBatch(ctx context.Context, bs BatchStore[TTx], item
 		}
 		crs, err := bs.ClaimBatchTx(ctx, tx, params)
 		if err != nil {
-			return fmt.Errorf("idem: claim batch of %d: %w", len(params), err)
+			if len(params) == 1 {
+				return &errClaimBatch{fmt.Errorf("idem: claim %s: %w", params[0].Key, err)}
+			}
+			return &errClaimBatch{fmt.Errorf("idem: claim batch of %d: %w", len(params), err)}
 		}
 		if len(crs) != len(params) {
 			return fmt.Errorf("idem: claim batch of %d: store returned %d results", len(params), len(crs))
@@ -169,6 +220,21 @@ func (c *Consumer[TTx]) applyBatch(ctx context.Context, bs BatchStore[TTx], item
 				}
 				return nil
 			}
+			// ended aborts the attempt when event j's handler (or settle) ended the transaction.
+			ended := func(err error) bool {
+				if errors.Is(err, ErrTxEnded) {
+					failedAt, failure = j, err
+					return true
+				}
+				if checker != nil && checker.TxEnded(tx) {
+					failedAt, failure = j, fmt.Errorf("%w (found after it returned %v)", ErrTxEnded, err)
+					if err == nil {
+						failure = fmt.Errorf("%w (found after it returned)", ErrTxEnded)
+					}
+					return true
+				}
+				return false
+			}
 			switch cr.Status {
 			case ClaimNew:
 				if !savepoints {
@@ -176,13 +242,21 @@ func (c *Consumer[TTx]) applyBatch(ctx context.Context, bs BatchStore[TTx], item
 						failedAt, failure = j, err
 						return errBatchAborted
 					}
+					if ended(nil) {
+						return errBatchAborted
+					}
 					continue
 				}
 				if err := bs.SavepointTx(ctx, tx, apply); err != nil {
+					if ended(err) {
+						return errBatchAborted
+					}
 					failed[j] = err
 					if rerr := bs.ReleaseClaimTx(ctx, tx, params[j].Key); rerr != nil {
 						return fmt.Errorf("idem: release claim %s after handler error: %w", params[j].Key, rerr)
 					}
+				} else if ended(nil) {
+					return errBatchAborted
 				}
 			case ClaimDuplicate:
 				if settle != nil {
@@ -194,7 +268,12 @@ func (c *Consumer[TTx]) applyBatch(ctx context.Context, bs BatchStore[TTx], item
 						continue
 					}
 					// A duplicate whose lease is gone is simply left to its new owner.
-					failed[j] = bs.SavepointTx(ctx, tx, settle)
+					if err := bs.SavepointTx(ctx, tx, settle); err != nil {
+						if ended(err) {
+							return errBatchAborted
+						}
+						failed[j] = err
+					}
 				}
 			case ClaimConflict:
 				failed[j] = &KeyReuseError{Key: params[j].Key, Claimed: cr.Existing, Received: params[j].Fingerprint}
@@ -208,7 +287,11 @@ func (c *Consumer[TTx]) applyBatch(ctx context.Context, bs BatchStore[TTx], item
 		// Everything rolled back, the failing event's claim with it.
 		it := items[failedAt]
 		results[it.i] = c.finishResult(ctx, results[it.i], statuses[failedAt], failure)
-		return failedAt
+		return failedAt, nil
+	}
+	var claimErr *errClaimBatch
+	if errors.As(err, &claimErr) {
+		return -1, claimErr.err
 	}
 	for j, it := range items {
 		res := results[it.i]
@@ -222,7 +305,7 @@ func (c *Consumer[TTx]) applyBatch(ctx context.Context, bs BatchStore[TTx], item
 			results[it.i] = c.finishResult(ctx, res, statuses[j], nil)
 		}
 	}
-	return -1
+	return -1, nil
 }
 
 func settleAt[TTx any](settles []func(context.Context, TTx) error, i int) func(context.Context, TTx) error {

@@ -41,14 +41,16 @@ type ClaimParams struct {
 	// Now is the claim's creation time; retention is measured from it.
 	Now time.Time
 	// Bucket is the start of the event's time bucket (its occurrence time truncated to the
-	// store's ClaimBucket) for a partitioned inbox; zero for a plain one. Because it comes from
-	// the event, every delivery of the event lands in the same partition.
+	// store's ClaimBucket) for a partitioned inbox; zero for a plain one. It is informational:
+	// a store must never make it part of the key or choose a partition by it, since a re-send
+	// of the event may carry another occurrence time (idempg places a claim by Now).
 	Bucket time.Time
 }
 
-// BucketedStore is a Store whose inbox is partitioned by the event's time bucket. The consumer
-// then requires each event's occurrence time (Message.OccurredAt, which the outbox always sets)
-// and dead-letters as too_old an event whose bucket may already have been dropped.
+// BucketedStore is a Store whose inbox is partitioned by time and drops whole partitions after
+// ClaimRetention. The key stays (tenant, consumer, event_id) alone. The consumer then requires
+// each event's occurrence time (Message.OccurredAt, which the outbox always sets) and
+// dead-letters as too_old an event older than its Retention.
 type BucketedStore interface {
 	// ClaimBucket is the bucket width (an hour or a day); 0 means the inbox is not partitioned.
 	ClaimBucket() time.Duration

@@ -69,6 +69,7 @@ CLIENT_PKGS=(github.com/jackc/pgx/v5 github.com/jackc/pgx/v5/pgxpool); check ide
 CLIENT_PKGS=(modernc.org/sqlite); check idemsqlite modernc.org/sqlite
 CLIENT_PKGS=(github.com/nats-io/nats.go/jetstream); check idemnats github.com/nats-io/nats.go
 CLIENT_PKGS=(github.com/rabbitmq/amqp091-go); check idemamqp github.com/rabbitmq/amqp091-go
+CLIENT_PKGS=(github.com/redis/go-redis/v9); check idemredis github.com/redis/go-redis/v9
 CLIENT_PKGS=(github.com/prometheus/client_golang/prometheus); check idemprom github.com/prometheus/client_golang
 CLIENT_PKGS=(github.com/santhosh-tekuri/jsonschema/v6 golang.org/x/text/message); check idemschema github.com/santhosh-tekuri/jsonschema/v6 golang.org/x/text
 exit $fail

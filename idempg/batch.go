@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/idemkit/idem"
 )
@@ -19,6 +20,11 @@ var _ idem.BatchStore[pgx.Tx] = (*Store)(nil)
 // order so that overlapping batches lock them in the same order. Results come back in the order
 // of ps. A claim that vanished between the two statements (garbage collection) is claimed again
 // on its own.
+//
+// On a partitioned store it does what ClaimTx does, for every key at once: it takes the keys'
+// advisory locks (in the order of their lock keys, so overlapping batches do not deadlock),
+// then looks the keys up in every partition and inserts the missing ones in the partition of
+// their creation time, in one pipelined round trip. p.Bucket is ignored.
 func (s *Store) ClaimBatchTx(ctx context.Context, tx pgx.Tx, ps []idem.ClaimParams) ([]idem.ClaimResult, error) {
 	n := len(ps)
 	if n == 0 {
@@ -32,8 +38,9 @@ func (s *Store) ClaimBatchTx(ctx context.Context, tx pgx.Tx, ps []idem.ClaimPara
 	tenants, consumers, ids := make([]string, n), make([]string, n), make([]string, n)
 	fps, nows := make([][]byte, n), make([]time.Time, n)
 	var buckets []time.Time
+	var locks []int64
 	if s.bucket != 0 {
-		buckets = make([]time.Time, n)
+		buckets, locks = make([]time.Time, n), make([]int64, n)
 	}
 	for j, i := range order {
 		p := ps[i]
@@ -49,10 +56,7 @@ func (s *Store) ClaimBatchTx(ctx context.Context, tx pgx.Tx, ps []idem.ClaimPara
 		}
 		tenants[j], consumers[j], ids[j], fps[j], nows[j] = p.Key.Tenant, p.Key.Consumer, p.Key.EventID, p.Fingerprint[:], now
 		if buckets != nil {
-			if p.Bucket.IsZero() {
-				return nil, fmt.Errorf("idempg: claim batch: %w", errZeroBucket(p.Key))
-			}
-			buckets[j] = p.Bucket.UTC().Truncate(s.bucket)
+			buckets[j], locks[j] = now.UTC().Truncate(s.bucket), s.keyLock(p.Key)
 		}
 	}
 	index := make(map[idem.Key]int, n)
@@ -60,23 +64,45 @@ func (s *Store) ClaimBatchTx(ctx context.Context, tx pgx.Tx, ps []idem.ClaimPara
 		index[p.Key] = i
 	}
 	results := make([]idem.ClaimResult, n)
-
-	var rows pgx.Rows
 	var err error
 	if buckets != nil {
-		rows, err = tx.Query(ctx, s.q.claimBatch, tenants, consumers, ids, buckets, fps, nows)
+		slices.Sort(locks)
+		locks = slices.Compact(locks)
+		err = s.claimBatchPartitioned(ctx, tx, index, results, locks, tenants, consumers, ids, buckets, fps, nows)
 	} else {
-		rows, err = tx.Query(ctx, s.q.claimBatch, tenants, consumers, ids, fps, nows)
+		err = s.claimBatchPlain(ctx, tx, index, results, tenants, consumers, ids, fps, nows)
 	}
 	if err != nil {
-		return nil, s.claimBatchError(n, err)
+		return nil, err
+	}
+	for i := range results {
+		switch {
+		case results[i].Status == 0:
+			if results[i], err = s.ClaimTx(ctx, tx, ps[i]); err != nil {
+				return nil, err
+			}
+		case results[i].Status == idem.ClaimDuplicate && results[i].Existing != ps[i].Fingerprint:
+			results[i].Status = idem.ClaimConflict
+		}
+	}
+	return results, nil
+}
+
+// claimBatchPlain inserts the keys into the plain claims table and reads the existing claims of
+// those it did not insert; it fills results by index.
+func (s *Store) claimBatchPlain(ctx context.Context, tx pgx.Tx, index map[idem.Key]int, results []idem.ClaimResult,
+	tenants, consumers, ids []string, fps [][]byte, nows []time.Time) error {
+	n := len(results)
+	rows, err := tx.Query(ctx, s.q.claimBatch, tenants, consumers, ids, fps, nows)
+	if err != nil {
+		return s.claimBatchError(n, err)
 	}
 	inserted := 0
 	var k idem.Key
 	for rows.Next() {
 		if err := rows.Scan(&k.Tenant, &k.Consumer, &k.EventID); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("idempg: claim batch of %d: scan: %w", n, err)
+			return fmt.Errorf("idempg: claim batch of %d: scan: %w", n, err)
 		}
 		if i, ok := index[k]; ok {
 			results[i].Status = idem.ClaimNew
@@ -84,52 +110,92 @@ func (s *Store) ClaimBatchTx(ctx context.Context, tx pgx.Tx, ps []idem.ClaimPara
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.claimBatchError(n, err)
+		return s.claimBatchError(n, err)
 	}
 	if inserted == n {
-		return results, nil
+		return nil
 	}
-
-	if buckets != nil {
-		rows, err = tx.Query(ctx, s.q.claimBatchSelect, tenants, consumers, ids, buckets)
-	} else {
-		rows, err = tx.Query(ctx, s.q.claimBatchSelect, tenants, consumers, ids)
-	}
+	rows, err = tx.Query(ctx, s.q.claimBatchSelect, tenants, consumers, ids)
 	if err != nil {
-		return nil, fmt.Errorf("idempg: read existing claims of a batch of %d: %w", n, err)
+		return fmt.Errorf("idempg: read existing claims of a batch of %d: %w", n, err)
 	}
 	for rows.Next() {
 		var fp []byte
 		var at time.Time
 		if err := rows.Scan(&k.Tenant, &k.Consumer, &k.EventID, &fp, &at); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("idempg: read existing claims: scan: %w", err)
+			return fmt.Errorf("idempg: read existing claims: scan: %w", err)
 		}
 		i, ok := index[k]
 		if !ok || results[i].Status == idem.ClaimNew {
 			continue
 		}
-		existing, err := idem.FingerprintFromBytes(fp)
-		if err != nil {
+		if err := setFound(&results[i], k, fp, at); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("idempg: claim of event %s: %w", k.EventID, err)
-		}
-		results[i] = idem.ClaimResult{Status: idem.ClaimDuplicate, Existing: existing, ClaimedAt: at}
-		if existing != ps[i].Fingerprint {
-			results[i].Status = idem.ClaimConflict
+			return err
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("idempg: read existing claims: %w", err)
+		return fmt.Errorf("idempg: read existing claims: %w", err)
 	}
-	for i := range results {
-		if results[i].Status == 0 {
-			if results[i], err = s.ClaimTx(ctx, tx, ps[i]); err != nil {
-				return nil, err
+	return nil
+}
+
+// claimBatchPartitioned takes the keys' locks (sorted, distinct lock keys) and then looks up
+// and inserts every key, in one pipelined round trip; it fills results by index.
+func (s *Store) claimBatchPartitioned(ctx context.Context, tx pgx.Tx, index map[idem.Key]int, results []idem.ClaimResult,
+	locks []int64, tenants, consumers, ids []string, buckets []time.Time, fps [][]byte, nows []time.Time) error {
+	n := len(results)
+	var isolation string
+	b := &pgx.Batch{}
+	b.Queue(s.q.claimBatchLock, locks).QueryRow(func(row pgx.Row) error {
+		var locked int64
+		return row.Scan(&locked, &isolation)
+	})
+	b.Queue(s.q.claimBatch, tenants, consumers, ids, buckets, fps, nows).Query(func(rows pgx.Rows) error {
+		var k idem.Key
+		for rows.Next() {
+			var (
+				inserted bool
+				fp       []byte
+				at       pgtype.Timestamptz
+			)
+			if err := rows.Scan(&inserted, &k.Tenant, &k.Consumer, &k.EventID, &fp, &at); err != nil {
+				return fmt.Errorf("scan: %w", err)
+			}
+			i, ok := index[k]
+			if !ok {
+				continue
+			}
+			if inserted {
+				results[i] = idem.ClaimResult{Status: idem.ClaimNew}
+				continue
+			}
+			if err := setFound(&results[i], k, fp, timeOf(at)); err != nil {
+				return err
 			}
 		}
+		return rows.Err()
+	})
+	err := tx.SendBatch(ctx, b).Close()
+	if isolation != "" && isolation != "read committed" {
+		return fmt.Errorf("idempg: claim batch of %d: %w", n, isolationError(isolation))
 	}
-	return results, nil
+	if err != nil {
+		return s.claimBatchError(n, err)
+	}
+	return nil
+}
+
+// setFound records an existing claim of k as a duplicate; ClaimBatchTx then turns it into a
+// conflict when the fingerprints differ.
+func setFound(r *idem.ClaimResult, k idem.Key, fp []byte, at time.Time) error {
+	existing, err := idem.FingerprintFromBytes(fp)
+	if err != nil {
+		return fmt.Errorf("idempg: claim of event %s: %w", k.EventID, err)
+	}
+	*r = idem.ClaimResult{Status: idem.ClaimDuplicate, Existing: existing, ClaimedAt: at}
+	return nil
 }
 
 // claimBatchError describes a failed batch insert; one row without a partition fails it all.
@@ -165,11 +231,14 @@ func cmpString(a, b string) int {
 }
 
 // SavepointTx runs fn in a savepoint of tx (pgx's nested transaction): an error or panic from
-// fn rolls back to the savepoint only.
+// fn rolls back to the savepoint only. When the savepoint can be neither rolled back to nor
+// released because fn ended the whole transaction (a ROLLBACK or COMMIT run on it: the
+// connection reports no open transaction), the error wraps idem.ErrTxEnded, and the consumer
+// aborts the batch.
 func (s *Store) SavepointTx(ctx context.Context, tx pgx.Tx, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("idempg: savepoint: %w", err)
+		return fmt.Errorf("idempg: savepoint: %w", s.txEnded(tx, err))
 	}
 	done := false
 	defer func() {
@@ -180,15 +249,36 @@ func (s *Store) SavepointTx(ctx context.Context, tx pgx.Tx, fn func(ctx context.
 	if err := fn(ctx, sp); err != nil {
 		done = true
 		if rerr := sp.Rollback(ctx); rerr != nil {
-			return fmt.Errorf("idempg: rollback to savepoint after %w: %w", err, rerr)
+			return fmt.Errorf("idempg: rollback to savepoint after %w: %w", err, s.txEnded(tx, rerr))
 		}
 		return err
 	}
 	done = true
+	if s.TxEnded(tx) {
+		return fmt.Errorf("idempg: release savepoint: %w", idem.ErrTxEnded)
+	}
 	if err := sp.Commit(ctx); err != nil {
-		return fmt.Errorf("idempg: release savepoint: %w", err)
+		return fmt.Errorf("idempg: release savepoint: %w", s.txEnded(tx, err))
 	}
 	return nil
+}
+
+var _ idem.TxEndChecker[pgx.Tx] = (*Store)(nil)
+
+// TxEnded implements idem.TxEndChecker: it reports whether tx's connection says no transaction
+// is open (a statement ended it behind pgx's back), from the status of its last message, so
+// without a round trip.
+func (s *Store) TxEnded(tx pgx.Tx) bool {
+	c := tx.Conn()
+	return c != nil && !c.IsClosed() && c.PgConn().TxStatus() == 'I'
+}
+
+// txEnded wraps err with idem.ErrTxEnded when tx's transaction is gone.
+func (s *Store) txEnded(tx pgx.Tx, err error) error {
+	if s.TxEnded(tx) {
+		return fmt.Errorf("%w: %w", idem.ErrTxEnded, err)
+	}
+	return err
 }
 
 // ReleaseClaimTx deletes a claim made earlier in tx, for an event whose handler failed inside

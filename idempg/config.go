@@ -48,19 +48,21 @@ type Config struct {
 	Partition PartitionConfig
 }
 
-// PartitionConfig turns the claims table into one range-partitioned by the event's time bucket:
-// its producer-assigned occurrence time (idem.Message.OccurredAt) truncated to Bucket, in UTC.
-// The bucket is part of the claim's primary key, so every delivery of an event lands in the
-// same partition and concurrent deliveries still serialise on one key; retention then drops
-// whole partitions (DropExpiredPartitions) instead of deleting rows, and partitions are created
-// ahead of time (EnsurePartitions).
+// PartitionConfig turns the claims table into one range-partitioned by the claim's creation
+// time (the consumer's now) truncated to Bucket, in UTC. The key stays (tenant, consumer,
+// event_id) alone: a claim takes an advisory lock on its key and looks for it in every live
+// partition before inserting, so deliveries of one event apply once whatever their
+// OccurredAt and whichever bucket the first claim went to. Retention then drops whole
+// partitions (DropExpiredPartitions) instead of deleting rows: a claim lives at least Retention
+// after its creation. Partitions are created ahead of time (EnsurePartitions). Transactions
+// must run at READ COMMITTED (PostgreSQL's default): the store refuses a higher default
+// isolation.
 //
 // The layout is fixed when Migrate creates the table: Migrate refuses a database whose claims
 // table has another layout or bucket width than this config.
 //
-// An event's occurrence time becomes part of its identity. The outbox keeps it across
-// republishes and replays; a producer that stamps a redelivery of the same event id with
-// another time in another bucket makes it a new key, applied again.
+// A claim looks up its key in every partition (one primary-key probe each), so the claim's
+// cost grows with the number of partitions: prefer day buckets for a long retention.
 type PartitionConfig struct {
 	// Bucket is the partition width: 0 keeps the plain table (the default), time.Hour or
 	// 24*time.Hour partitions it. Anything else is refused.

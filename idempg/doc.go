@@ -9,11 +9,12 @@
 // shared connection, and fall back to polling when that connection is unavailable.
 //
 // The claims table is plain by default, and garbage collection deletes expired claims in
-// batches. For a high-volume inbox, Config.Partition range-partitions it by the event's time
-// bucket (its OccurredAt truncated to an hour or a day): retention then drops whole partitions
-// (DropExpiredPartitions), partitions are created ahead of time (EnsurePartitions), and the
-// store implements idem.BucketedStore, so consumers require each event's OccurredAt and
-// dead-letter as too_old an event whose partition may be gone. See partition.go.
+// batches. For a high-volume inbox, Config.Partition range-partitions it by the claim's creation
+// time (truncated to an hour or a day), while the key stays (tenant, consumer, event_id) alone:
+// a claim locks its key and finds an earlier claim in any partition. Retention then drops whole
+// partitions (DropExpiredPartitions), partitions are created ahead of time (EnsurePartitions),
+// and the store implements idem.BucketedStore, so consumers require each event's OccurredAt and
+// dead-letter as too_old an event older than their retention. See partition.go.
 //
 //	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 //	…

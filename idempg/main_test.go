@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -161,10 +162,35 @@ func bundle(tb testing.TB, store *idempg.Store) storetest.Bundle[pgx.Tx] {
 			err := pool.QueryRow(ctx, claimRows, key.Tenant, key.Consumer, key.EventID).Scan(&n)
 			return n, err
 		},
+		// A CHECK constraint refuses the event's claims, as PostgreSQL refuses a row it cannot
+		// store (on a partitioned table it reaches every partition).
+		RejectClaims: func(ctx context.Context, eventID string) error {
+			_, err := pool.Exec(ctx, `ALTER TABLE `+table(store, "claims")+` ADD CONSTRAINT reject_`+
+				hex.EncodeToString([]byte(eventID))+` CHECK (event_id <> `+quoteLiteral(eventID)+`)`)
+			return err
+		},
+		// A ROLLBACK run on the transaction ends it, even from inside a savepoint; it succeeds.
+		KillTx: func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "ROLLBACK")
+			return err
+		},
 	}
 }
+
+// quoteLiteral quotes s as an SQL string literal.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // TestConformance runs the shared store suite against PostgreSQL.
 func TestConformance(t *testing.T) {
 	storetest.Exercise(t, factory)
+}
+
+// TestConformanceBatch runs the batched path's suite against PostgreSQL, plain and partitioned.
+func TestConformanceBatch(t *testing.T) {
+	t.Parallel()
+	t.Run("Plain", func(t *testing.T) { t.Parallel(); storetest.ExerciseBatch(t, factory) })
+	t.Run("PartitionedDay", func(t *testing.T) {
+		t.Parallel()
+		storetest.ExerciseBatch(t, partitionedFactory(idempg.PartitionConfig{Bucket: day, Retention: 7 * day}))
+	})
 }

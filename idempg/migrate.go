@@ -114,7 +114,8 @@ func advisoryKey(s string) int64 {
 // The claims table's layout (plain, or partitioned by Config.Partition.Bucket) is fixed when it
 // is created: Migrate refuses, changing nothing, a database whose claims table has another
 // layout or bucket width than the config, and checks again after migrating (a migrator with
-// another config may have created it meanwhile). On a partitioned store it then creates the
+// another config may have created it meanwhile). On a partitioned store it then refuses a
+// default transaction isolation above READ COMMITTED (see Store.ClaimTx) and creates the
 // partitions from the retention horizon to Partition.Ahead past now (EnsurePartitions).
 func (s *Store) Migrate(ctx context.Context) error {
 	if err := s.checkLayout(ctx); err != nil {
@@ -129,6 +130,14 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return err
 	}
 	if s.bucket != 0 {
+		var level string
+		if err := s.pool.QueryRow(ctx, `SELECT current_setting('default_transaction_isolation')`).Scan(&level); err != nil {
+			return fmt.Errorf("idempg: read default_transaction_isolation: %w", err)
+		}
+		if level != "read committed" {
+			return fmt.Errorf("idempg: Config.Partition is set, but the database's default_transaction_isolation is %q: %w",
+				level, isolationError(level))
+		}
 		if _, err := s.EnsurePartitions(ctx, time.Now()); err != nil {
 			return err
 		}
@@ -188,7 +197,7 @@ func (s *Store) MigrationSQL() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "-- idem PostgreSQL schema: schema %s, prefix %q\n", s.cfg.Schema, s.cfg.Prefix)
 	if s.bucket != 0 {
-		fmt.Fprintf(&b, "-- Claims partitioned by %s of the event's occurrence time; create the partitions with\n"+
+		fmt.Fprintf(&b, "-- Claims partitioned by %s of their creation time; create the partitions with\n"+
 			"-- Store.EnsurePartitions (Migrate calls it) before consuming, and at least every %v after.\n",
 			bucketUnit(s.bucket), s.cfg.Partition.Ahead)
 	}

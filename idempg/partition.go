@@ -17,7 +17,8 @@ import (
 
 // The partitioned inbox (Config.Partition).
 //
-// Claims live in range partitions of their event's time bucket, named
+// Claims live in range partitions of their creation time's bucket (the claim's now, never the
+// event's time, which a re-send may change), named
 // {prefix}claims_pYYYYMMDD (day buckets) or {prefix}claims_pYYYYMMDDHH (hour buckets) after the
 // bucket's start in UTC. Both maintenance operations keep running consumers unblocked, which
 // the plain DDL would not:
@@ -43,18 +44,19 @@ import (
 // every older snapshot of the database). Maintainers on several hosts serialise on an advisory
 // lock.
 
-// ErrPartitionMissing is wrapped by a claim whose time bucket has no partition: an event
-// stamped further ahead than Partition.Ahead, or partitions that were not created in time.
-// ClassifyError reports it as transient, so the delivery is retried; the store also starts
-// creating the partitions of the current window in the background (never one for the event's
-// own far-away bucket, which a bad producer clock could otherwise fill the schema with).
-var ErrPartitionMissing = errors.New("no claims partition for the event's time bucket")
+// ErrPartitionMissing is wrapped by a claim whose bucket (of its creation time) has no
+// partition: partitions that were not created in time, or a consumer clock (ConsumerConfig.Now)
+// far from the store's. ClassifyError reports it as transient, so the delivery is retried; the
+// store also starts creating the partitions of the current window in the background (never one
+// for a far-away bucket, which a bad clock could otherwise fill the schema with).
+var ErrPartitionMissing = errors.New("no claims partition for the claim's time bucket")
 
 var _ idem.BucketedStore = (*Store)(nil)
 
 // ClaimBucket implements idem.BucketedStore: the partition width (Config.Partition.Bucket), or
-// 0 for the plain claims table. idem.Consumer then requires each event's OccurredAt and passes
-// its bucket with every claim.
+// 0 for the plain claims table. idem.Consumer then requires each event's OccurredAt (for its
+// too_old check); the store places a claim by the claim's own time and ignores the bucket the
+// consumer passes.
 func (s *Store) ClaimBucket() time.Duration { return s.bucket }
 
 // ClaimRetention is how long partitions are kept (Config.Partition.Retention); a consumer whose
@@ -462,11 +464,11 @@ func (s *Store) missingPartition(err error, what string, bucket time.Time) error
 		why += fmt.Sprintf("(a bucket further ahead than Partition.Ahead (%v) is retried until EnsurePartitions reaches it); "+
 			"creating the current partitions in the background", s.cfg.Partition.Ahead)
 	case bucket.Before(first):
-		why = fmt.Sprintf("the bucket is past the retention horizon (Partition.Retention %v) and was dropped; "+
-			"the consumer refuses the event as too_old once it is older than its Retention", s.cfg.Partition.Retention)
+		why = fmt.Sprintf("the claim's time is past the retention horizon (Partition.Retention %v), whose partitions "+
+			"are dropped: is the consumer's clock (ConsumerConfig.Now) behind?", s.cfg.Partition.Retention)
 	case bucket.After(last):
-		why = fmt.Sprintf("the bucket is further ahead than Partition.Ahead (%v); the claim is retried until "+
-			"EnsurePartitions reaches it", s.cfg.Partition.Ahead)
+		why = fmt.Sprintf("the claim's time is further ahead than Partition.Ahead (%v): is the consumer's clock "+
+			"(ConsumerConfig.Now) ahead? The claim is retried until EnsurePartitions reaches it", s.cfg.Partition.Ahead)
 	default:
 		why = "the partitions were not created in time (run EnsurePartitions at least once per Partition.Ahead); " +
 			"creating them in the background; retry"

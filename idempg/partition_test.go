@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
@@ -73,13 +74,14 @@ func tableExists(t *testing.T, store *idempg.Store, name string) bool {
 	return ok
 }
 
-// claimIn claims key in bucket in a transaction of its own.
-func claimIn(t *testing.T, store *idempg.Store, key idem.Key, fp idem.Fingerprint, bucket time.Time) (idem.ClaimResult, error) {
+// claimIn claims key at the claim time at (zero: the store's now) in a transaction of its own;
+// a partitioned store places the claim in at's bucket.
+func claimIn(t *testing.T, store *idempg.Store, key idem.Key, fp idem.Fingerprint, at time.Time) (idem.ClaimResult, error) {
 	t.Helper()
 	var res idem.ClaimResult
 	err := store.InTx(context.Background(), func(ctx context.Context, tx pgx.Tx) error {
 		var err error
-		res, err = store.ClaimTx(ctx, tx, idem.ClaimParams{Key: key, Fingerprint: fp, Bucket: bucket})
+		res, err = store.ClaimTx(ctx, tx, idem.ClaimParams{Key: key, Fingerprint: fp, Now: at})
 		return err
 	})
 	return res, err
@@ -300,52 +302,81 @@ func TestPartitionClaim(t *testing.T) {
 	fpA, fpB := idem.Fingerprint{1, 2, 3}, idem.Fingerprint{9, 9, 9}
 	today := time.Now().UTC().Truncate(day)
 
-	t.Run("KeyIncludesBucket", func(t *testing.T) {
+	t.Run("KeyIsTheKeyAlone", func(t *testing.T) {
 		t.Parallel()
 		store := newStore(t, idempg.Config{Partition: p})
 		key := idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-1"}
 		yesterday := today.Add(-day)
 		for _, tc := range []struct {
-			name   string
-			fp     idem.Fingerprint
-			bucket time.Time
-			want   idem.ClaimStatus
+			name string
+			fp   idem.Fingerprint
+			at   time.Time // the claim's time
+			want idem.ClaimStatus
 		}{
-			{"new", fpA, yesterday.Add(5 * time.Hour), idem.ClaimNew},
-			{"duplicate, other time in the bucket", fpA, yesterday.Add(17 * time.Hour), idem.ClaimDuplicate},
-			{"conflict in the bucket", fpB, yesterday, idem.ClaimConflict},
-			{"same key in another bucket", fpB, today.Add(time.Hour), idem.ClaimNew},
+			{"new, yesterday", fpA, yesterday.Add(5 * time.Hour), idem.ClaimNew},
+			{"duplicate, later yesterday", fpA, yesterday.Add(17 * time.Hour), idem.ClaimDuplicate},
+			{"conflict", fpB, yesterday, idem.ClaimConflict},
+			{"duplicate, claimed today", fpA, today.Add(time.Hour), idem.ClaimDuplicate},
+			{"conflict, claimed today", fpB, today.Add(time.Hour), idem.ClaimConflict},
+			{"another key today", fpB, today.Add(time.Hour), idem.ClaimNew},
 		} {
-			res, err := claimIn(t, store, key, tc.fp, tc.bucket)
+			k := key
+			if tc.name == "another key today" {
+				k.EventID = "evt-2"
+			}
+			res, err := claimIn(t, store, k, tc.fp, tc.at)
 			require.NoError(t, err, tc.name)
 			require.Equal(t, tc.want, res.Status, tc.name)
+			if tc.want == idem.ClaimDuplicate || tc.want == idem.ClaimConflict {
+				require.Equal(t, fpA, res.Existing, tc.name)
+				require.True(t, res.ClaimedAt.Equal(yesterday.Add(5*time.Hour)), "%s: claimed at %v", tc.name, res.ClaimedAt)
+			}
 		}
-		rows, err := store.Pool().Query(ctx, `SELECT bucket FROM `+table(store, "claims")+` ORDER BY bucket`)
+		// The batched claim finds it too, wherever its own claim would go.
+		err := store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			rs, err := store.ClaimBatchTx(ctx, tx, []idem.ClaimParams{
+				{Key: key, Fingerprint: fpA, Now: today.Add(2 * time.Hour)},
+				{Key: idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-3"}, Fingerprint: fpA, Now: today.Add(2 * time.Hour)},
+				{Key: idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-2"}, Fingerprint: fpA, Now: yesterday},
+			})
+			require.NoError(t, err)
+			require.Equal(t, []idem.ClaimStatus{idem.ClaimDuplicate, idem.ClaimNew, idem.ClaimConflict},
+				[]idem.ClaimStatus{rs[0].Status, rs[1].Status, rs[2].Status})
+			return nil
+		})
 		require.NoError(t, err)
-		buckets, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+		rows, err := store.Pool().Query(ctx, `SELECT event_id, bucket FROM `+table(store, "claims")+` ORDER BY event_id`)
 		require.NoError(t, err)
-		require.Len(t, buckets, 2)
-		require.True(t, buckets[0].Equal(yesterday), "stored as the bucket's start: %v", buckets[0])
-		require.True(t, buckets[1].Equal(today), "stored as the bucket's start: %v", buckets[1])
+		type row struct {
+			EventID string
+			Bucket  time.Time
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+		require.NoError(t, err)
+		require.Len(t, got, 3, "one claim per key")
+		for i, want := range []row{{"evt-1", yesterday}, {"evt-2", today}, {"evt-3", today}} {
+			require.Equal(t, want.EventID, got[i].EventID)
+			require.True(t, want.Bucket.Equal(got[i].Bucket), "%s: in the bucket of its claim time, stored as its start: %v", want.EventID, got[i].Bucket)
+		}
 	})
 
-	t.Run("ZeroBucketIsRefused", func(t *testing.T) {
+	t.Run("BucketOfTheEventIsIgnored", func(t *testing.T) {
 		t.Parallel()
 		store := newStore(t, idempg.Config{Partition: p})
-		_, err := claimIn(t, store, idem.Key{Tenant: "acme", Consumer: "c@v1", EventID: "evt-nobucket"}, fpA, time.Time{})
-		require.ErrorContains(t, err, "claim event evt-nobucket (key acme/c@v1/evt-nobucket): Bucket is zero")
-		err = store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-			_, err := store.ClaimBatchTx(ctx, tx, []idem.ClaimParams{
-				{Key: idem.Key{EventID: "ok"}, Bucket: today},
-				{Key: idem.Key{EventID: "evt-nobucket"}},
+		far := today.Add(30 * day)
+		for _, b := range []time.Time{{}, far, today.Add(-30 * day)} {
+			err := store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+				res, err := store.ClaimTx(ctx, tx, idem.ClaimParams{Key: idem.Key{EventID: "evt-" + b.Format("20060102")}, Fingerprint: fpA, Bucket: b})
+				require.NoError(t, err, "bucket %v", b)
+				require.Equal(t, idem.ClaimNew, res.Status)
+				_, err = store.ClaimBatchTx(ctx, tx, []idem.ClaimParams{{Key: idem.Key{EventID: "batch-" + b.Format("20060102")}, Fingerprint: fpA, Bucket: b}})
+				return err
 			})
-			return err
-		})
-		require.ErrorContains(t, err, "claim event evt-nobucket")
-		require.ErrorContains(t, err, "Bucket is zero")
+			require.NoError(t, err, "bucket %v", b)
+		}
 	})
 
-	t.Run("FarFutureIsTransient", func(t *testing.T) {
+	t.Run("ClaimTimeWithoutPartitionIsTransient", func(t *testing.T) {
 		t.Parallel()
 		store := newStore(t, idempg.Config{Partition: p})
 		far := today.Add(30 * day)
@@ -358,8 +389,8 @@ func TestPartitionClaim(t *testing.T) {
 
 		err = store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 			_, err := store.ClaimBatchTx(ctx, tx, []idem.ClaimParams{
-				{Key: idem.Key{EventID: "ok"}, Bucket: today},
-				{Key: idem.Key{EventID: "evt-future"}, Bucket: far},
+				{Key: idem.Key{EventID: "ok"}, Now: today},
+				{Key: idem.Key{EventID: "evt-future"}, Now: far},
 			})
 			return err
 		})
@@ -367,16 +398,62 @@ func TestPartitionClaim(t *testing.T) {
 		require.ErrorContains(t, err, "claim batch of 2")
 		require.Equal(t, idem.ClassTransient, store.ClassifyError(err))
 
-		// The consumer retries it; nothing is applied, and no partition is made for it.
+		// A consumer whose clock is far ahead is retried; nothing is applied, and no partition
+		// is made for it.
 		c, err := idem.NewConsumer(store, idem.ConsumerConfig[pgx.Tx]{Name: "ledger@v1",
-			Retention: store.ClaimRetention(), RedeliveryWindow: time.Hour,
+			Retention: store.ClaimRetention(), RedeliveryWindow: time.Hour, Now: func() time.Time { return far.Add(time.Hour) },
 			Handler: func(context.Context, pgx.Tx, idem.Message) error { return errors.New("must not run") }})
 		require.NoError(t, err)
-		r, err := c.Process(ctx, idem.Message{EventID: "evt-future", Payload: []byte(`{}`), OccurredAt: far.Add(time.Hour)})
+		r, err := c.Process(ctx, idem.Message{EventID: "evt-future", Payload: []byte(`{}`), OccurredAt: far})
 		require.ErrorIs(t, err, idempg.ErrPartitionMissing)
 		require.Equal(t, idem.ClassTransient, r.Class)
 		time.Sleep(100 * time.Millisecond) // let a background creation (of the current window) run
 		require.False(t, tableExists(t, store, "idem_claims_p"+far.Format("20060102")))
+
+		// An event stamped far ahead is claimed now, in the current partition.
+		c, err = idem.NewConsumer(store, idem.ConsumerConfig[pgx.Tx]{Name: "ledger@v1",
+			Retention: store.ClaimRetention(), RedeliveryWindow: time.Hour,
+			Handler: func(context.Context, pgx.Tx, idem.Message) error { return nil }})
+		require.NoError(t, err)
+		r, err = c.Process(ctx, idem.Message{EventID: "evt-future", Payload: []byte(`{}`), OccurredAt: far})
+		require.NoError(t, err)
+		require.Equal(t, idem.OutcomeProcessed, r.Outcome)
+	})
+
+	t.Run("IsolationAboveReadCommittedIsRefused", func(t *testing.T) {
+		t.Parallel()
+		store := newStore(t, idempg.Config{Partition: p})
+		for _, level := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
+			tx, err := store.Pool().BeginTx(ctx, pgx.TxOptions{IsoLevel: level})
+			require.NoError(t, err)
+			_, err = store.ClaimTx(ctx, tx, idem.ClaimParams{Key: idem.Key{EventID: "evt-iso"}, Fingerprint: fpA})
+			require.ErrorContains(t, err, "the partitioned inbox needs READ COMMITTED transactions, and this one is "+strings.ToUpper(string(level)))
+			require.Equal(t, idem.ClassTransient, store.ClassifyError(err))
+			require.NoError(t, tx.Rollback(ctx))
+			tx, err = store.Pool().BeginTx(ctx, pgx.TxOptions{IsoLevel: level})
+			require.NoError(t, err)
+			_, err = store.ClaimBatchTx(ctx, tx, []idem.ClaimParams{{Key: idem.Key{EventID: "evt-iso"}, Fingerprint: fpA}})
+			require.ErrorContains(t, err, "the partitioned inbox needs READ COMMITTED transactions")
+			require.NoError(t, tx.Rollback(ctx))
+		}
+
+		// A pool whose connections default to a higher level is refused up front.
+		cfg := store.Pool().Config()
+		cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "serializable"
+		_, err := idempg.NewWithConfig(mustPool(t, cfg), idempg.Config{Schema: store.Config().Schema, Partition: p})
+		require.ErrorContains(t, err, `default_transaction_isolation to "serializable"`)
+		require.ErrorContains(t, err, "needs READ COMMITTED")
+
+		// A default set where the config cannot show it (a startup option, a role's or the
+		// database's setting) is refused by Migrate.
+		cfg = store.Pool().Config()
+		cfg.ConnConfig.RuntimeParams["options"] = "-c default_transaction_isolation=repeatable\\ read"
+		hidden, err := idempg.NewWithConfig(mustPool(t, cfg), idempg.Config{Schema: store.Config().Schema, Partition: p})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, hidden.Close()) })
+		err = hidden.Migrate(ctx)
+		require.ErrorContains(t, err, `the database's default_transaction_isolation is "repeatable read"`)
+		require.ErrorContains(t, err, "needs READ COMMITTED")
 	})
 
 	t.Run("MissingPartitionIsCreatedOnDemand", func(t *testing.T) {
@@ -411,7 +488,7 @@ func TestPartitionBatchRelease(t *testing.T) {
 	key := idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-1"}
 	fp := idem.Fingerprint{7}
 
-	// A committed claim of the key in one bucket.
+	// A committed claim of the key, made two buckets ago.
 	res, err := claimIn(t, store, key, fp, earlier)
 	require.NoError(t, err)
 	require.Equal(t, idem.ClaimNew, res.Status)
@@ -420,21 +497,23 @@ func TestPartitionBatchRelease(t *testing.T) {
 		require.NoError(t, store.Pool().QueryRow(ctx, `SELECT count(*) FROM `+table(store, "claims")+` WHERE event_id = $1`, key.EventID).Scan(&n))
 		return n
 	}
+	other := idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-2"}
 	require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		rs, err := store.ClaimBatchTx(ctx, tx, []idem.ClaimParams{
-			{Key: key, Fingerprint: fp, Bucket: now},
-			{Key: idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-2"}, Fingerprint: fp, Bucket: earlier},
+			{Key: key, Fingerprint: fp, Now: now},
+			{Key: other, Fingerprint: fp, Now: now},
 		})
 		require.NoError(t, err)
-		require.Equal(t, idem.ClaimNew, rs[0].Status, "another bucket is another key")
+		require.Equal(t, idem.ClaimDuplicate, rs[0].Status, "the earlier bucket's claim is the key's")
 		require.Equal(t, idem.ClaimNew, rs[1].Status)
-		// The handler of evt-1 failed: only this transaction's claim goes.
-		require.NoError(t, store.ReleaseClaimTx(ctx, tx, key))
-		err = store.ReleaseClaimTx(ctx, tx, key)
-		require.ErrorContains(t, err, "this transaction made no such claim")
+		// The handler of evt-2 failed: its claim goes. evt-1's committed claim is not this
+		// transaction's to release.
+		require.NoError(t, store.ReleaseClaimTx(ctx, tx, other))
+		require.ErrorContains(t, store.ReleaseClaimTx(ctx, tx, other), "this transaction made no such claim")
+		require.ErrorContains(t, store.ReleaseClaimTx(ctx, tx, key), "this transaction made no such claim")
 		return nil
 	}))
-	require.Equal(t, 1, count(), "the committed claim in the other bucket stays")
+	require.Equal(t, 1, count(), "the committed claim stays")
 	var bucket time.Time
 	require.NoError(t, store.Pool().QueryRow(ctx, `SELECT bucket FROM `+table(store, "claims")+` WHERE event_id = $1`, key.EventID).Scan(&bucket))
 	require.True(t, bucket.Equal(earlier.Truncate(time.Hour)))
@@ -578,4 +657,60 @@ func TestDropExpiredPartitions(t *testing.T) {
 		_, err = store.DeleteExpiredClaims(ctx, idem.DeleteExpiredClaimsParams{Before: now})
 		require.ErrorContains(t, err, "Limit is 0")
 	})
+}
+
+// mustPool opens a pool with cfg (lazily: it connects on first use), closed when the test ends.
+func mustPool(t *testing.T, cfg *pgxpool.Config) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// TestPartitionRetentionWithClaimTimeBuckets: a claim lives in the bucket of its own creation
+// time, so dropping the partitions whose end is Retention in the past keeps every claim younger
+// than Retention, whatever its event's time, and the key stays claimed until then.
+func TestPartitionRetentionWithClaimTimeBuckets(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, p := range []idempg.PartitionConfig{
+		{Bucket: day, Retention: 3 * day, Ahead: day},
+		{Bucket: time.Hour, Retention: 10 * time.Hour, Ahead: 2 * time.Hour},
+	} {
+		t.Run(p.Bucket.String(), func(t *testing.T) {
+			t.Parallel()
+			store := newStore(t, idempg.Config{Partition: p})
+			now := time.Now().UTC()
+			// Partitions back to twice the retention, as an earlier run left them.
+			_, err := store.EnsurePartitions(ctx, now.Add(-p.Retention))
+			require.NoError(t, err)
+			ages := map[string]time.Duration{}
+			for i := time.Duration(0); i <= 2*p.Retention-p.Bucket; i += p.Bucket / 4 {
+				id := fmt.Sprintf("evt-%d", i/time.Minute)
+				ages[id] = i
+				// The event's time is far from the claim's: it must not matter.
+				res, err := claimIn(t, store, idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: id}, idem.Fingerprint{1}, now.Add(-i))
+				require.NoError(t, err, id)
+				require.Equal(t, idem.ClaimNew, res.Status, id)
+			}
+			dropped, err := store.DropExpiredPartitions(ctx, now)
+			require.NoError(t, err)
+			require.NotEmpty(t, dropped)
+			kept, collected := 0, 0
+			for id, age := range ages {
+				res, err := claimIn(t, store, idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: id}, idem.Fingerprint{2}, now)
+				require.NoError(t, err, id)
+				switch {
+				case age < p.Retention:
+					require.Equal(t, idem.ClaimConflict, res.Status, "%s, claimed %v ago, is younger than the retention: still claimed", id, age)
+					kept++
+				case res.Status == idem.ClaimNew:
+					collected++
+				}
+			}
+			require.Positive(t, kept)
+			require.Positive(t, collected, "claims older than the retention and its bucket were collected")
+		})
+	}
 }

@@ -9,10 +9,13 @@ type queries struct {
 	// Migrations.
 	schemaExists, createSchema, createMigrations, migrationApplied, migrationRecord string
 
-	// Claims. On a partitioned store, claim, claimSelect, claimBatch, claimBatchSelect and
-	// claimRelease are the partitioned variants, and the claimDelete statements are unused.
+	// Claims. On a partitioned store, claim, claimBatch and claimRelease are the partitioned
+	// variants, and claimSelect, claimBatchSelect and the claimDelete statements are unused.
 	claim, claimSelect, claimDeleteAll, claimDeleteConsumer string
 	claimBatch, claimBatchSelect, claimRelease              string
+	// claimLock and claimBatchLock (partitioned only) take the keys' advisory locks and read
+	// the transaction's isolation level, in a statement before the claim's own.
+	claimLock, claimBatchLock string
 
 	// The claims table's layout, and the partitions of a partitioned one.
 	claimsLayout, partitionList string
@@ -222,32 +225,59 @@ func buildQueries(schema, prefix string, partitioned bool) queries {
 		ORDER BY c.relname`
 
 	if partitioned {
-		// As claim, with the bucket in the key ($4). A bucket without a partition fails the
-		// INSERT (SQLSTATE 23514, no constraint name), which ClaimTx reports as ErrPartitionMissing.
-		q.claim = `WITH ins AS (
+		// The key is (tenant, consumer, event_id) alone; the bucket ($4, the claim's own
+		// creation time truncated) only places a new claim. ClaimTx first takes the key's
+		// advisory lock (claimLock) in a statement of its own, so this statement's snapshot,
+		// taken after the lock (READ COMMITTED), sees every claim of the key committed before,
+		// in whichever partition: an existing claim is reported, else one is inserted. The
+		// lookup visits each partition's primary key, newest first (a duplicate mostly follows
+		// its first delivery closely, and the scan stops at the first claim). ON CONFLICT still guards the insert; a
+		// conflict it absorbs (no row) is read again by ClaimTx. A claim in a partition that
+		// does not exist fails the INSERT (SQLSTATE 23514, no constraint name), which ClaimTx
+		// reports as ErrPartitionMissing.
+		q.claim = `WITH found AS (
+			SELECT fingerprint, created_at FROM {{claims}}
+			WHERE tenant = $1 AND consumer = $2 AND event_id = $3
+			ORDER BY bucket DESC LIMIT 1
+		), ins AS (
 			INSERT INTO {{claims}} (tenant, consumer, event_id, bucket, fingerprint, created_at)
-			VALUES ($1, $2, $3, $4, $5, $6)
+			SELECT $1::text, $2::text, $3::text, $4::timestamptz, $5::bytea, $6::timestamptz
+			WHERE NOT EXISTS (SELECT FROM found)
 			ON CONFLICT (tenant, consumer, event_id, bucket) DO NOTHING
 			RETURNING fingerprint, created_at
 		)
 		SELECT true, fingerprint, created_at FROM ins
 		UNION ALL
-		SELECT false, fingerprint, created_at FROM {{claims}}
-		WHERE tenant = $1 AND consumer = $2 AND event_id = $3 AND bucket = $4 AND NOT EXISTS (SELECT FROM ins)`
-		q.claimSelect = `SELECT fingerprint, created_at FROM {{claims}}
-			WHERE tenant = $1 AND consumer = $2 AND event_id = $3 AND bucket = $4`
-		q.claimBatch = `INSERT INTO {{claims}} (tenant, consumer, event_id, bucket, fingerprint, created_at)
+		SELECT false, fingerprint, created_at FROM found`
+		q.claimLock = `SELECT current_setting('transaction_isolation') FROM (SELECT pg_advisory_xact_lock($1)) AS l`
+		// count() makes the executor take every lock, in the (sorted) order of the array.
+		q.claimBatchLock = `SELECT count(pg_advisory_xact_lock(h)), current_setting('transaction_isolation')
+			FROM unnest($1::bigint[]) AS h`
+		// As claim, for many keys: the existing claims of the keys in any partition, and the
+		// insert of the others, after claimBatchLock took every key's lock.
+		q.claimBatch = `WITH k AS (
 			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::bytea[], $6::timestamptz[])
-			ON CONFLICT DO NOTHING
-			RETURNING tenant, consumer, event_id`
-		q.claimBatchSelect = `SELECT c.tenant, c.consumer, c.event_id, c.fingerprint, c.created_at
+				AS k(tenant, consumer, event_id, bucket, fingerprint, created_at)
+		), found AS (
+			SELECT DISTINCT ON (c.tenant, c.consumer, c.event_id) c.tenant, c.consumer, c.event_id, c.fingerprint, c.created_at
 			FROM {{claims}} c
-			JOIN unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) AS k(tenant, consumer, event_id, bucket)
-			  ON c.tenant = k.tenant AND c.consumer = k.consumer AND c.event_id = k.event_id AND c.bucket = k.bucket`
-		// ReleaseClaimTx gets the key without its bucket, so it deletes the claim this very
-		// transaction inserted (xmin is the inserting transaction), whatever its bucket, and
-		// never a committed claim of the same event id in another bucket. It visits every
-		// partition's primary key; it runs only after a handler failed in a batch.
+			JOIN k ON c.tenant = k.tenant AND c.consumer = k.consumer AND c.event_id = k.event_id
+		), ins AS (
+			INSERT INTO {{claims}} (tenant, consumer, event_id, bucket, fingerprint, created_at)
+			SELECT k.tenant, k.consumer, k.event_id, k.bucket, k.fingerprint, k.created_at FROM k
+			WHERE NOT EXISTS (SELECT FROM found f
+				WHERE f.tenant = k.tenant AND f.consumer = k.consumer AND f.event_id = k.event_id)
+			ON CONFLICT DO NOTHING
+			RETURNING tenant, consumer, event_id
+		)
+		SELECT true, tenant, consumer, event_id, NULL::bytea, NULL::timestamptz FROM ins
+		UNION ALL
+		SELECT false, tenant, consumer, event_id, fingerprint, created_at FROM found`
+		q.claimSelect, q.claimBatchSelect = "", "" // claim and claimBatch read existing claims themselves
+		// ReleaseClaimTx deletes the claim this very transaction inserted (xmin is the
+		// inserting transaction), whatever its bucket, and never a committed claim of the key
+		// (which the claim found and reported instead). It visits every partition's primary
+		// key; it runs only after a handler failed in a batch.
 		q.claimRelease = `DELETE FROM {{claims}}
 			WHERE tenant = $1 AND consumer = $2 AND event_id = $3 AND xmin = pg_current_xact_id()::xid`
 		q.claimDeleteAll, q.claimDeleteConsumer = "", ""
@@ -256,7 +286,7 @@ func buildQueries(schema, prefix string, partitioned bool) queries {
 	for _, s := range []*string{
 		&q.createSchema, &q.createMigrations, &q.migrationApplied, &q.migrationRecord,
 		&q.claim, &q.claimSelect, &q.claimDeleteAll, &q.claimDeleteConsumer,
-		&q.claimBatch, &q.claimBatchSelect, &q.claimRelease,
+		&q.claimBatch, &q.claimBatchSelect, &q.claimRelease, &q.claimLock, &q.claimBatchLock,
 		&q.dlInsert, &q.dlGet, &q.dlList, &q.dlSetStatus, &q.dlRecover, &q.dlStats, &q.auditList,
 		&q.queueInsert, &q.queueFetch, &q.queueAck, &q.queueNak, &q.queueExtend, &q.queueStats,
 		&q.outboxInsert, &q.outboxFetch, &q.outboxMarkPublished, &q.outboxMarkFailed,

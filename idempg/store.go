@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -79,6 +80,13 @@ func NewWithConfig(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Partition.Bucket != 0 && pool != nil {
+		if level := pool.Config().ConnConfig.RuntimeParams["default_transaction_isolation"]; level != "" &&
+			!strings.EqualFold(strings.TrimSpace(level), "read committed") {
+			return nil, fmt.Errorf("idempg: Config.Partition is set, but the pool's RuntimeParams set default_transaction_isolation to %q: %w",
+				level, isolationError(level))
+		}
+	}
 	q := buildQueries(cfg.Schema, cfg.Prefix, cfg.Partition.Bucket != 0)
 	return &Store{
 		pool:          pool,
@@ -113,7 +121,8 @@ func (s *Store) Close() error {
 func (s *Store) Dialect() string { return "postgres" }
 
 // InTx runs fn in a new transaction, at the database's default isolation (normally READ
-// COMMITTED, which ClaimTx expects), and commits it when fn returns nil. An error from fn rolls
+// COMMITTED, which ClaimTx expects), and commits it when fn returns nil, unless fn ended the
+// transaction itself (an error wrapping idem.ErrTxEnded). An error from fn rolls
 // back and is returned as is; a panic rolls back and keeps panicking. The rollback runs even
 // when ctx has ended, so the connection goes back to the pool clean.
 func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
@@ -130,6 +139,11 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 	}()
 	if err := fn(ctx, tx); err != nil {
 		return err
+	}
+	if s.TxEnded(tx) {
+		// A statement of fn ended the transaction (ROLLBACK, COMMIT): a COMMIT now would
+		// succeed with a warning and report work as committed that was not, or not with it.
+		return fmt.Errorf("idempg: commit: %w", idem.ErrTxEnded)
 	}
 	done = true // Commit ends the transaction whatever it returns.
 	if err := tx.Commit(ctx); err != nil {
@@ -217,9 +231,8 @@ func newClaimCall(p idem.ClaimParams, now time.Time, partitioned bool, bucket ti
 // snapshot) reads it. If that finds nothing, the claim was garbage-collected in between and the
 // insert is tried again.
 //
-// On a partitioned store the key includes p.Bucket, truncated to the bucket width (so every
-// bucket is stored as its start); a zero p.Bucket is refused. A bucket without a partition
-// fails with an error wrapping ErrPartitionMissing, which is transient.
+// On a partitioned store the key is still (tenant, consumer, event_id) alone: see
+// claimPartitioned. p.Bucket is ignored.
 //
 // Under REPEATABLE READ or SERIALIZABLE, PostgreSQL reports that race as a serialization
 // failure (SQLSTATE 40001), which idem.Classify treats as transient.
@@ -231,14 +244,10 @@ func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p idem.ClaimParams) (ide
 	if now.IsZero() {
 		now = time.Now().UTC()
 	}
-	var bucket time.Time
 	if s.bucket != 0 {
-		if p.Bucket.IsZero() {
-			return idem.ClaimResult{}, errZeroBucket(p.Key)
-		}
-		bucket = p.Bucket.UTC().Truncate(s.bucket)
+		return s.claimPartitioned(ctx, tx, p, now)
 	}
-	c := newClaimCall(p, now, s.bucket != 0, bucket)
+	c := newClaimCall(p, now, false, time.Time{})
 	for range claimAttempts {
 		err := tx.QueryRow(ctx, s.q.claim, c.args...).Scan(c.dest[:]...)
 		if err == nil {
@@ -248,10 +257,7 @@ func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p idem.ClaimParams) (ide
 			return claimFound(p, c.stored.fp, c.createdAt), nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			if s.bucket != 0 && isMissingPartition(err) {
-				return idem.ClaimResult{}, s.missingPartition(err, fmt.Sprintf("claim event %s (key %s)", p.Key.EventID, p.Key), bucket)
-			}
-			if s.bucket == 0 && isPartitionedTable(err) {
+			if isPartitionedTable(err) {
 				err = fmt.Errorf("%w: %w", errPartitionedTable, err)
 			}
 			return idem.ClaimResult{}, fmt.Errorf("idempg: claim event %s (key %s): %w", p.Key.EventID, p.Key, err)
@@ -269,10 +275,74 @@ func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p idem.ClaimParams) (ide
 		p.Key.EventID, p.Key, claimAttempts)
 }
 
-// errZeroBucket refuses a claim without a bucket on a partitioned store.
-func errZeroBucket(k idem.Key) error {
-	return fmt.Errorf("idempg: claim event %s (key %s): Bucket is zero, but the claims table is partitioned by the "+
-		"event's time bucket: set the event's OccurredAt (idem.Consumer derives the bucket from it)", k.EventID, k)
+// claimPartitioned is ClaimTx on a partitioned inbox. The key is (tenant, consumer, event_id)
+// alone, and a new claim goes to the partition of its own creation time (now), never of the
+// event's time, which a re-send can change. The primary key includes the bucket, so it cannot
+// serialise claims of one key made in different buckets; a transaction-scoped advisory lock on
+// a hash of the key does. One pipelined round trip sends two statements: the lock, and then
+// (after it is granted, with a fresh READ COMMITTED snapshot) a lookup of the key in every live
+// partition with an insert when none has it. The lock statement also reads the transaction's
+// isolation level: above READ COMMITTED the lookup would use a snapshot from before the lock
+// and could miss a claim committed meanwhile, so such a claim is refused (errIsolation).
+func (s *Store) claimPartitioned(ctx context.Context, tx pgx.Tx, p idem.ClaimParams, now time.Time) (idem.ClaimResult, error) {
+	bucket := now.UTC().Truncate(s.bucket)
+	c := newClaimCall(p, now, true, bucket)
+	var isolation string
+	b := &pgx.Batch{}
+	b.Queue(s.q.claimLock, s.keyLock(p.Key)).QueryRow(func(row pgx.Row) error { return row.Scan(&isolation) })
+	b.Queue(s.q.claim, c.args...).QueryRow(func(row pgx.Row) error { return row.Scan(c.dest[:]...) })
+	err := tx.SendBatch(ctx, b).Close()
+	if isolation != "" && isolation != "read committed" {
+		return idem.ClaimResult{}, fmt.Errorf("idempg: claim event %s (key %s): %w", p.Key.EventID, p.Key, isolationError(isolation))
+	}
+	for attempt := 1; ; attempt++ {
+		if err == nil {
+			if c.inserted {
+				return idem.ClaimResult{Status: idem.ClaimNew}, nil
+			}
+			return claimFound(p, c.stored.fp, c.createdAt), nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			if isMissingPartition(err) {
+				return idem.ClaimResult{}, s.missingPartition(err, fmt.Sprintf("claim event %s (key %s)", p.Key.EventID, p.Key), bucket)
+			}
+			return idem.ClaimResult{}, fmt.Errorf("idempg: claim event %s (key %s): %w", p.Key.EventID, p.Key, err)
+		}
+		if attempt == claimAttempts {
+			return idem.ClaimResult{}, fmt.Errorf("idempg: claim event %s (key %s): the existing claim vanished %d times in a row",
+				p.Key.EventID, p.Key, claimAttempts)
+		}
+		// The insert met a claim of the key in its bucket that the lookup did not see: one
+		// made without the lock (an older version of idem), or one garbage collection removed
+		// meanwhile. The lock is held; look again with a fresh snapshot.
+		err = tx.QueryRow(ctx, s.q.claim, c.args...).Scan(c.dest[:]...)
+	}
+}
+
+// keyLock is the advisory lock key of a claim key: a 64-bit FNV-1a hash of the store's schema
+// and prefix and the key's parts. A collision only makes two keys wait for each other.
+func (s *Store) keyLock(k idem.Key) int64 {
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	for _, part := range [...]string{s.cfg.Schema, s.cfg.Prefix, k.Tenant, k.Consumer, k.EventID} {
+		for i := 0; i < len(part); i++ {
+			h ^= uint64(part[i])
+			h *= prime
+		}
+		h ^= 0xff // a separator no UTF-8 text contains
+		h *= prime
+	}
+	return int64(h)
+}
+
+// errIsolation is wrapped by a partitioned claim in a transaction above READ COMMITTED.
+var errIsolation = errors.New("the partitioned inbox needs READ COMMITTED transactions")
+
+// isolationError explains errIsolation with the level found.
+func isolationError(level string) error {
+	return fmt.Errorf("%w, and this one is %s: a claim looks for its key in every partition after taking the "+
+		"key's lock, which needs a snapshot taken after the lock; set default_transaction_isolation to "+
+		"'read committed' for idem's connections (pool RuntimeParams, ALTER ROLE or ALTER DATABASE)", errIsolation, strings.ToUpper(level))
 }
 
 // claimFound reports an existing claim as a duplicate or, with another fingerprint, a conflict.
@@ -329,15 +399,15 @@ func (s *Store) DeleteExpiredClaims(ctx context.Context, p idem.DeleteExpiredCla
 // connection that was already closed. A claim without a partition (ErrPartitionMissing) is
 // transient too, although its SQLSTATE (23514) is a permanent class: the partition is created
 // ahead of time or on demand, and the retry finds it. So is a plain store's claim on a
-// partitioned claims table: a configuration to fix, better retried meanwhile than every event
-// dead-lettered. Other SQLSTATEs are left to idem.Classify; anything else is idem.ClassUnknown.
+// partitioned claims table, and a partitioned claim in a transaction above READ COMMITTED: a
+// configuration to fix, better retried meanwhile than every event dead-lettered. Other SQLSTATEs are left to idem.Classify; anything else is idem.ClassUnknown.
 func (s *Store) ClassifyError(err error) idem.Class {
 	if err == nil {
 		return idem.ClassUnknown
 	}
 	var ce *pgconn.ConnectError
 	switch {
-	case errors.Is(err, ErrPartitionMissing), errors.Is(err, errPartitionedTable),
+	case errors.Is(err, ErrPartitionMissing), errors.Is(err, errPartitionedTable), errors.Is(err, errIsolation),
 		errors.As(err, &ce),
 		pgconn.SafeToRetry(err),
 		pgconn.Timeout(err),

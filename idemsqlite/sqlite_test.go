@@ -3,7 +3,9 @@ package idemsqlite_test
 import (
 	"context"
 	"database/sql"
+	"encoding/hex"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,7 +55,10 @@ func factory(tb testing.TB) storetest.Bundle[*sql.Tx] {
 			event_id TEXT    NOT NULL,
 			wallet   TEXT    NOT NULL,
 			amount   INTEGER NOT NULL
-		);`)
+		);
+		CREATE TABLE doom (x INTEGER);
+		CREATE TRIGGER doom_rollback BEFORE INSERT ON doom
+			BEGIN SELECT RAISE(ROLLBACK, 'the handler ended the transaction'); END;`)
 	require.NoError(tb, err)
 	db := b.db
 	return storetest.Bundle[*sql.Tx]{
@@ -89,6 +94,20 @@ func factory(tb testing.TB) storetest.Bundle[*sql.Tx] {
 				WHERE tenant = ? AND consumer = ? AND event_id = ?`, key.Tenant, key.Consumer, key.EventID).Scan(&n)
 			return n, err
 		},
+		// A trigger refuses the event's claims with RAISE(ABORT): the statement fails, the
+		// transaction stays, as with a constraint SQLite enforces.
+		RejectClaims: func(ctx context.Context, eventID string) error {
+			lit := "'" + strings.ReplaceAll(eventID, "'", "''") + "'"
+			_, err := db.ExecContext(ctx, `CREATE TRIGGER "reject_`+hex.EncodeToString([]byte(eventID))+`"
+				BEFORE INSERT ON idem_claims WHEN NEW.event_id = `+lit+`
+				BEGIN SELECT RAISE(ABORT, 'claim refused by the test schema'); END`)
+			return err
+		},
+		// A trigger's RAISE(ROLLBACK) rolls back the whole transaction, savepoints and all.
+		KillTx: func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO doom (x) VALUES (1)`)
+			return err
+		},
 	}
 }
 
@@ -108,4 +127,10 @@ func fp(b byte) idem.Fingerprint {
 		f[i] = b
 	}
 	return f
+}
+
+// TestConformanceBatch runs the batched path's suite against SQLite.
+func TestConformanceBatch(t *testing.T) {
+	t.Parallel()
+	storetest.ExerciseBatch(t, factory)
 }

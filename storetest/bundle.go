@@ -29,6 +29,17 @@ type Bundle[TTx any] struct {
 	Balance func(ctx context.Context, wallet string) (int64, error)
 	// ClaimRows counts committed claims for a key (0 or 1).
 	ClaimRows func(ctx context.Context, key idem.Key) (int64, error)
+
+	// RejectClaims, when set, makes the database refuse every later claim of eventID the way it
+	// refuses a row it cannot store (a CHECK constraint or a trigger on the claims table), so
+	// the suite can check that one unclaimable event fails alone. Optional: checks that need
+	// it are skipped without it.
+	RejectClaims func(ctx context.Context, eventID string) error
+	// KillTx, when set, ends tx from inside a handler the way a statement of the database can
+	// (SQLite: a trigger's RAISE(ROLLBACK); PostgreSQL: a ROLLBACK run on the transaction) and
+	// returns what that statement returned (nil when it succeeded). Optional: checks that need
+	// it are skipped without it.
+	KillTx func(ctx context.Context, tx TTx) error
 }
 
 // Factory builds a fresh Bundle for one test or benchmark; cleanup goes through tb.Cleanup.

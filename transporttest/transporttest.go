@@ -36,6 +36,10 @@ type Features struct {
 	// Persistent: a source closed and reopened under the same name resumes where it stopped,
 	// delivering exactly the messages it had not acked.
 	Persistent bool
+	// FencedSettle: two sources opened under the same name share its messages, and a delivery
+	// whose lease another one took over can no longer be settled: its Ack, Extend, Nak and Term
+	// fail with idem.ErrLeaseLost (see takeover.go).
+	FencedSettle bool
 }
 
 // Harness opens the broker resources one check needs. Each function registers its own cleanup
@@ -101,6 +105,7 @@ func Exercise(t *testing.T, h Harness) {
 		{name: "ReceiveContext", run: testReceiveContext},
 		{name: "ReceiveCancelledGivesBack", run: testReceiveCancelledGivesBack},
 		{name: "ConcurrentReceiveAck", run: testConcurrentReceiveAck},
+		{name: "FencedSettle", needs: feature(h.Features.FencedSettle, "FencedSettle"), run: testFencedSettle},
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {

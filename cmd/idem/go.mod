@@ -12,6 +12,8 @@ replace github.com/idemkit/idem/idemnats => ../../idemnats
 
 replace github.com/idemkit/idem/idemamqp => ../../idemamqp
 
+replace github.com/idemkit/idem/idemredis => ../../idemredis
+
 replace github.com/idemkit/idem/idemprom => ../../idemprom
 
 replace github.com/idemkit/idem/idemschema => ../../idemschema
@@ -23,6 +25,7 @@ require (
 	github.com/idemkit/idem/idemnats v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idempg v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idemprom v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idem/idemredis v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idemschema v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idemsqlite v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.12.0
@@ -30,6 +33,7 @@ require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/rabbitmq/amqp091-go v1.16.0
+	github.com/redis/go-redis/v9 v9.23.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
 	github.com/stretchr/testify v1.12.1
@@ -40,6 +44,7 @@ require (
 	github.com/lithammer/shortuuid/v3 v3.0.7 // indirect
 	github.com/oklog/ulid v1.3.1 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
 )
 
 require (

@@ -252,6 +252,12 @@ func TestBadInput(t *testing.T) {
 		_, b := testdb.SQLite(t)
 		runCatalogue[*sql.Tx](t, b, tr)
 	})
+	t.Run("Redis", func(t *testing.T) {
+		t.Parallel()
+		tr := redisStreams(t)
+		_, b := testdb.SQLite(t)
+		runCatalogue[*sql.Tx](t, b, tr)
+	})
 }
 
 // runCatalogue starts a consumer on tr over b and sends every case of the catalogue, each

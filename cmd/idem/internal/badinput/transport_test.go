@@ -5,12 +5,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
@@ -19,6 +21,7 @@ import (
 	"github.com/idemkit/idem/idemnats"
 	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/idemqueue"
+	"github.com/idemkit/idem/idemredis"
 	"github.com/idemkit/idem/idemsqlite"
 	"github.com/idemkit/idem/internal/testenv"
 )
@@ -224,5 +227,78 @@ func rabbitMQ(t *testing.T) transport {
 		maxPayload: 128 << 20,
 	}
 	tr.publishAgain = func(t *testing.T, m idem.Message) { tr.publish(t, m) }
+	return tr
+}
+
+// redisStreams is a fresh stream on IDEM_REDIS_URL (or a skip) read by a consumer group, its
+// keys deleted when t ends. The sink's deduplication is bypassed for a reused event id by a
+// broker message id of its own.
+func redisStreams(t *testing.T) transport {
+	t.Helper()
+	opts, err := redis.ParseURL(testenv.URL(t, testenv.RedisVar))
+	require.NoError(t, err)
+	rdb := redis.NewClient(opts)
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	prefix := "idembad:" + hex.EncodeToString(b[:]) + ":"
+	const topic = "payments"
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	src, err := idemredis.NewSource(ctx, rdb, idemredis.SourceConfig{
+		Prefix: prefix, Stream: topic, Group: "ledger", Lease: lease, Poll: 200 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	// The broker holds what the sink allows; above the consumer's own 1 MiB limit, so that the
+	// catalogue's oversized payload reaches the consumer.
+	const maxPayload = 8 << 20
+	sink, err := idemredis.NewSink(rdb, idemredis.SinkConfig{Prefix: prefix, MaxPayload: maxPayload})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = src.Close()
+		_ = sink.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var keys []string
+		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		if len(keys) > 0 {
+			if err := rdb.Del(ctx, keys...).Err(); err != nil {
+				t.Errorf("delete keys under %s: %v", prefix, err)
+			}
+		}
+		_ = rdb.Close()
+	})
+	tr := transport{
+		source:  src,
+		publish: sinkPublish(sink, topic),
+		publishWithoutID: func(t *testing.T, m idem.Message) {
+			t.Helper()
+			_, err := idemredis.EncodeMessage(m)
+			require.Error(t, err, "the sink refuses an empty event id")
+			m.EventID = "placeholder"
+			fields, err := idemredis.EncodeMessage(m)
+			require.NoError(t, err)
+			values := make([]any, 0, len(fields))
+			for i := 0; i+1 < len(fields); i += 2 {
+				if fields[i] != idemredis.FieldEventID { // no Idem-Event-Id, as a foreign producer could send
+					values = append(values, fields[i], fields[i+1])
+				}
+			}
+			require.NoError(t, rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: sink.StreamKey(topic), Values: values}).Err())
+		},
+		maxPayload: maxPayload,
+	}
+	var again int
+	tr.publishAgain = func(t *testing.T, m idem.Message) {
+		m = m.Clone()
+		if m.Headers == nil {
+			m.Headers = map[string]string{}
+		}
+		again++
+		m.Headers[idemredis.HeaderBrokerMsgID] = fmt.Sprintf("%s~again~%d", m.EventID, again)
+		tr.publish(t, m)
+	}
 	return tr
 }

@@ -115,8 +115,8 @@ a self-checking demo.
 Every command takes --store: sqlite://PATH or postgres://USER:PASSWORD@HOST:PORT/DB (add
 ?idem_schema=NAME for a schema other than public). Without --store, commands use $` + StoreEnv + `
 if set, else ` + StoreDefault + ` (demo uses ` + DemoStoreDefault + `). Commands that publish take
---broker: sql (the queue table in the store), nats://HOST:PORT or amqp://USER:PASSWORD@HOST:PORT/VHOST.
-Passwords are never printed.
+--broker: sql (the queue table in the store), nats://HOST:PORT, amqp://USER:PASSWORD@HOST:PORT/VHOST
+or redis://USER:PASSWORD@HOST:PORT/DB. Passwords are never printed.
 
 Exit status: 0 ok, 1 failure (or demo verdict not ok), 2 usage error.`,
 		SilenceUsage:  true,

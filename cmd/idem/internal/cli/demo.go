@@ -84,7 +84,7 @@ land in a real database by accident.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&storeFlag, "store", defaults.Store, "store DSN: sqlite://PATH or postgres://USER:PASSWORD@HOST:PORT/DB")
-	fl.StringVar(&opts.Broker, "broker", defaults.Broker, "broker: sql (the queue table in the store), nats://HOST:PORT or amqp://USER:PASSWORD@HOST:PORT/VHOST")
+	fl.StringVar(&opts.Broker, "broker", defaults.Broker, "broker: sql (the queue table in the store), nats://HOST:PORT, amqp://USER:PASSWORD@HOST:PORT/VHOST or redis://USER:PASSWORD@HOST:PORT/DB")
 	fl.IntVar(&opts.Events, "events", defaults.Events, "events to produce")
 	fl.IntVar(&opts.Concurrency, "concurrency", defaults.Concurrency, "consumer workers")
 	fl.IntVar(&opts.Batch, "batch", 0, "process up to this many deliveries per transaction (batched mode; 0 or 1: one per event)")

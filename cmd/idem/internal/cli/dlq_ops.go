@@ -155,7 +155,8 @@ than the limit takes --all --yes; --all alone only says how many it would touch.
 
 --broker sql republishes into the queue table the dead letter came from (its source queue:NAME),
 or into --topic. --broker nats://HOST:PORT publishes to JetStream subject --topic (required);
---broker amqp://… publishes to RabbitMQ queue --topic (required) through the default exchange.`,
+--broker amqp://… publishes to RabbitMQ queue --topic (required) through the default exchange;
+--broker redis://… adds to the Redis stream idem:<--topic> (--topic required).`,
 		Example: `  idem dlq replay --id 42
   idem dlq replay --consumer ledger@v1 --reason retries_exhausted --limit 5
   idem dlq replay --reason permanent_error --all --yes
@@ -172,7 +173,7 @@ or into --topic. --broker nats://HOST:PORT publishes to JetStream subject --topi
 			if err != nil {
 				return usageError{fmt.Errorf("--broker: %w", err)}
 			}
-			if (bu.Kind == connect.BrokerNATS || bu.Kind == connect.BrokerAMQP) && strings.TrimSpace(topic) == "" {
+			if (bu.Kind == connect.BrokerNATS || bu.Kind == connect.BrokerAMQP || bu.Kind == connect.BrokerRedis) && strings.TrimSpace(topic) == "" {
 				return usagef("--topic is required with --broker %s: name the subject to republish to", bu)
 			}
 			st, err := e.openStore(ctx, store, true)

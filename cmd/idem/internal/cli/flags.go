@@ -99,7 +99,7 @@ func (e *env) resolveStore(v string) string {
 
 // brokerFlag adds --broker to cmd with default "sql".
 func brokerFlag(cmd *cobra.Command, p *string) {
-	cmd.Flags().StringVar(p, "broker", "sql", "broker: sql (the queue table in the store), nats://HOST:PORT or amqp://USER:PASSWORD@HOST:PORT/VHOST")
+	cmd.Flags().StringVar(p, "broker", "sql", "broker: sql (the queue table in the store), nats://HOST:PORT, amqp://USER:PASSWORD@HOST:PORT/VHOST or redis://USER:PASSWORD@HOST:PORT/DB")
 }
 
 // jsonFlag adds --json to cmd.

@@ -53,7 +53,9 @@ released so another relay takes over at once).
 --broker nats://HOST:PORT publishes to JetStream (subject = the row's topic), which drops a
 republished event id within the stream's duplicate window;
 --broker amqp://USER:PASSWORD@HOST:PORT/VHOST publishes to RabbitMQ's default exchange (queue = the
-row's topic) with publisher confirms, and a row no queue takes fails instead of vanishing.
+row's topic) with publisher confirms, and a row no queue takes fails instead of vanishing;
+--broker redis://USER:PASSWORD@HOST:PORT/DB (or rediss://) adds to the Redis stream idem:<row's
+topic>, each entry confirmed before the next, and drops a republish within two minutes.
 
 --metrics-addr serves Prometheus metrics on /metrics (publish counts and lag, failures, outbox and
 dead-letter backlog, and queue backlog of the --queue names) and a health check on /healthz

@@ -242,6 +242,9 @@ func ParseBroker(raw string) (BrokerURL, error) {
 	if bu, ok, err := parseAMQP(raw); ok {
 		return bu, err
 	}
+	if bu, ok, err := parseRedis(raw); ok {
+		return bu, err
+	}
 	for _, one := range strings.Split(raw, ",") {
 		one = strings.TrimSpace(one)
 		if !strings.Contains(one, "://") {
@@ -458,6 +461,13 @@ func OpenBroker(ctx context.Context, raw string, stores *Stores, opts BrokerOpti
 		}
 		b.Sink = sink
 		b.closers = append(b.closers, func() { _ = sink.Close() })
+	case BrokerRedis:
+		sink, closeFn, err := openRedis(ctx, bu, opts)
+		if err != nil {
+			return nil, err
+		}
+		b.Sink = sink
+		b.closers = append(b.closers, closeFn)
 	}
 	return b, nil
 }
