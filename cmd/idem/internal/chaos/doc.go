@@ -17,7 +17,9 @@
 //     (budget + 30 s, the outages table); none may be lost or applied twice.
 //   - dead_letter_write_failures: windows in which a trigger on the dead-letter table refuses
 //     every insert as a full disk would (SQLSTATE 53100). The poison messages of the window must
-//     still end as exactly one dead letter each, none dropped, none looping.
+//     still end as exactly one dead letter each, none dropped, none looping. A consumer that
+//     pauses itself over it (ErrPaused) is started again in its process after a second, as an
+//     orchestrator would; the pauses are counted (consumer_pauses).
 //   - poison_identities: payments whose identity is not one — no event id, a whitespace-only
 //     one, ASCII control characters, a NUL, invalid UTF-8, 3 KB and 12 KB ids, a 10 KB tenant.
 //     The producer first offers each to the outbox (with CR/LF too, which no NATS header can
@@ -29,8 +31,8 @@
 //     claims table is partitioned by day of OccurredAt (Options.InboxBucket; PlainInbox for the
 //     plain table), so most re-sends land in another partition than their first claim.
 //   - sink_refusals: the relay's broker refuses one message of a pipelined batch now and then
-//     (its PubAck fails while the rest of the batch goes on); each wallet's payments must still
-//     reach the stream in commit order.
+//     (0.25% of pipelined messages: its PubAck fails while the rest of the batch goes on); each
+//     wallet's payments must still reach the stream in commit order.
 //
 // Then it lets the system drain and checks, from the database alone (the queries are in
 // verdict.go, to rerun by hand on a schema kept with Options.Keep): every valid event applied
