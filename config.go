@@ -24,6 +24,9 @@ const (
 	ShutdownTimeoutDefault = 30 * time.Second
 	// MaxPayloadBytesDefault refuses payloads above 1 MiB as invalid_payload.
 	MaxPayloadBytesDefault = 1 << 20
+	// DeadLetterFailuresToPauseDefault is how many failed writes of one dead letter in a row
+	// pause the consumer.
+	DeadLetterFailuresToPauseDefault = 5
 	// GCBatchDefault bounds one garbage-collection batch.
 	GCBatchDefault = 1000
 )
@@ -95,7 +98,8 @@ type ConsumerConfig[TTx any] struct {
 	Retention time.Duration
 	// RedeliveryWindow is the longest time after publishing in which the broker or an operator
 	// can bring an event back (stream max age, duplicate window, replay); default
-	// RedeliveryWindowDefault.
+	// RedeliveryWindowDefault. Run refuses a source that reports a longer window
+	// (CheckSourceLimits).
 	RedeliveryWindow time.Duration
 	// Workers is how many deliveries Run handles at once (default WorkersDefault).
 	Workers int
@@ -106,6 +110,12 @@ type ConsumerConfig[TTx any] struct {
 	ShutdownTimeout time.Duration
 	// OnPanic decides what a handler panic does (default PanicDeadLetter).
 	OnPanic PanicPolicy
+	// DeadLetterFailuresToPause is how many failed writes of one dead letter in a row make the
+	// consumer give the delivery back without a verdict and pause (Run returns a *PausedError)
+	// rather than let the broker's delivery limit drop it (default
+	// DeadLetterFailuresToPauseDefault). Between failures the delivery is kept, its lease
+	// extended, and the write retried after a capped, jittered backoff (100ms doubling to 5s).
+	DeadLetterFailuresToPause int
 	// MaxPayloadBytes refuses larger payloads as invalid_payload (default MaxPayloadBytesDefault).
 	MaxPayloadBytes int
 	// Redact configures the masking of secrets in dead-letter error summaries and logs.
@@ -140,6 +150,9 @@ func (c ConsumerConfig[TTx]) WithDefaults() ConsumerConfig[TTx] {
 	}
 	if c.MaxPayloadBytes == 0 {
 		c.MaxPayloadBytes = MaxPayloadBytesDefault
+	}
+	if c.DeadLetterFailuresToPause == 0 {
+		c.DeadLetterFailuresToPause = DeadLetterFailuresToPauseDefault
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -179,6 +192,9 @@ func (c ConsumerConfig[TTx]) Validate() error {
 	if c.MaxPayloadBytes < 0 {
 		errs = append(errs, fmt.Errorf("MaxPayloadBytes is %d, want > 0", c.MaxPayloadBytes))
 	}
+	if c.DeadLetterFailuresToPause < 0 {
+		errs = append(errs, fmt.Errorf("DeadLetterFailuresToPause is %d, want > 0", c.DeadLetterFailuresToPause))
+	}
 	if c.RedeliveryWindow < 0 {
 		errs = append(errs, fmt.Errorf("RedeliveryWindow is %v, want >= 0", c.RedeliveryWindow))
 	}
@@ -205,6 +221,39 @@ func CheckRetention(retention, redeliveryWindow time.Duration, policy retry.Poli
 			retention, redeliveryWindow, worst, lease, need)
 	}
 	return nil
+}
+
+// DeliveryLimitMargin is how many deliveries above Retry.MaxAttempts a broker's delivery limit
+// must allow: deliveries that end without a verdict (a lost lease, a give-back at shutdown or
+// pause, a crash) count against the broker's limit although they spend no attempt of the
+// retry policy.
+const DeliveryLimitMargin = 5
+
+// CheckSourceLimits refuses a source the consumer cannot keep its promise over: one whose
+// broker drops a message after fewer than policy.MaxAttempts + DeliveryLimitMargin deliveries
+// (a DeliveryLimiter reporting a limit; 0 is unlimited), since the broker would then drop an
+// event that was neither applied nor dead-lettered; and one that can deliver an event again
+// later after publishing than redeliveryWindow (a RedeliveryWindower), since its claim could be
+// collected first. A source that implements neither interface passes.
+func CheckSourceLimits(src Source, policy retry.Policy, redeliveryWindow time.Duration) error {
+	var errs []error
+	if l, ok := src.(DeliveryLimiter); ok {
+		attempts := policy.WithDefaults().MaxAttempts
+		if limit := l.DeliveryLimit(); limit > 0 && limit < attempts+DeliveryLimitMargin {
+			errs = append(errs, fmt.Errorf("its delivery limit is %d, want unlimited or at least %d (Retry.MaxAttempts %d + DeliveryLimitMargin %d for deliveries that end without a verdict): at its limit the broker drops a message that was neither applied nor dead-lettered",
+				limit, attempts+DeliveryLimitMargin, attempts, DeliveryLimitMargin))
+		}
+	}
+	if w, ok := src.(RedeliveryWindower); ok {
+		if window := w.RedeliveryWindow(); window > redeliveryWindow {
+			errs = append(errs, fmt.Errorf("it can deliver an event again up to %v after publishing, longer than RedeliveryWindow (%v): bound the source (a stream's MaxAge, a queue's message TTL) or raise RedeliveryWindow and Retention to cover it",
+				window, redeliveryWindow))
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("source %s: %w", src.Name(), errors.Join(errs...))
 }
 
 func validConsumerName(s string) bool {

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"time"
-	"unicode/utf8"
 )
 
 // Consumer runs the path of one event: verify, validate, then claim and apply in one
@@ -21,6 +20,8 @@ type Consumer[TTx any] struct {
 	bucket time.Duration
 	// batchStore is the store when it can batch (nil otherwise), asserted once.
 	batchStore BatchStore[TTx]
+	// attempts remembers first attempts and deliveries without a verdict, for the retry budget.
+	attempts *attemptMemo
 }
 
 // NewConsumer validates cfg (after WithDefaults) and returns a consumer over store.
@@ -36,7 +37,7 @@ func NewConsumer[TTx any](store Store[TTx], cfg ConsumerConfig[TTx]) (*Consumer[
 	if cfg.Batch.Enabled && bs == nil {
 		return nil, fmt.Errorf("idem: consumer config: %w", errNotBatchStore)
 	}
-	c := &Consumer[TTx]{store: store, cfg: cfg, redactor: NewRedactor(cfg.Redact), batchStore: bs}
+	c := &Consumer[TTx]{store: store, cfg: cfg, redactor: NewRedactor(cfg.Redact), batchStore: bs, attempts: newAttemptMemo(attemptMemoSize)}
 	if b, ok := store.(BucketedStore); ok && b.ClaimBucket() > 0 {
 		c.bucket = b.ClaimBucket()
 		if r := b.ClaimRetention(); cfg.Retention > r {
@@ -92,7 +93,7 @@ func (p *panicError) Error() string { return fmt.Sprintf("handler panic: %v", p.
 
 // failResult fills res as a failure of err, classifying it; reason overrides the derived one.
 func (c *Consumer[TTx]) failResult(res Result, err error, reason Reason) Result {
-	res.Outcome, res.Err = OutcomeFailed, err
+	res.Outcome, res.Err = OutcomeFailed, withEvent(res.Key.EventID, err)
 	res.Class = c.classify(err)
 	if reason == "" {
 		reason = c.reasonFor(err, res.Class)
@@ -111,14 +112,11 @@ func (c *Consumer[TTx]) prepare(ctx context.Context, msg Message, now time.Time)
 	}
 
 	// Identity and size come first: without them nothing else is meaningful or safe.
-	if msg.EventID == "" {
-		return fail(Permanent(fmt.Errorf("%w: %w (type %q)", ErrInvalidPayload, errEmptyEventID, msg.Type)), ReasonInvalidPayload)
-	}
-	if !utf8.ValidString(msg.EventID) || len(msg.EventID) > 512 {
-		return fail(Permanent(fmt.Errorf("%w: event id %q is not valid UTF-8 of at most 512 bytes", ErrInvalidPayload, truncateID(msg.EventID))), ReasonInvalidPayload)
+	if err := ValidateIdentity(msg); err != nil {
+		return fail(Permanent(err), ReasonInvalidPayload)
 	}
 	if len(msg.Payload) > c.cfg.MaxPayloadBytes {
-		return fail(Permanent(fmt.Errorf("%w: event %s: payload is %d bytes, limit %d", ErrInvalidPayload, msg.EventID, len(msg.Payload), c.cfg.MaxPayloadBytes)), ReasonInvalidPayload)
+		return fail(Permanent(fmt.Errorf("%w: payload is %d bytes, limit %d", ErrInvalidPayload, len(msg.Payload), c.cfg.MaxPayloadBytes)), ReasonInvalidPayload)
 	}
 
 	// Trust after verification: the tenant comes from the verified channel.
@@ -127,7 +125,11 @@ func (c *Consumer[TTx]) prepare(ctx context.Context, msg Message, now time.Time)
 			if !errors.Is(err, ErrUnauthenticated) {
 				err = fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 			}
-			return fail(Permanent(fmt.Errorf("event %s: %w", msg.EventID, err)), ReasonUnauthenticated)
+			return fail(Permanent(err), ReasonUnauthenticated)
+		}
+		// The verified tenant is an identity too: an Authenticator may not set a hostile one.
+		if err := checkIdentity(FieldTenant, msg.Tenant, MaxTenantBytes, false); err != nil {
+			return fail(Permanent(fmt.Errorf("%w: %w", ErrUnauthenticated, err)), ReasonUnauthenticated)
 		}
 		res.Key.Tenant = msg.Tenant
 	}
@@ -136,21 +138,21 @@ func (c *Consumer[TTx]) prepare(ctx context.Context, msg Message, now time.Time)
 			if !errors.Is(err, ErrInvalidPayload) {
 				err = fmt.Errorf("%w: %w", ErrInvalidPayload, err)
 			}
-			return fail(Permanent(fmt.Errorf("event %s: %w", msg.EventID, err)), ReasonInvalidPayload)
+			return fail(Permanent(err), ReasonInvalidPayload)
 		}
 	}
 
 	t, err := msg.eventTime()
 	if err != nil {
-		return fail(Permanent(fmt.Errorf("%w: event %s: %w", ErrInvalidPayload, msg.EventID, err)), ReasonInvalidPayload)
+		return fail(Permanent(fmt.Errorf("%w: %w", ErrInvalidPayload, err)), ReasonInvalidPayload)
 	}
 	if !t.IsZero() && now.Sub(t) > c.cfg.Retention {
-		return fail(Permanent(fmt.Errorf("%w: event %s from %s is older than retention %v", ErrTooOld, msg.EventID, t.UTC().Format(time.RFC3339), c.cfg.Retention)), ReasonTooOld)
+		return fail(Permanent(fmt.Errorf("%w: event time %s is older than retention %v", ErrTooOld, t.UTC().Format(time.RFC3339), c.cfg.Retention)), ReasonTooOld)
 	}
 
 	if c.bucket > 0 {
 		if msg.OccurredAt.IsZero() {
-			return fail(Permanent(fmt.Errorf("%w: event %s has no occurrence time, which the partitioned inbox needs to place its claim", ErrInvalidPayload, msg.EventID)), ReasonInvalidPayload)
+			return fail(Permanent(fmt.Errorf("%w: no occurrence time, which the partitioned inbox needs to place its claim", ErrInvalidPayload)), ReasonInvalidPayload)
 		}
 		res.bucket = msg.OccurredAt.UTC().Truncate(c.bucket)
 	}
@@ -161,14 +163,6 @@ func (c *Consumer[TTx]) prepare(ctx context.Context, msg Message, now time.Time)
 	}
 	res.Fingerprint = fp
 	return msg, res, true
-}
-
-// truncateID shortens a hostile event id for an error message.
-func truncateID(id string) string {
-	if len(id) > 64 {
-		id = id[:64] + "…"
-	}
-	return id
 }
 
 // process is Process with an optional in-transaction settle hook (TxAcker).
@@ -182,7 +176,7 @@ func (c *Consumer[TTx]) process(ctx context.Context, msg Message, settle func(ct
 	err := c.store.InTx(ctx, func(ctx context.Context, tx TTx) (err error) {
 		cr, err := c.store.ClaimTx(ctx, tx, ClaimParams{Key: res.Key, Fingerprint: res.Fingerprint, Now: now, Bucket: res.bucket})
 		if err != nil {
-			return fmt.Errorf("idem: claim %s: %w", res.Key, err)
+			return err // the store's error names the claim
 		}
 		status = cr.Status
 		switch cr.Status {
@@ -195,11 +189,11 @@ func (c *Consumer[TTx]) process(ctx context.Context, msg Message, settle func(ct
 		case ClaimConflict:
 			return &KeyReuseError{Key: res.Key, Claimed: cr.Existing, Received: res.Fingerprint}
 		default:
-			return fmt.Errorf("idem: claim %s: store returned invalid status %d", res.Key, cr.Status)
+			return fmt.Errorf("idem: claim: store returned invalid status %d", cr.Status)
 		}
 		if settle != nil {
 			if err := settle(ctx, tx); err != nil {
-				return fmt.Errorf("idem: settle %s in transaction: %w", res.Key, err)
+				return fmt.Errorf("idem: settle in transaction: %w", err)
 			}
 		}
 		return nil
@@ -215,15 +209,15 @@ func (c *Consumer[TTx]) finishResult(ctx context.Context, res Result, status Cla
 	case err == nil && status == ClaimDuplicate:
 		res.Outcome = OutcomeDuplicate
 	case errors.Is(err, ErrKeyReuse):
-		res.Outcome, res.Err, res.Class, res.Reason = OutcomeKeyReuse, err, ClassPermanent, ReasonKeyReuse
+		res.Outcome, res.Err, res.Class, res.Reason = OutcomeKeyReuse, withEvent(res.Key.EventID, err), ClassPermanent, ReasonKeyReuse
 	default:
 		if err == nil {
-			err = fmt.Errorf("idem: claim %s ended in status %s", res.Key, status)
+			err = fmt.Errorf("idem: claim ended in status %s", status)
 		}
 		if ctxErr := context.Cause(ctx); ctxErr != nil && errors.Is(ctxErr, ErrLeaseLost) && !errors.Is(err, ErrLeaseLost) {
 			err = fmt.Errorf("%w: %w", ErrLeaseLost, err)
 		}
-		return c.failResult(res, fmt.Errorf("event %s: %w", res.Key.EventID, err), "")
+		return c.failResult(res, err, "")
 	}
 	return res
 }
@@ -292,8 +286,8 @@ func (c *Consumer[TTx]) reasonFor(err error, class Class) Reason {
 // logAttrs are the stable log fields of one delivery.
 func logAttrs(consumer, queue string, msg Message, outcome Outcome, d time.Duration) []slog.Attr {
 	return []slog.Attr{
-		slog.String("event_id", msg.EventID),
-		slog.String("tenant", msg.Tenant),
+		slog.String("event_id", BoundID(msg.EventID)),
+		slog.String("tenant", BoundID(msg.Tenant)),
 		slog.String("consumer", consumer),
 		slog.String("queue", queue),
 		slog.Int("attempt", msg.Attempt),

@@ -32,14 +32,38 @@ var (
 	// ErrInvalidPayload reports a message that failed validation before its fields were used.
 	ErrInvalidPayload = errors.New("idem: invalid payload")
 
-	// ErrPaused reports that the consumer paused itself after a handler bug (see PanicPolicy).
+	// ErrPaused reports that the consumer paused itself: after a handler bug (see PanicPolicy)
+	// or because dead letters could not be written (see
+	// ConsumerConfig.DeadLetterFailuresToPause). Run returns a *PausedError that names the cause.
 	ErrPaused = errors.New("idem: consumer paused")
 
 	// ErrNotFound reports an id (dead letter, queue job) that does not exist.
 	ErrNotFound = errors.New("idem: not found")
 )
 
-// KeyReuseError is the detail behind ErrKeyReuse.
+// PausedError is what Run returns when the consumer paused itself: errors.Is(err, ErrPaused)
+// holds, and Cause (also reachable with errors.Is and errors.As) says why. The message that
+// caused the pause is still in the broker.
+type PausedError struct {
+	Consumer string
+	Cause    error
+}
+
+func (e *PausedError) Error() string {
+	if e.Cause == nil {
+		return fmt.Sprintf("idem: consumer %s paused", e.Consumer)
+	}
+	return fmt.Sprintf("idem: consumer %s paused: %v", e.Consumer, e.Cause)
+}
+
+// Is makes errors.Is(err, ErrPaused) true.
+func (e *PausedError) Is(target error) bool { return target == ErrPaused }
+
+// Unwrap returns the cause.
+func (e *PausedError) Unwrap() error { return e.Cause }
+
+// KeyReuseError is the detail behind ErrKeyReuse. Its text names the tenant, the consumer and
+// both fingerprints but not the event id, which the consumer adds to every error it reports.
 type KeyReuseError struct {
 	Key      Key
 	Claimed  Fingerprint // fingerprint stored with the existing claim
@@ -47,8 +71,8 @@ type KeyReuseError struct {
 }
 
 func (e *KeyReuseError) Error() string {
-	return fmt.Sprintf("idem: event id reused with different content: key %s claimed with fingerprint %s, received %s",
-		e.Key, e.Claimed.Short(), e.Received.Short())
+	return fmt.Sprintf("idem: event id reused with different content: tenant %q, consumer %s: claimed with fingerprint %s, received %s",
+		BoundID(e.Key.Tenant), e.Key.Consumer, e.Claimed.Short(), e.Received.Short())
 }
 
 // Is makes errors.Is(err, ErrKeyReuse) true.

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 
 	"github.com/idemkit/idem/internal/canonjson"
@@ -35,13 +34,19 @@ func FingerprintFromBytes(b []byte) (Fingerprint, error) {
 }
 
 // FingerprintConfig chooses the content that defines an event. By default it is the event type
-// and the whole canonicalised JSON payload.
+// and the whole canonicalised JSON payload, and a payload that is not JSON is refused.
 type FingerprintConfig struct {
 	// Fields, when set, restricts the fingerprint to these dotted paths of the JSON payload
 	// ("order_id", "amount.cents"); other fields may change between deliveries.
 	Fields []string
 	// Exclude removes volatile dotted paths (delivery timestamps, trace ids) from the fingerprint.
 	Exclude []string
+	// Raw declares that this consumer's payloads need not be JSON (protobuf, CSV, plain text): a
+	// payload that does not parse as JSON is fingerprinted as its raw bytes instead of being
+	// refused as invalid_payload. A payload that does parse is still canonicalised, so
+	// fingerprints stored before Raw was set stay valid. Without Raw, a truncated document or
+	// one with a byte-order mark in front is an invalid_payload dead letter, never applied.
+	Raw bool
 	// Func, when set, replaces the computation entirely.
 	Func func(msg Message) (Fingerprint, error)
 }
@@ -54,24 +59,28 @@ const (
 
 // ComputeFingerprint returns the fingerprint of msg: SHA-256 over the event type and the
 // canonical JSON payload (keys sorted, insignificant whitespace removed, numbers as written),
-// restricted or trimmed as cfg says. A payload that is not JSON is hashed as raw bytes; a
-// payload that looks like JSON but cannot be canonicalised (duplicate keys, too deep) is an
-// error wrapping ErrInvalidPayload.
+// restricted or trimmed as cfg says. A payload that is not JSON (truncated, a byte-order mark in
+// front, binary) is an error wrapping ErrInvalidPayload unless cfg.Raw is set, in which case it
+// is hashed as raw bytes; a payload that is JSON but cannot be canonicalised (duplicate keys,
+// too deep) is always such an error.
 func ComputeFingerprint(msg Message, cfg FingerprintConfig) (Fingerprint, error) {
 	if cfg.Func != nil {
 		return cfg.Func(msg)
 	}
 	// One parse on the common path: canonicalise, and only when that fails ask whether the
-	// payload was JSON at all (raw bytes) or JSON that cannot be fingerprinted (an error).
+	// payload was JSON at all (raw bytes, when allowed) or JSON that cannot be fingerprinted.
 	canon, err := canonjson.Canonicalize(msg.Payload, canonjson.Options{Include: cfg.Fields, Exclude: cfg.Exclude})
 	if err == nil {
 		return hashFields(fpTagJSON, msg.Type, canon), nil
 	}
 	if canonjson.IsJSON(msg.Payload) {
-		return Fingerprint{}, fmt.Errorf("%w: event %s: %w", ErrInvalidPayload, msg.EventID, err)
+		return Fingerprint{}, fmt.Errorf("%w: %w", ErrInvalidPayload, err)
+	}
+	if !cfg.Raw {
+		return Fingerprint{}, fmt.Errorf("%w: payload is not JSON (%w); a consumer whose payloads are not JSON sets FingerprintConfig.Raw", ErrInvalidPayload, err)
 	}
 	if len(cfg.Fields) > 0 {
-		return Fingerprint{}, fmt.Errorf("%w: event %s: fingerprint fields %v need a JSON payload", ErrInvalidPayload, msg.EventID, cfg.Fields)
+		return Fingerprint{}, fmt.Errorf("%w: fingerprint fields %v need a JSON payload", ErrInvalidPayload, cfg.Fields)
 	}
 	return rawFingerprint(msg), nil
 }
@@ -93,10 +102,6 @@ func hashFields(tag, typ string, content []byte) Fingerprint {
 	h.Sum(fp[:0])
 	return fp
 }
-
-// errEmptyEventID is returned for a message without an event id: without identity there is no
-// way to recognise its redelivery.
-var errEmptyEventID = errors.New("event id is empty")
 
 // rawFingerprint hashes the type and the payload bytes as they are. The runtime also uses it for
 // a dead letter rejected before its fingerprint was computed (no event id, too large, not

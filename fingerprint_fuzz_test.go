@@ -25,6 +25,12 @@ func FuzzFingerprint(f *testing.F) {
 	f.Fuzz(func(t *testing.T, payload []byte, typ string) {
 		msg := idem.Message{EventID: "e", Type: typ, Payload: payload}
 		fp, err := idem.ComputeFingerprint(msg, idem.FingerprintConfig{})
+		if err == nil && !json.Valid(payload) {
+			t.Fatalf("%q is not JSON, yet it has a fingerprint by default", payload)
+		}
+		if _, rerr := idem.ComputeFingerprint(msg, idem.FingerprintConfig{Raw: true}); rerr != nil && !json.Valid(payload) {
+			t.Fatalf("Raw refuses %q, which is not JSON: %v", payload, rerr)
+		}
 		if err != nil || !json.Valid(payload) {
 			return
 		}

@@ -100,9 +100,12 @@ func TestKeyReuseError(t *testing.T) {
 	require.NoError(t, err)
 	e := &idem.KeyReuseError{Key: idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-9"}, Claimed: a, Received: b}
 	require.ErrorIs(t, fmt.Errorf("wrap: %w", e), idem.ErrKeyReuse)
-	for _, want := range []string{"acme/ledger@v1/evt-9", a.Short(), b.Short()} {
+	for _, want := range []string{`tenant "acme"`, "consumer ledger@v1", a.Short(), b.Short()} {
 		require.Contains(t, e.Error(), want)
 	}
+	require.NotContains(t, e.Error(), "evt-9", "the consumer adds the event id, once")
+	require.Equal(t, `acme\n/ledger@v1/`+strings.Repeat("x", 64)+"…",
+		idem.Key{Tenant: "acme\n", Consumer: "ledger@v1", EventID: strings.Repeat("x", 100)}.String(), "keys print bounded")
 }
 
 func TestFingerprint(t *testing.T) {
@@ -126,13 +129,15 @@ func TestFingerprint(t *testing.T) {
 	require.Equal(t, fp("e", `{"order":{"id":7,"cents":1}}`, only), fp("e", `{"order":{"id":7,"cents":2}}`, only))
 	require.NotEqual(t, fp("e", `{"order":{"id":7}}`, only), fp("e", `{"order":{"id":8}}`, only))
 
-	raw := fp("e", "\x00\x01binary", none)
-	require.NotEqual(t, raw, fp("e", "\x00\x01binarz", none))
-	require.NotEqual(t, fp("e", `"x"`, none), fp("e", `x`, none), "a JSON string and raw bytes differ")
+	rawCfg := idem.FingerprintConfig{Raw: true}
+	raw := fp("e", "\x00\x01binary", rawCfg)
+	require.NotEqual(t, raw, fp("e", "\x00\x01binarz", rawCfg))
+	require.NotEqual(t, fp("e", `"x"`, rawCfg), fp("e", `x`, rawCfg), "a JSON string and raw bytes differ")
+	require.Equal(t, base, fp("payment.captured", `{"order":{"id":7,"cents":100},"ts":"a"}`, rawCfg), "Raw keeps JSON fingerprints")
 
 	_, err := idem.ComputeFingerprint(idem.Message{EventID: "evt-1", Payload: []byte(`{"a":1,"a":2}`)}, none)
 	require.ErrorIs(t, err, idem.ErrInvalidPayload)
-	require.Contains(t, err.Error(), "evt-1")
+	require.NotContains(t, err.Error(), "evt-1", "the consumer adds the event id, once")
 }
 
 func TestConsumerConfigValidate(t *testing.T) {
@@ -232,8 +237,50 @@ func TestFingerprintIsStable(t *testing.T) {
 		"raw\x00bytes":      "44892e476d98d6acf4954a66733f1f73990793ddc591a67796eca78ec6c6956b",
 		`{"x":"y"}`:         "a083ca06abaa97a3b506b49c993140b3e89eed04ce4df9c7a8d4e119e2986ee2",
 	} {
-		fp, err := idem.ComputeFingerprint(idem.Message{Type: "t", Payload: []byte(payload)}, idem.FingerprintConfig{})
+		fp, err := idem.ComputeFingerprint(idem.Message{Type: "t", Payload: []byte(payload)}, idem.FingerprintConfig{Raw: true})
 		require.NoError(t, err)
 		require.Equal(t, want, fp.String(), "payload %q", payload)
+	}
+}
+
+// TestPayloadMustBeJSONByDefault: a payload meant to be JSON that does not parse (truncated, a
+// byte-order mark in front, binary, empty) is invalid_payload by default, and the handler never
+// sees it; a consumer that declares FingerprintConfig.Raw takes such payloads as raw bytes.
+func TestPayloadMustBeJSONByDefault(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, payload string
+	}{
+		{"truncated", `{"wallet":"w1","amount":`},
+		{"byte-order mark", "\ufeff" + `{"wallet":"w1","amount":1}`},
+		{"binary", "\x00\x01\x02"},
+		{"plain text", "hello"},
+		{"empty", ""},
+		{"two documents", `{"a":1}{"a":2}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var handled int
+			for _, raw := range []bool{false, true} {
+				store := newMemStore()
+				c := memConsumer(t, store, func(cfg *idem.ConsumerConfig[*memTx]) {
+					cfg.Fingerprint.Raw = raw
+					cfg.Handler = func(context.Context, *memTx, idem.Message) error { handled++; return nil }
+				})
+				res, err := c.Process(context.Background(), idem.Message{EventID: "evt-1", Type: "t", Payload: []byte(tc.payload)})
+				if raw {
+					require.NoError(t, err, "Raw takes any payload")
+					require.Equal(t, idem.OutcomeProcessed, res.Outcome)
+					continue
+				}
+				require.ErrorIs(t, err, idem.ErrInvalidPayload)
+				require.ErrorContains(t, err, "payload is not JSON")
+				require.ErrorContains(t, err, "FingerprintConfig.Raw")
+				require.Equal(t, idem.ReasonInvalidPayload, res.Reason)
+				require.Equal(t, idem.ClassPermanent, res.Class)
+				require.Zero(t, handled, "the handler never sees it")
+			}
+			require.Equal(t, 1, handled)
+		})
 	}
 }

@@ -20,9 +20,12 @@ type Message struct {
 	Payload []byte
 	// Headers carries transport metadata (signatures, trace ids, replay markers).
 	Headers map[string]string
-	// Attempt is the 1-based delivery attempt as counted by the broker or queue table.
+	// Attempt is the 1-based delivery attempt as counted by the broker or queue table. Inside
+	// Run it counts only the attempts that spend the retry budget: deliveries this consumer saw
+	// end without a verdict (a lost lease, a give-back at shutdown or pause) are taken off.
 	Attempt int
-	// PublishedAt is when the broker first accepted the message.
+	// PublishedAt is when the broker first accepted the message. It bounds the event's age
+	// (when OccurredAt is unknown) but not its retry budget, which counts from the first attempt.
 	PublishedAt time.Time
 	// OccurredAt is when the producer says the event happened; it bounds how old an event may be
 	// before the retention horizon refuses it. Zero means unknown.
@@ -84,9 +87,10 @@ type Key struct {
 	EventID  string
 }
 
-// String formats the key as tenant/consumer/event_id for logs and errors.
+// String formats the key as tenant/consumer/event_id for logs and errors, with the tenant and
+// the event id in their bounded form (BoundID).
 func (k Key) String() string {
-	return fmt.Sprintf("%s/%s/%s", k.Tenant, k.Consumer, k.EventID)
+	return fmt.Sprintf("%s/%s/%s", BoundID(k.Tenant), k.Consumer, BoundID(k.EventID))
 }
 
 // ConsumerName splits a consumer name such as "ledger@v2" into its name and effect version.

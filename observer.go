@@ -21,9 +21,15 @@ const (
 	OutcomeDeadLettered Outcome = "dead_lettered"
 	// OutcomeAbandoned: left to the broker without a verdict (shutdown, lost lease, pause).
 	OutcomeAbandoned Outcome = "abandoned"
+	// OutcomeDeadLetterFailed is not a verdict: one attempt to write a dead letter failed, the
+	// delivery is kept and the write retried (or, after ConsumerConfig.DeadLetterFailuresToPause
+	// failures in a row, the delivery is given back and the consumer pauses). An alert on it
+	// catches a dead-letter queue that cannot be written.
+	OutcomeDeadLetterFailed Outcome = "dead_letter_failed"
 )
 
-// Event describes one settled delivery, for metrics. It carries no payload.
+// Event describes one settled delivery (or one failed dead-letter write), for metrics. It
+// carries no payload, and its Tenant and EventID are in their bounded form (BoundID).
 type Event struct {
 	Consumer  string
 	Queue     string
@@ -32,7 +38,7 @@ type Event struct {
 	Attempt   int
 	Outcome   Outcome
 	ErrorType Class
-	// Reason is set when Outcome is OutcomeDeadLettered.
+	// Reason is set when Outcome is OutcomeDeadLettered or OutcomeDeadLetterFailed.
 	Reason Reason
 	// Delay is the retry delay when Outcome is OutcomeRetried.
 	Delay    time.Duration
@@ -46,6 +52,7 @@ type Event struct {
 // metrics. Implementations must be safe for concurrent use and must not block.
 type Observer interface {
 	Observe(Event)
-	// Paused is called when the consumer pauses itself after a handler bug.
+	// Paused is called when the consumer pauses itself (a handler bug, or dead letters that
+	// cannot be written).
 	Paused(consumer string)
 }

@@ -29,12 +29,19 @@ const (
 // retry policy's delay; a permanent failure, key reuse or a spent budget writes a dead letter
 // and then terminates the delivery. On shutdown Run stops fetching, lets in-flight deliveries
 // finish within ShutdownTimeout, and naks what is left.
+//
+// Before it fetches, Run refuses a retention that does not cover the source's lease and the
+// retry policy (CheckRetention) and a source whose delivery limit or redelivery window the
+// consumer cannot keep its promise over (CheckSourceLimits).
 func (c *Consumer[TTx]) Run(ctx context.Context, src Source) error {
 	if src == nil {
 		return errors.New("idem: Run: source is nil")
 	}
 	if err := CheckRetention(c.cfg.Retention, c.cfg.RedeliveryWindow, c.cfg.Retry, src.Lease()); err != nil {
 		return fmt.Errorf("idem: consumer %s with source %s: %w", c.cfg.Name, src.Name(), err)
+	}
+	if err := CheckSourceLimits(src, c.cfg.Retry, c.cfg.RedeliveryWindow); err != nil {
+		return fmt.Errorf("idem: consumer %s: %w", c.cfg.Name, err)
 	}
 	r := &runner[TTx]{c: c, src: src}
 	return r.run(ctx)
@@ -44,8 +51,12 @@ type runner[TTx any] struct {
 	c      *Consumer[TTx]
 	src    Source
 	paused atomic.Bool
-	// pauseOnce guards the pause log, metric and cancel.
-	pauseOnce sync.Once
+	// pauseOnce guards the pause log, metric and cancel; pauseCause is what Run returns with
+	// ErrPaused (written once, before paused is set).
+	pauseOnce  sync.Once
+	pauseCause error
+	// fetchCtx ends when Run stops fetching (shutdown or pause).
+	fetchCtx context.Context
 }
 
 func (r *runner[TTx]) run(ctx context.Context) error {
@@ -54,6 +65,7 @@ func (r *runner[TTx]) run(ctx context.Context) error {
 	// in-flight handlers can finish.
 	fetchCtx, stopFetch := context.WithCancel(ctx)
 	defer stopFetch()
+	r.fetchCtx = fetchCtx
 	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWork()
 
@@ -162,7 +174,7 @@ fetch:
 		<-done
 	}
 	if r.paused.Load() {
-		return fmt.Errorf("idem: consumer %s: %w", cfg.Name, ErrPaused)
+		return &PausedError{Consumer: cfg.Name, Cause: r.pauseCause}
 	}
 	return nil
 }
@@ -196,12 +208,10 @@ func (r *runner[TTx]) handleBatch(workCtx context.Context, ds []Delivery, stopFe
 	}
 	start := cfg.Now()
 	msgs := make([]Message, len(ds))
+	firsts := make([]time.Time, len(ds))
 	settles := make([]func(context.Context, TTx) error, len(ds))
 	for i, d := range ds {
-		msgs[i] = d.Message()
-		if msgs[i].Attempt < 1 {
-			msgs[i].Attempt = 1
-		}
+		msgs[i], firsts[i] = r.begin(d, start)
 		if ta, ok := d.(TxAcker[TTx]); ok {
 			settles[i] = ta.AckTx
 		}
@@ -214,12 +224,40 @@ func (r *runner[TTx]) handleBatch(workCtx context.Context, ds []Delivery, stopFe
 	results := r.c.processBatch(hctx, msgs, settles)
 	stopExtend()
 	for i, d := range ds {
-		r.settle(workCtx, hctx, stopFetch, d, msgs[i], results[i], start, settles[i] != nil)
+		r.settle(workCtx, hctx, stopFetch, d, msgs[i], results[i], start, firsts[i], settles[i] != nil)
 	}
+}
+
+// begin returns the message of a delivery about to be handled and the time of its first
+// attempt: the transport's record (FirstAttempter) or else the first attempt this consumer saw.
+// The message's Attempt counts only deliveries that reached a verdict: those that ended without
+// one (lost lease, give-back at shutdown or pause) and that this consumer saw are taken off.
+func (r *runner[TTx]) begin(d Delivery, start time.Time) (Message, time.Time) {
+	msg := d.Message()
+	first, noVerdict := r.c.attempts.begin(makeAttemptKey(r.src.Name(), msg), start)
+	if fa, ok := d.(FirstAttempter); ok {
+		if t := fa.FirstAttempt(); !t.IsZero() && t.Before(first) {
+			first = t
+		}
+	}
+	msg.Attempt = max(msg.Attempt-noVerdict, 1)
+	return msg, first
+}
+
+// noVerdict records that d ended without a verdict: it will come back, and this delivery does
+// not spend an attempt of the retry budget.
+func (r *runner[TTx]) noVerdict(d Delivery) {
+	r.c.attempts.abandon(makeAttemptKey(r.src.Name(), d.Message()))
+}
+
+// verdict records that d's event reached a final verdict: the consumer forgets its attempts.
+func (r *runner[TTx]) verdict(d Delivery) {
+	r.c.attempts.forget(makeAttemptKey(r.src.Name(), d.Message()))
 }
 
 // giveBack naks a delivery that was fetched but will not be handled.
 func (r *runner[TTx]) giveBack(ctx context.Context, d Delivery) {
+	r.noVerdict(d)
 	nctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := d.Nak(nctx, 0); err != nil {
@@ -233,15 +271,12 @@ func (r *runner[TTx]) giveBack(ctx context.Context, d Delivery) {
 // stopFetch pauses the consumer.
 func (r *runner[TTx]) handle(workCtx context.Context, d Delivery, stopFetch context.CancelFunc) {
 	cfg := r.c.cfg
-	msg := d.Message()
-	if msg.Attempt < 1 {
-		msg.Attempt = 1
-	}
 	if r.paused.Load() {
 		r.giveBack(workCtx, d)
 		return
 	}
 	start := cfg.Now()
+	msg, first := r.begin(d, start)
 
 	hctx, cancel := context.WithCancelCause(workCtx)
 	defer cancel(nil)
@@ -253,19 +288,20 @@ func (r *runner[TTx]) handle(workCtx context.Context, d Delivery, stopFetch cont
 	}
 	res := r.c.process(hctx, msg, settle)
 	stopExtend()
-	r.settle(workCtx, hctx, stopFetch, d, msg, res, start, settle != nil)
+	r.settle(workCtx, hctx, stopFetch, d, msg, res, start, first, settle != nil)
 }
 
 // settle tells the broker the verdict on one delivery: ack after commit, nak with the retry
 // policy's delay, or dead letter then terminate. hctx is the context the delivery was processed
 // under (its cause says whether the lease was lost); ackedInTx says the delivery was already
-// acked inside the committed transaction.
-func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.CancelFunc, d Delivery, msg Message, res Result, start time.Time, ackedInTx bool) {
+// acked inside the committed transaction; first is when the event was first attempted, where
+// the retry budget's elapsed time starts.
+func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.CancelFunc, d Delivery, msg Message, res Result, start, first time.Time, ackedInTx bool) {
 	cfg := r.c.cfg
 	if res.Key.Tenant != "" {
 		msg.Tenant = res.Key.Tenant
 	}
-	ev := Event{Consumer: cfg.Name, Queue: r.src.Name(), Tenant: msg.Tenant, EventID: msg.EventID, Attempt: msg.Attempt}
+	ev := Event{Consumer: cfg.Name, Queue: r.src.Name(), Tenant: BoundID(msg.Tenant), EventID: BoundID(msg.EventID), Attempt: msg.Attempt}
 
 	// Settle with the broker on a context that survives shutdown for a moment.
 	sctx, scancel := context.WithTimeout(context.WithoutCancel(workCtx), 10*time.Second)
@@ -273,6 +309,7 @@ func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.Ca
 
 	switch res.Outcome {
 	case OutcomeProcessed, OutcomeDuplicate:
+		r.verdict(d)
 		ev.Outcome = res.Outcome
 		if !ackedInTx {
 			if err := d.Ack(sctx); err != nil {
@@ -292,7 +329,7 @@ func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.Ca
 		r.finish(sctx, ev, msg, start, slog.LevelDebug, nil, res.Reason)
 		return
 	case OutcomeKeyReuse:
-		r.deadLetter(sctx, d, msg, res, ReasonKeyReuse, ev, start)
+		r.deadLetter(workCtx, stopFetch, d, msg, res, ReasonKeyReuse, ev, start)
 		return
 	}
 
@@ -301,34 +338,38 @@ func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.Ca
 	switch {
 	case errors.Is(context.Cause(hctx), ErrLeaseLost) || errors.Is(res.Err, ErrLeaseLost):
 		// Another worker owns the delivery now; settling it would step on that worker.
+		r.noVerdict(d)
 		ev.Outcome, ev.ErrorType = OutcomeAbandoned, ClassTransient
 		r.finish(sctx, ev, msg, start, slog.LevelWarn, res.Err, "")
 		return
 	case workCtx.Err() != nil:
 		// Shutdown deadline passed while the handler ran: give it back at once.
+		r.noVerdict(d)
 		_ = d.Nak(sctx, 0)
 		ev.Outcome, ev.ErrorType = OutcomeAbandoned, res.Class
 		r.finish(sctx, ev, msg, start, slog.LevelWarn, res.Err, "")
 		return
 	case errors.As(res.Err, &pe) && cfg.OnPanic == PanicPause:
-		r.pause(sctx, stopFetch, msg, pe)
+		r.pause(sctx, stopFetch, res.Err, "idem: consumer paused after handler panic",
+			slog.String("event_id", BoundID(msg.EventID)), slog.String("tenant", BoundID(msg.Tenant)),
+			slog.String("panic", r.c.redactor.Text(fmt.Sprint(pe.value))),
+			slog.String("stack", string(pe.stack)))
+		r.noVerdict(d)
 		_ = d.Nak(sctx, 0)
 		ev.Outcome, ev.ErrorType = OutcomeAbandoned, ClassPermanent
 		r.finish(sctx, ev, msg, start, slog.LevelError, res.Err, "")
 		return
 	case res.Class == ClassPermanent:
-		r.deadLetter(sctx, d, msg, res, res.Reason, ev, start)
+		r.deadLetter(workCtx, stopFetch, d, msg, res, res.Reason, ev, start)
 		return
 	}
 
+	// The budget counts from the first attempt, never from PublishedAt: time spent waiting in
+	// the broker (a consumer that is behind) spends nothing.
 	hint, _ := RetryHint(res.Err)
-	first := msg.PublishedAt
-	if first.IsZero() || first.After(start) {
-		first = start
-	}
 	verdict := cfg.Retry.Decide(retry.Input{Attempt: msg.Attempt, FirstAt: first, Now: cfg.Now(), Hint: hint}, cfg.Rand)
 	if !verdict.Retry {
-		r.deadLetter(sctx, d, msg, res, ReasonRetriesExhausted, ev, start)
+		r.deadLetter(workCtx, stopFetch, d, msg, res, ReasonRetriesExhausted, ev, start)
 		return
 	}
 	ev.Outcome, ev.ErrorType, ev.Delay = OutcomeRetried, res.Class, verdict.Delay
@@ -339,9 +380,17 @@ func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.Ca
 	r.finish(sctx, ev, msg, start, slog.LevelInfo, res.Err, "")
 }
 
-// deadLetter records the delivery in the dead-letter queue, then terminates it. If the dead
-// letter cannot be written the delivery is nak'ed instead, so nothing is lost.
-func (r *runner[TTx]) deadLetter(ctx context.Context, d Delivery, msg Message, res Result, reason Reason, ev Event, start time.Time) {
+// deadLetterBackoff spaces the retries of a dead-letter write that failed: capped exponential
+// with full jitter, from 100ms up to 5s.
+var deadLetterBackoff = retry.Policy{Base: 100 * time.Millisecond, Cap: 5 * time.Second, MaxAttempts: 1 << 30, MaxElapsed: 1<<62 - 1}
+
+// deadLetter records the delivery in the dead-letter queue, then terminates it. A dead letter
+// that cannot be written is never a silent drop nor an endless loop: the delivery is kept (its
+// lease extended) while the write is retried with capped backoff, each failure is logged and
+// observed (OutcomeDeadLetterFailed), and after DeadLetterFailuresToPause failures in a row the
+// delivery is given back without a verdict and the consumer pauses. A shutdown, a pause or a
+// lost lease meanwhile also ends the retries without a verdict.
+func (r *runner[TTx]) deadLetter(workCtx context.Context, stopFetch context.CancelFunc, d Delivery, msg Message, res Result, reason Reason, ev Event, start time.Time) {
 	cfg := r.c.cfg
 	if reason == "" {
 		reason = ReasonPermanentError
@@ -355,9 +404,14 @@ func (r *runner[TTx]) deadLetter(ctx context.Context, d Delivery, msg Message, r
 	if fp.IsZero() {
 		fp = rawFingerprint(msg)
 	}
+	// A hostile identity is stored in its bounded form, under a fingerprint of the raw one.
+	stored, replaced := storableDeadLetterMessage(msg)
+	if replaced {
+		fp = identityFingerprint(msg)
+	}
 	dl := DeadLetter{
 		Consumer:    cfg.Name,
-		Message:     msg,
+		Message:     stored,
 		Fingerprint: fp,
 		Reason:      reason,
 		Error:       errText,
@@ -367,34 +421,117 @@ func (r *runner[TTx]) deadLetter(ctx context.Context, d Delivery, msg Message, r
 		Status:      DeadLetterPending,
 		Source:      r.src.Name(),
 	}
-	if _, err := r.c.store.InsertDeadLetter(ctx, dl); err != nil {
-		delay := cfg.Retry.Backoff(msg.Attempt, cfg.Rand)
-		_ = d.Nak(ctx, delay)
-		ev.Outcome, ev.ErrorType, ev.Delay = OutcomeRetried, ClassTransient, delay
-		r.finish(ctx, ev, msg, start, slog.LevelError, fmt.Errorf("idem: write dead letter for event %s: %w", msg.EventID, err), "")
+	// Settle with the broker on a context that survives shutdown for a moment.
+	settleCtx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(workCtx), 10*time.Second)
+	}
+
+	// The lease is kept while the write is retried; lctx ends when it is lost.
+	lctx, lcancel := context.WithCancelCause(workCtx)
+	defer lcancel(nil)
+	var stopExtend func()
+	defer func() {
+		if stopExtend != nil {
+			stopExtend()
+		}
+	}()
+	for failures := 0; ; {
+		ictx, icancel := settleCtx()
+		_, err := r.c.store.InsertDeadLetter(ictx, dl)
+		icancel()
+		if err == nil {
+			break
+		}
+		failures++
+		werr := withEvent(msg.EventID, fmt.Errorf("idem: write dead letter (failure %d in a row, reason %s): %w", failures, reason, err))
+		fev := ev
+		fev.Outcome, fev.ErrorType, fev.Reason = OutcomeDeadLetterFailed, r.c.classify(err), reason
+		if fev.ErrorType == ClassUnknown {
+			fev.ErrorType = ClassTransient
+		}
+		giveBack := ""
+		var delay time.Duration
+		switch {
+		case failures >= cfg.DeadLetterFailuresToPause:
+			giveBack = "pause"
+		case r.paused.Load() || r.fetchCtx.Err() != nil:
+			giveBack = "stopping"
+		default:
+			delay = deadLetterBackoff.Backoff(failures, cfg.Rand)
+			fev.Delay = delay
+		}
+		r.finish(workCtx, fev, msg, start, slog.LevelError, werr, reason)
+		if giveBack == "" {
+			if stopExtend == nil {
+				// Renew the lease now (the handler may have used most of it), then every third.
+				if xerr := d.Extend(lctx); xerr != nil {
+					lcancel(fmt.Errorf("%w: extend: %w", ErrLeaseLost, xerr))
+				}
+				stopExtend = r.extendLease(lctx, lcancel, d)
+			}
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+				continue
+			case <-lctx.Done():
+				t.Stop()
+				if errors.Is(context.Cause(lctx), ErrLeaseLost) {
+					// Another worker owns the delivery now; it will try the dead letter again.
+					r.noVerdict(d)
+					ev.Outcome, ev.ErrorType = OutcomeAbandoned, ClassTransient
+					r.finish(workCtx, ev, msg, start, slog.LevelWarn, werr, "")
+					return
+				}
+				giveBack = "stopping" // the shutdown deadline passed
+			case <-r.fetchCtx.Done():
+				t.Stop()
+				giveBack = "stopping"
+			}
+		}
+		// Give the delivery back without a verdict: the broker keeps it for a later try.
+		if giveBack == "pause" {
+			r.pause(workCtx, stopFetch, werr, "idem: consumer paused: dead letters cannot be written",
+				slog.String("event_id", BoundID(msg.EventID)), slog.String("tenant", BoundID(msg.Tenant)),
+				slog.Int("failures", failures))
+		}
+		r.noVerdict(d)
+		sctx, scancel := settleCtx()
+		if nerr := d.Nak(sctx, 0); nerr != nil {
+			r.log(sctx, slog.LevelWarn, "idem: give back after failed dead letter failed", msg, OutcomeAbandoned, start, nerr, ClassTransient)
+		}
+		scancel()
+		ev.Outcome, ev.ErrorType = OutcomeAbandoned, fev.ErrorType
+		r.finish(workCtx, ev, msg, start, slog.LevelError, werr, "")
 		return
 	}
-	if err := d.Term(ctx); err != nil {
+	if stopExtend != nil {
+		stopExtend()
+		stopExtend = nil
+	}
+	r.verdict(d)
+	sctx, scancel := settleCtx()
+	defer scancel()
+	if err := d.Term(sctx); err != nil {
 		// The dead letter is written; a redelivery updates the same pending row.
-		r.log(ctx, slog.LevelWarn, "idem: terminate after dead letter failed", msg, OutcomeDeadLettered, start, err, ClassTransient)
+		r.log(sctx, slog.LevelWarn, "idem: terminate after dead letter failed", msg, OutcomeDeadLettered, start, err, ClassTransient)
 	}
 	ev.Outcome, ev.ErrorType, ev.Reason = OutcomeDeadLettered, res.Class, reason
 	if ev.ErrorType == ClassUnknown {
 		ev.ErrorType = ClassPermanent
 	}
-	r.finish(ctx, ev, msg, start, slog.LevelWarn, res.Err, reason)
+	r.finish(sctx, ev, msg, start, slog.LevelWarn, res.Err, reason)
 }
 
-// pause stops fetching once, logs at error level and tells the observer.
-func (r *runner[TTx]) pause(ctx context.Context, stopFetch context.CancelFunc, msg Message, pe *panicError) {
+// pause stops fetching once, logs text at error level with attrs and the cause, and tells the
+// observer. Run then returns a *PausedError with cause.
+func (r *runner[TTx]) pause(ctx context.Context, stopFetch context.CancelFunc, cause error, text string, attrs ...slog.Attr) {
 	r.pauseOnce.Do(func() {
+		r.pauseCause = cause
 		r.paused.Store(true)
 		stopFetch()
-		r.c.cfg.Logger.LogAttrs(ctx, slog.LevelError, "idem: consumer paused after handler panic",
-			slog.String("consumer", r.c.cfg.Name), slog.String("queue", r.src.Name()),
-			slog.String("event_id", msg.EventID), slog.String("tenant", msg.Tenant),
-			slog.String("panic", r.c.redactor.Text(fmt.Sprint(pe.value))),
-			slog.String("stack", string(pe.stack)))
+		attrs = append([]slog.Attr{slog.String("consumer", r.c.cfg.Name), slog.String("queue", r.src.Name()),
+			slog.String("error", r.c.redactor.Text(cause.Error()))}, attrs...)
+		r.c.cfg.Logger.LogAttrs(ctx, slog.LevelError, text, attrs...)
 		if r.c.cfg.Observer != nil {
 			r.c.cfg.Observer.Paused(r.c.cfg.Name)
 		}

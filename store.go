@@ -225,6 +225,9 @@ type QueueJob struct {
 	ID      int64
 	Token   int64
 	Message Message // Attempt is the number of fetches including this one
+	// FirstFetchedAt is when the job was first fetched (zero when the store does not record
+	// it): the consumer's retry budget counts from it (idemqueue's Delivery is a FirstAttempter).
+	FirstFetchedAt time.Time
 }
 
 // QueueNakParams is the input of QueueStore.QueueNak.

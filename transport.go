@@ -35,6 +35,22 @@ type Delivery interface {
 	Term(ctx context.Context) error
 }
 
+// DeliveryLimiter is a Source whose broker stops delivering a message after a number of
+// deliveries (JetStream MaxDeliver, a RabbitMQ quorum queue's x-delivery-limit). At that limit
+// the broker drops the message without telling the consumer, so the consumer can neither
+// handle nor dead-letter it; Run refuses a limit the retry policy could reach (CheckSourceLimits).
+type DeliveryLimiter interface {
+	// DeliveryLimit is the most deliveries of one message, or 0 for no limit.
+	DeliveryLimit() int
+}
+
+// RedeliveryWindower is a Source that knows how long after publishing it can deliver the same
+// event again (a stream's MaxAge, a queue's message TTL). Run refuses a source whose window is
+// longer than the consumer's RedeliveryWindow, which its claim retention is checked against.
+type RedeliveryWindower interface {
+	RedeliveryWindow() time.Duration
+}
+
 // TxAcker is a Delivery that can settle itself inside the consumer's transaction (the queue
 // table does: it deletes its row in the claim's transaction, fenced by its lease token, so a
 // worker that lost its lease rolls back instead of committing over the new owner).

@@ -124,12 +124,14 @@ func (e *env[TTx]) config(name string, h idem.Handler[TTx]) idem.ConsumerConfig[
 		batch = idem.BatchConfig{Enabled: true, Size: e.opts.batch, MaxWait: 5 * time.Millisecond}
 	}
 	return idem.ConsumerConfig[TTx]{
-		Batch:            batch,
-		Name:             name,
-		Handler:          h,
-		Retry:            fastRetry,
-		Retention:        48 * time.Hour,
-		RedeliveryWindow: time.Hour,
+		Batch:     batch,
+		Name:      name,
+		Handler:   h,
+		Retry:     fastRetry,
+		Retention: 48 * time.Hour,
+		// A day covers the harnesses' bounded redelivery windows (a stream's MaxAge; RabbitMQ's
+		// message TTL + longest delay tier + consumer_timeout), which Run checks.
+		RedeliveryWindow: 24 * time.Hour,
 		Workers:          4,
 		ShutdownTimeout:  5 * time.Second,
 		Observer:         e.rec,
@@ -362,7 +364,8 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 		e.publish(reuse)
 		e.eventually(20*time.Second, "key_reuse dead letter", func() bool { return len(e.deadLetters("evt-k")) == 1 })
 		require.Equal(e.t, idem.ReasonKeyReuse, e.deadLetters("evt-k")[0].Reason)
-		require.Contains(e.t, e.deadLetters("evt-k")[0].Error, "acme/ledger@v1/evt-k")
+		require.Contains(e.t, e.deadLetters("evt-k")[0].Error, `tenant "acme", consumer ledger@v1`)
+		require.True(e.t, strings.HasSuffix(e.deadLetters("evt-k")[0].Error, ` (event "evt-k")`), "the event id once, at the end")
 		require.NoError(e.t, stop())
 		require.EqualValues(e.t, 1, e.ledger("evt-k"))
 		bal, _ := e.b.Balance(e.ctx, "w1")
@@ -488,6 +491,172 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 		require.EqualValues(e.t, 1, e.ledger("evt-g"))
 	})
 
+	run("RetryBudgetCountsFromTheFirstAttempt", func(e *env[TTx]) {
+		// The event waits in the broker longer than the whole elapsed budget (a deploy, an
+		// outage): none of it is spent, so its first transient failure is retried.
+		var calls atomic.Int64
+		credit := storetest.CreditHandler(e.b)
+		cfg := e.config("ledger@v1", func(ctx context.Context, tx TTx, msg idem.Message) error {
+			if calls.Add(1) == 1 {
+				return idem.Transient(errors.New("upstream 503"))
+			}
+			return credit(ctx, tx, msg)
+		})
+		cfg.Retry = retry.Policy{MaxAttempts: 5, MaxElapsed: time.Second, Base: 20 * time.Millisecond, Cap: 100 * time.Millisecond}
+		c, err := idem.NewConsumer(e.b.Store, cfg)
+		require.NoError(e.t, err)
+		e.publish(storetest.PaymentMessage("acme", "evt-late", storetest.Payment{Wallet: "w1", Amount: 5}))
+		time.Sleep(cfg.Retry.MaxElapsed + 500*time.Millisecond)
+		stop := e.run(c, e.source("ledger"))
+		e.eventually(20*time.Second, "processed after one retry", func() bool { return e.rec.Count(idem.OutcomeProcessed, "evt-late") == 1 })
+		require.NoError(e.t, stop())
+		require.Equal(e.t, 1, e.rec.Count(idem.OutcomeRetried, "evt-late"), "retried, not retries_exhausted")
+		require.Empty(e.t, e.deadLetters("evt-late"))
+		require.EqualValues(e.t, 1, e.ledger("evt-late"))
+	})
+
+	run("DeliveriesWithoutVerdictDoNotSpendTheBudget", func(e *env[TTx]) {
+		// Two deliveries end without a verdict: the first loses its lease, the second is cut
+		// off by the shutdown deadline and given back. Neither spends an attempt, so with two
+		// attempts allowed the transient failure that follows is still retried.
+		var calls atomic.Int64
+		started := make(chan struct{}, 1)
+		credit := storetest.CreditHandler(e.b)
+		cfg := e.config("ledger@v1", func(ctx context.Context, tx TTx, msg idem.Message) error {
+			switch calls.Add(1) {
+			case 1: // the failed lease extension cancels it
+				<-ctx.Done()
+				return ctx.Err()
+			case 2: // the shutdown deadline cancels it
+				started <- struct{}{}
+				<-ctx.Done()
+				return ctx.Err()
+			case 3:
+				return idem.Transient(errors.New("upstream 503"))
+			}
+			return credit(ctx, tx, msg)
+		})
+		cfg.Retry.MaxAttempts = 2
+		cfg.ShutdownTimeout = 300 * time.Millisecond
+		c, err := idem.NewConsumer(e.b.Store, cfg)
+		require.NoError(e.t, err)
+		stop := e.run(c, &FailFirstExtend{Source: e.source("ledger")})
+		e.publish(storetest.PaymentMessage("acme", "evt-nv", storetest.Payment{Wallet: "w1", Amount: 5}))
+		select {
+		case <-started:
+		case <-time.After(30 * time.Second):
+			e.t.Fatal("consumertest: the delivery after the lost lease never came")
+		}
+		require.NoError(e.t, stop())
+		require.Equal(e.t, 2, e.rec.Count(idem.OutcomeAbandoned, "evt-nv"), "two deliveries without a verdict")
+
+		stop = e.run(c, e.source("ledger")) // the same consumer, resumed
+		e.eventually(30*time.Second, "processed", func() bool { return e.rec.Count(idem.OutcomeProcessed, "evt-nv") == 1 })
+		require.NoError(e.t, stop())
+		require.Equal(e.t, 1, e.rec.Count(idem.OutcomeRetried, "evt-nv"), "the transient failure was attempt 1 of 2")
+		require.Empty(e.t, e.deadLetters("evt-nv"), "not retries_exhausted")
+		require.EqualValues(e.t, 4, calls.Load())
+		require.EqualValues(e.t, 1, e.ledger("evt-nv"))
+	})
+
+	run("PayloadMustBeJSONByDefault", func(e *env[TTx]) {
+		var calls atomic.Int64
+		credit := storetest.CreditHandler(e.b)
+		c, err := idem.NewConsumer(e.b.Store, e.config("ledger@v1", func(ctx context.Context, tx TTx, msg idem.Message) error {
+			calls.Add(1)
+			return credit(ctx, tx, msg)
+		}))
+		require.NoError(e.t, err)
+		stop := e.run(c, e.source("ledger"))
+		truncated := storetest.PaymentMessage("acme", "evt-trunc", storetest.Payment{Wallet: "w1", Amount: 5})
+		truncated.Payload = truncated.Payload[:len(truncated.Payload)-3]
+		bom := storetest.PaymentMessage("acme", "evt-bom", storetest.Payment{Wallet: "w1", Amount: 5})
+		bom.Payload = append([]byte("\ufeff"), bom.Payload...)
+		e.publish(truncated, bom)
+		e.eventually(20*time.Second, "both dead-lettered", func() bool {
+			return len(e.deadLetters("evt-trunc")) == 1 && len(e.deadLetters("evt-bom")) == 1
+		})
+		require.NoError(e.t, stop())
+		for _, id := range []string{"evt-trunc", "evt-bom"} {
+			dl := e.deadLetters(id)[0]
+			require.Equal(e.t, idem.ReasonInvalidPayload, dl.Reason, id)
+			require.Contains(e.t, dl.Error, "payload is not JSON", id)
+			require.EqualValues(e.t, 0, e.ledger(id), id)
+		}
+		require.Zero(e.t, calls.Load(), "the handler never saw them")
+
+		// A consumer that declares its payloads are not JSON takes raw bytes.
+		cfg := e.config("ledger@v1", func(ctx context.Context, tx TTx, msg idem.Message) error {
+			n, err := e.b.Credit(ctx, tx, msg.EventID, "w1", int64(len(msg.Payload)))
+			if err != nil {
+				return err
+			}
+			return idem.ExpectRows(n, 1)
+		})
+		cfg.Fingerprint.Raw = true
+		raw, err := idem.NewConsumer(e.b.Store, cfg)
+		require.NoError(e.t, err)
+		stop = e.run(raw, e.source("ledger"))
+		e.publish(idem.Message{EventID: "evt-raw", Tenant: "acme", Type: "payment.csv", Payload: []byte("w1;5")})
+		e.eventually(20*time.Second, "raw payload processed", func() bool { return e.rec.Count(idem.OutcomeProcessed, "evt-raw") == 1 })
+		require.NoError(e.t, stop())
+		require.EqualValues(e.t, 1, e.ledger("evt-raw"))
+	})
+
+	run("DeadLetterWriteFailureKeepsMessageAndPauses", func(e *env[TTx]) {
+		store := CutDeadLetters(e.b.Store)
+		credit := storetest.CreditHandler(e.b)
+		var refusals atomic.Int64
+		handler := func(ctx context.Context, tx TTx, msg idem.Message) error {
+			if msg.EventID == "evt-dlf" {
+				refusals.Add(1)
+				return idem.Permanent(errors.New("card declined"))
+			}
+			return credit(ctx, tx, msg)
+		}
+		cfg := e.config("ledger@v1", handler)
+		cfg.DeadLetterFailuresToPause = 3
+		c, err := idem.NewConsumer(store, cfg)
+		require.NoError(e.t, err)
+		ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx, e.source("ledger")) }()
+
+		// Mid-run: the consumer works, then the dead-letter store is cut.
+		e.publish(storetest.PaymentMessage("acme", "evt-ok", storetest.Payment{Wallet: "w1", Amount: 5}))
+		e.eventually(20*time.Second, "first event processed", func() bool { return e.rec.Count(idem.OutcomeProcessed, "evt-ok") == 1 })
+		store.Cut(true)
+		e.publish(storetest.PaymentMessage("acme", "evt-dlf", storetest.Payment{Wallet: "w1", Amount: 5}))
+		select {
+		case err = <-done:
+		case <-ctx.Done():
+			e.t.Fatal("consumertest: the consumer neither dead-lettered nor paused")
+		}
+		require.ErrorIs(e.t, err, idem.ErrPaused, "Run returns ErrPaused with the cause")
+		require.ErrorContains(e.t, err, errCut.Error())
+		require.EqualValues(e.t, 3, store.Failures(), "the write was retried, then the consumer paused")
+		require.Equal(e.t, 3, e.rec.Count(idem.OutcomeDeadLetterFailed, "evt-dlf"), "each failed write is counted")
+		require.Zero(e.t, e.rec.Count(idem.OutcomeRetried, "evt-dlf"), "no nak that spends the broker's delivery limit with a delay")
+		require.EqualValues(e.t, 1, e.rec.paused.Load())
+		require.Empty(e.t, e.deadLetters("evt-dlf"))
+		require.Contains(e.t, e.logs.String(), "dead letters cannot be written")
+
+		// The store is back: the message is still in the broker, and a resumed consumer writes
+		// its dead letter and terminates it.
+		store.Cut(false)
+		resumed, err := idem.NewConsumer(store, e.config("ledger@v1", handler))
+		require.NoError(e.t, err)
+		stop := e.run(resumed, e.source("ledger"))
+		e.eventually(30*time.Second, "dead letter after the store came back", func() bool { return len(e.deadLetters("evt-dlf")) == 1 })
+		time.Sleep(e.lease + 500*time.Millisecond) // a terminated delivery does not come back
+		require.NoError(e.t, stop())
+		require.EqualValues(e.t, 2, refusals.Load(), "handled once before the pause and once after")
+		require.Equal(e.t, idem.ReasonPermanentError, e.deadLetters("evt-dlf")[0].Reason)
+		require.EqualValues(e.t, 1, e.ledger("evt-ok"))
+		require.EqualValues(e.t, 0, e.ledger("evt-dlf"))
+	})
+
 	run("ReplayedDeadLetterRecordsRecovery", func(e *env[TTx]) {
 		var fail atomic.Bool
 		fail.Store(true)
@@ -572,4 +741,65 @@ func (d *failExtend) Extend(ctx context.Context) error {
 		return errors.New("lease taken by another worker")
 	}
 	return d.Delivery.Extend(ctx)
+}
+
+// errCut is the error of a dead-letter store that CutDeadLetters cut.
+var errCut = errors.New("consumertest: dead-letter store cut")
+
+// CutStore wraps a store so that InsertDeadLetter fails on demand, as in a database outage that
+// hits the dead-letter write. Everything else passes through.
+type CutStore[TTx any] struct {
+	idem.Store[TTx]
+	cut      atomic.Bool
+	failures atomic.Int64
+}
+
+// DeadLetterCutter is a store whose dead-letter writes can be cut (see CutDeadLetters).
+type DeadLetterCutter[TTx any] interface {
+	idem.Store[TTx]
+	// Cut makes InsertDeadLetter fail (true) or pass through again (false).
+	Cut(bool)
+	// Failures counts the writes refused while cut.
+	Failures() int64
+}
+
+// CutDeadLetters wraps store; the result is an idem.BatchStore when store is one.
+func CutDeadLetters[TTx any](store idem.Store[TTx]) DeadLetterCutter[TTx] {
+	cs := &CutStore[TTx]{Store: store}
+	if bs, ok := store.(idem.BatchStore[TTx]); ok {
+		return &cutBatchStore[TTx]{CutStore: cs, bs: bs}
+	}
+	return cs
+}
+
+// Cut makes InsertDeadLetter fail (true) or pass through again (false).
+func (s *CutStore[TTx]) Cut(v bool) { s.cut.Store(v) }
+
+// Failures counts the writes refused while cut.
+func (s *CutStore[TTx]) Failures() int64 { return s.failures.Load() }
+
+// InsertDeadLetter fails with errCut while the store is cut.
+func (s *CutStore[TTx]) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.DeadLetter, error) {
+	if s.cut.Load() {
+		s.failures.Add(1)
+		return idem.DeadLetter{}, errCut
+	}
+	return s.Store.InsertDeadLetter(ctx, dl)
+}
+
+type cutBatchStore[TTx any] struct {
+	*CutStore[TTx]
+	bs idem.BatchStore[TTx]
+}
+
+func (s *cutBatchStore[TTx]) ClaimBatchTx(ctx context.Context, tx TTx, ps []idem.ClaimParams) ([]idem.ClaimResult, error) {
+	return s.bs.ClaimBatchTx(ctx, tx, ps)
+}
+
+func (s *cutBatchStore[TTx]) SavepointTx(ctx context.Context, tx TTx, fn func(ctx context.Context, tx TTx) error) error {
+	return s.bs.SavepointTx(ctx, tx, fn)
+}
+
+func (s *cutBatchStore[TTx]) ReleaseClaimTx(ctx context.Context, tx TTx, key idem.Key) error {
+	return s.bs.ReleaseClaimTx(ctx, tx, key)
 }

@@ -27,8 +27,9 @@ const (
 	// MaxDeliverHeadroom is how many deliveries above the retry policy's MaxAttempts a bounded
 	// MaxDeliver must allow: deliveries that end without a verdict (a lost lease, a give-back at
 	// shutdown or at the end of a Receive) count against JetStream's limit but not the policy's.
-	// It matches the consumer's own check of Source.DeliveryLimit.
-	MaxDeliverHeadroom = 5
+	// It is the consumer's own margin (idem.DeliveryLimitMargin), which Run checks against
+	// Source.DeliveryLimit with the consumer's actual policy (idem.CheckSourceLimits).
+	MaxDeliverHeadroom = idem.DeliveryLimitMargin
 	// MaxWaitDefault is the long-poll of one fetch when SourceConfig.MaxWait is zero.
 	MaxWaitDefault = 5 * time.Second
 	// MaxWaitMin keeps an idle Receive from spinning on fetches that expire at once.
@@ -131,7 +132,11 @@ type Source struct {
 	close  context.CancelCauseFunc
 }
 
-var _ idem.Source = (*Source)(nil)
+var (
+	_ idem.Source             = (*Source)(nil)
+	_ idem.DeliveryLimiter    = (*Source)(nil)
+	_ idem.RedeliveryWindower = (*Source)(nil)
+)
 
 // NewSource creates the durable pull consumer cfg.Durable on cfg.Stream with explicit acks, or
 // updates it to cfg when it exists, and returns a Source reading from it.

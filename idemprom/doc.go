@@ -3,7 +3,9 @@
 // Two collectors cover DESIGN step 12 ("everything is observable"):
 //
 //   - Metrics counts what happens: it is the consumer's idem.Observer (one Event per settled
-//     delivery, plus pauses) and the outbox relay's hooks (Published, PublishFailed).
+//     delivery, plus pauses and failed dead-letter writes, which count in
+//     idem_dead_letter_write_failures_total: alert on any increase) and the outbox relay's hooks
+//     (Published, PublishFailed).
 //   - NewStoreCollector reads what is waiting: dead letters, queue-table backlog and outbox
 //     backlog, with the age of the oldest item, queried from the store on every scrape.
 //

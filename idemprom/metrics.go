@@ -118,6 +118,7 @@ type Metrics struct {
 	duplicates      *prometheus.CounterVec
 	keyReuse        *prometheus.CounterVec
 	deadLetters     *prometheus.CounterVec
+	dlFailures      *prometheus.CounterVec
 	handling        *prometheus.HistogramVec
 	recovery        *prometheus.HistogramVec
 	paused          *prometheus.GaugeVec
@@ -164,14 +165,16 @@ func New(cfg Config) *Metrics {
 			"Deliveries whose event id was already claimed with different content.", "consumer", "queue"),
 		deadLetters: counter("dead_letters_total",
 			"Deliveries recorded in the dead-letter queue, by reason.", "consumer", "queue", "reason"),
+		dlFailures: counter("dead_letter_write_failures_total",
+			"Failed attempts to write a dead letter; the delivery is kept and the write retried, and the consumer pauses after failures in a row. Alert on any increase.", "consumer", "queue"),
 		handling: histogram("handling_seconds",
 			"Time from the start of handling to the delivery's verdict, by outcome.", cfg.Buckets, "consumer", "queue", "outcome"),
 		recovery: histogram("recovery_seconds",
 			"Time from a dead letter's first failure to the processing of its replay.", cfg.RecoveryBuckets, "consumer"),
 		paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "consumer_paused",
-			Help: "1 when the consumer paused itself after a handler bug, else 0."}, []string{"consumer"}),
+			Help: "1 when the consumer paused itself (a handler bug, or dead letters that cannot be written), else 0."}, []string{"consumer"}),
 		pauses: counter("consumer_pauses_total",
-			"Times a consumer paused itself after a handler bug.", "consumer"),
+			"Times a consumer paused itself (a handler bug, or dead letters that cannot be written).", "consumer"),
 		published: counter("outbox_published_total",
 			"Outbox events published and marked published by a relay.", "topic"),
 		publishFailures: counter("outbox_publish_failures_total",
@@ -180,7 +183,7 @@ func New(cfg Config) *Metrics {
 			"Per published batch, how long its oldest event waited in the outbox.", cfg.LagBuckets, "topic"),
 	}
 	m.all = []prometheus.Collector{
-		m.messages, m.errors, m.retries, m.duplicates, m.keyReuse, m.deadLetters, m.handling,
+		m.messages, m.errors, m.retries, m.duplicates, m.keyReuse, m.deadLetters, m.dlFailures, m.handling,
 		m.recovery, m.paused, m.pauses, m.published, m.publishFailures, m.publishLag,
 	}
 	return m
@@ -233,17 +236,25 @@ func (m *Metrics) init(consumer, queue string) {
 	m.retries.WithLabelValues(consumer, queue)
 	m.duplicates.WithLabelValues(consumer, queue)
 	m.keyReuse.WithLabelValues(consumer, queue)
+	m.dlFailures.WithLabelValues(consumer, queue)
 	m.paused.WithLabelValues(consumer)
 	m.pauses.WithLabelValues(consumer)
 }
 
-// Observe records one settled delivery; the consumer calls it (idem.Observer). Every outcome
+// Observe records one settled delivery; the consumer calls it (idem.Observer). A failed
+// dead-letter write (idem.OutcomeDeadLetterFailed) only counts in
+// idem_dead_letter_write_failures_total. Every outcome
 // other than processed and duplicate counts as an error of ev.ErrorType. Only ev.Consumer,
 // ev.Queue, ev.Outcome, ev.ErrorType and ev.Reason become labels: ev.EventID and ev.Tenant are
 // ignored on purpose (see the package documentation on cardinality).
 func (m *Metrics) Observe(ev idem.Event) {
 	c, q := ev.Consumer, ev.Queue
 	m.init(c, q)
+	if ev.Outcome == idem.OutcomeDeadLetterFailed {
+		// Not a verdict on the delivery: one failed write, counted on its own.
+		m.dlFailures.WithLabelValues(c, q).Inc()
+		return
+	}
 	m.messages.WithLabelValues(c, q, string(ev.Outcome)).Inc()
 	m.handling.WithLabelValues(c, q, string(ev.Outcome)).Observe(seconds(ev.Duration))
 	if ev.Outcome != idem.OutcomeProcessed && ev.Outcome != idem.OutcomeDuplicate {
@@ -282,7 +293,7 @@ func reasonLabel(r idem.Reason) string {
 	return "unknown"
 }
 
-// Paused records that consumer paused itself after a handler bug (idem.Observer): its
+// Paused records that consumer paused itself (idem.Observer): its
 // idem_consumer_paused gauge goes to 1 and idem_consumer_pauses_total counts the pause.
 func (m *Metrics) Paused(consumer string) {
 	m.paused.WithLabelValues(consumer).Set(1)

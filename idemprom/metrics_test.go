@@ -66,6 +66,12 @@ func keyReuse(want float64) series {
 	return series{"key_reuse_total", func(m *Metrics) prometheus.Collector { return m.keyReuse.WithLabelValues(consumer, queue) }, want}
 }
 
+func dlWriteFailures(want float64) series {
+	return series{"dead_letter_write_failures_total", func(m *Metrics) prometheus.Collector {
+		return m.dlFailures.WithLabelValues(consumer, queue)
+	}, want}
+}
+
 func TestObserve(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -111,6 +117,13 @@ func TestObserve(t *testing.T) {
 			want:   []series{messages(idem.OutcomeKeyReuse, 1), keyReuse(1), errorsOf(idem.ClassPermanent, 1), deadLetters("key_reuse", 0)},
 		},
 		{
+			name: "failed dead-letter writes count apart, not as deliveries",
+			events: []idem.Event{ev(idem.OutcomeDeadLetterFailed, idem.ClassTransient, idem.ReasonPermanentError),
+				ev(idem.OutcomeDeadLetterFailed, idem.ClassTransient, idem.ReasonPermanentError)},
+			want: []series{dlWriteFailures(2), messages(idem.OutcomeDeadLetterFailed, 0), errorsOf(idem.ClassTransient, 0),
+				deadLetters("permanent_error", 0)},
+		},
+		{
 			name:   "abandoned and failed are errors",
 			events: []idem.Event{ev(idem.OutcomeAbandoned, idem.ClassTransient, ""), ev(idem.OutcomeFailed, idem.ClassUnknown, "")},
 			want: []series{messages(idem.OutcomeAbandoned, 1), messages(idem.OutcomeFailed, 1),
@@ -147,6 +160,7 @@ func TestObserveInitialisesSeries(t *testing.T) {
 		{"idem_retries_total", 1},
 		{"idem_duplicates_ignored_total", 1},
 		{"idem_key_reuse_total", 1},
+		{"idem_dead_letter_write_failures_total", 1},
 		{"idem_consumer_paused", 1},
 		{"idem_consumer_pauses_total", 1},
 		{"idem_handling_seconds", 1},
@@ -326,7 +340,7 @@ func TestRegistryLintAndNamespace(t *testing.T) {
 
 			mfs, err := reg.Gather()
 			require.NoError(t, err)
-			require.Len(t, mfs, 13, "every metric has a series")
+			require.Len(t, mfs, 14, "every metric has a series")
 			for _, mf := range mfs {
 				require.True(t, strings.HasPrefix(mf.GetName(), tt.prefix), mf.GetName())
 				require.NotEmpty(t, mf.GetHelp(), mf.GetName())

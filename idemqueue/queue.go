@@ -194,10 +194,15 @@ type Delivery[TTx any] struct {
 var (
 	_ idem.Delivery          = (*Delivery[any])(nil)
 	_ idem.TxAcker[struct{}] = (*Delivery[struct{}])(nil)
+	_ idem.FirstAttempter    = (*Delivery[any])(nil)
 )
 
 // Message returns the job's message; Attempt counts fetches of this job.
 func (d *Delivery[TTx]) Message() idem.Message { return d.job.Message }
+
+// FirstAttempt is when the job was first fetched, as the store recorded it (zero when it does
+// not): the consumer's retry budget counts from it, across processes and restarts.
+func (d *Delivery[TTx]) FirstAttempt() time.Time { return d.job.FirstFetchedAt }
 
 // Job returns the leased row (id and fencing token).
 func (d *Delivery[TTx]) Job() idem.QueueJob { return d.job }
@@ -231,7 +236,7 @@ func (d *Delivery[TTx]) wrap(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("idemqueue: %s job %d (event %s): %w", op, d.job.ID, d.job.Message.EventID, err)
+	return fmt.Errorf(`idemqueue: %s job %d (event "%s"): %w`, op, d.job.ID, idem.BoundID(d.job.Message.EventID), err)
 }
 
 // Sink publishes to queues of the queue table, each call in a transaction of its own. To

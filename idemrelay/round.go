@@ -430,7 +430,7 @@ func (r *Relay) fail(ctx context.Context, it item, perr error, class idem.Class)
 func (r *Relay) deadLetter(ctx context.Context, it item, reason idem.Reason, errText string, attempt int, first, now time.Time) (int64, error) {
 	row := it.row
 	msg := row.Outgoing.Message()
-	fp, _ := idem.ComputeFingerprint(msg, idem.FingerprintConfig{}) // zero when the payload cannot be hashed
+	fp, _ := idem.ComputeFingerprint(msg, idem.FingerprintConfig{Raw: true}) // a row need not be JSON; its dead letter must still replay
 	dl := idem.DeadLetter{
 		Consumer:    ConsumerName,
 		Message:     msg,

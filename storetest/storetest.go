@@ -494,4 +494,5 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 		_, err = st.GetDeadLetter(s.ctx, 999999)
 		require.ErrorIs(s.t, err, idem.ErrNotFound)
 	})
+	run("DeadLettersOfLongestAndHostileIdentitiesAreStored", testDeadLettersOfLongestAndHostileIdentities[TTx])
 }

@@ -132,7 +132,7 @@ func catalogue() []catalogueCase {
 			reason: idem.ReasonInvalidPayload, says: []string{"payload is 1048577 bytes, limit 1048576"}},
 		{name: "key reuse with another payload", id: "bad-reuse", send: afterApplied,
 			msg:    func(f *fixture) idem.Message { return f.payment("bad-reuse", validPayload(victim, 100000), now()) },
-			reason: idem.ReasonKeyReuse, says: []string{"event id reused with different content", "acme/ledger@v1/bad-reuse"}, authed: 2, validated: 2},
+			reason: idem.ReasonKeyReuse, says: []string{"event id reused with different content", `tenant "acme", consumer ledger@v1`, `(event "bad-reuse")`}, authed: 2, validated: 2},
 		{name: "tenant the key may not speak for", id: "bad-tenant",
 			msg: func(f *fixture) idem.Message {
 				return f.payment("bad-tenant", `{"tenant_id":"globex","wallet":"victim","amount_cents":100}`, now())
@@ -306,9 +306,11 @@ func runCatalogue[TTx any](t *testing.T, b storetest.Bundle[TTx], tr transport) 
 			return validator.Validate(ctx, msg)
 		}),
 		// MaxPayloadBytes is left at its default on purpose: the oversized case tests it.
-		Retry:            retry.Policy{MaxAttempts: 5, MaxElapsed: time.Minute, Base: 20 * time.Millisecond, Cap: 100 * time.Millisecond},
-		Retention:        48 * time.Hour,
-		RedeliveryWindow: time.Hour,
+		Retry:     retry.Policy{MaxAttempts: 5, MaxElapsed: time.Minute, Base: 20 * time.Millisecond, Cap: 100 * time.Millisecond},
+		Retention: 48 * time.Hour,
+		// Covers every transport's redelivery window (RabbitMQ: message TTL + longest delay tier
+		// + consumer_timeout), which Run checks (idem.CheckSourceLimits).
+		RedeliveryWindow: 24 * time.Hour,
 		Workers:          4,
 		ShutdownTimeout:  5 * time.Second,
 		Observer:         rec,

@@ -191,7 +191,8 @@ func rabbitMQ(t *testing.T) transport {
 	expires := amqp.Table{"x-expires": int64(10 * 60 * 1000)} // a queue a crashed test leaves behind expires
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	src, err := idemamqp.NewSource(ctx, dial, idemamqp.SourceConfig{Queue: queue, Lease: lease, QueueArgs: expires, DelayQueueArgs: expires})
+	src, err := idemamqp.NewSource(ctx, dial, idemamqp.SourceConfig{Queue: queue, Lease: lease, QueueArgs: expires, DelayQueueArgs: expires,
+		MessageTTL: 10 * time.Minute}) // bounds the redelivery window, which Run checks
 	require.NoError(t, err)
 	conn, err := dial(ctx)
 	require.NoError(t, err)

@@ -35,7 +35,7 @@ func (e *env) outboxE2E(ctx context.Context, rate int, seconds float64) (Result,
 	}
 	id := randHex(4)
 	stream, subject := "IDEMBENCHOB_"+strings.ToUpper(id), "idembenchob."+id
-	if _, err := idemnats.EnsureStream(ctx, js, jetstream.StreamConfig{Name: stream, Subjects: []string{subject}, Storage: jetstream.FileStorage}); err != nil {
+	if _, err := idemnats.EnsureStream(ctx, js, jetstream.StreamConfig{Name: stream, Subjects: []string{subject}, Storage: jetstream.FileStorage, MaxAge: time.Hour}); err != nil { // bounded: Run refuses an unbounded redelivery window
 		return Result{}, err
 	}
 	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), stream) }()

@@ -177,7 +177,7 @@ func (e *env) pipelineJetStream(ctx context.Context, workers, batch int) (Result
 	}
 	id := randHex(4)
 	stream, subject := "IDEMBENCH_"+strings.ToUpper(id), "idembench."+id
-	if _, err := idemnats.EnsureStream(ctx, js, jetstream.StreamConfig{Name: stream, Subjects: []string{subject}, Storage: jetstream.FileStorage}); err != nil {
+	if _, err := idemnats.EnsureStream(ctx, js, jetstream.StreamConfig{Name: stream, Subjects: []string{subject}, Storage: jetstream.FileStorage, MaxAge: time.Hour}); err != nil { // bounded: Run refuses an unbounded redelivery window
 		return Result{}, err
 	}
 	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), stream) }()

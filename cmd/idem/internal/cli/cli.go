@@ -188,15 +188,6 @@ func noArgs(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
-func exactArgs(n int, what string) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if len(args) != n {
-			return usagef("%s needs %s, got %d arguments", cmd.CommandPath(), what, len(args))
-		}
-		return nil
-	}
-}
-
 // oneLine makes err printable as one line: the lines of a multi-line error (errors.Join, pgx's
 // per-host connect errors) are trimmed, repeated ones dropped and the rest joined, a repeated
 // "idem: " prefix goes, and anything that looks like a password in a URL or key=value pair is

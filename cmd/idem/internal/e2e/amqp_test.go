@@ -31,6 +31,7 @@ func amqpSourceConfig(queue string, lease time.Duration) idemamqp.SourceConfig {
 	return idemamqp.SourceConfig{
 		Queue:          queue,
 		Lease:          lease,
+		MessageTTL:     10 * time.Minute, // bounds the redelivery window, which Run checks
 		QueueArgs:      amqp.Table{"x-expires": int64(10 * 60 * 1000)},
 		DelayQueueArgs: amqp.Table{"x-expires": int64(10 * 60 * 1000)},
 		ReconnectMin:   20 * time.Millisecond,
@@ -194,7 +195,7 @@ func TestAMQPConnectionLossAppliesOnce(t *testing.T) {
 		},
 		Retry:            retry.Policy{MaxAttempts: 10, MaxElapsed: time.Minute, Base: 20 * time.Millisecond, Cap: 100 * time.Millisecond},
 		Retention:        48 * time.Hour,
-		RedeliveryWindow: time.Hour,
+		RedeliveryWindow: 24 * time.Hour, // covers the source's: TTL + longest delay tier + consumer_timeout
 		Workers:          4,
 		Observer:         rec,
 	})

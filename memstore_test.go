@@ -1,0 +1,165 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// memStore is the smallest store the root package's tests need: claims that commit or roll
+// back with their transaction, and dead letters kept in a slice. InsertDeadLetter fails while
+// failDeadLetters is set, and refuses what PostgreSQL refuses (NUL, invalid UTF-8, an index
+// entry above 2700 bytes), so the runtime's side of those faults shows without a database.
+type memStore struct {
+	mu          sync.Mutex
+	claims      map[idem.Key]idem.Fingerprint
+	deadLetters []idem.DeadLetter
+	// failDeadLetters makes InsertDeadLetter fail while it holds.
+	failDeadLetters bool
+	dlCalls         int
+}
+
+type memTx struct {
+	claims map[idem.Key]idem.Fingerprint
+}
+
+var _ idem.Store[*memTx] = (*memStore)(nil)
+
+func newMemStore() *memStore { return &memStore{claims: map[idem.Key]idem.Fingerprint{}} }
+
+func (s *memStore) Dialect() string { return "memory" }
+
+func (s *memStore) InTx(ctx context.Context, fn func(ctx context.Context, tx *memTx) error) error {
+	tx := &memTx{claims: map[idem.Key]idem.Fingerprint{}}
+	if err := fn(ctx, tx); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, fp := range tx.claims {
+		s.claims[k] = fp
+	}
+	return nil
+}
+
+func (s *memStore) ClaimTx(ctx context.Context, tx *memTx, p idem.ClaimParams) (idem.ClaimResult, error) {
+	if err := pgStorable(p.Key.Tenant, p.Key.Consumer, p.Key.EventID); err != nil {
+		return idem.ClaimResult{}, fmt.Errorf("memstore: claim: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if fp, ok := s.claims[p.Key]; ok {
+		if fp == p.Fingerprint {
+			return idem.ClaimResult{Status: idem.ClaimDuplicate, Existing: fp}, nil
+		}
+		return idem.ClaimResult{Status: idem.ClaimConflict, Existing: fp}, nil
+	}
+	tx.claims[p.Key] = p.Fingerprint
+	return idem.ClaimResult{Status: idem.ClaimNew}, nil
+}
+
+func (s *memStore) claimed(k idem.Key) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.claims[k]
+	return ok
+}
+
+func (s *memStore) DeleteExpiredClaims(context.Context, idem.DeleteExpiredClaimsParams) (int, error) {
+	return 0, nil
+}
+
+func (s *memStore) ClassifyError(error) idem.Class { return idem.ClassUnknown }
+
+// pgStorable refuses what PostgreSQL's text columns and B-tree indexes refuse.
+func pgStorable(fields ...string) error {
+	total := 0
+	for _, f := range fields {
+		for i := 0; i < len(f); i++ {
+			if f[i] == 0 {
+				return errors.New("invalid byte sequence for encoding \"UTF8\": 0x00 (SQLSTATE 22021)")
+			}
+		}
+		total += len(f)
+	}
+	if total > 2700 {
+		return fmt.Errorf("index row size %d exceeds btree maximum 2704 (SQLSTATE 54000)", total)
+	}
+	return nil
+}
+
+func (s *memStore) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.DeadLetter, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dlCalls++
+	if s.failDeadLetters {
+		return idem.DeadLetter{}, errors.New("memstore: connection refused")
+	}
+	m := dl.Message
+	if err := pgStorable(dl.Consumer, m.Tenant, m.EventID); err != nil {
+		return idem.DeadLetter{}, fmt.Errorf("memstore: insert dead letter: %w", err)
+	}
+	if err := pgStorable(m.Type); err != nil {
+		return idem.DeadLetter{}, fmt.Errorf("memstore: insert dead letter: %w", err)
+	}
+	for k, v := range m.Headers { // headers are not indexed: only NUL is refused (jsonb)
+		if strings.ContainsRune(k+v, 0) {
+			return idem.DeadLetter{}, errors.New("memstore: insert dead letter headers: unsupported Unicode escape sequence \\u0000 (SQLSTATE 22P05)")
+		}
+	}
+	for i, old := range s.deadLetters {
+		if old.Status == idem.DeadLetterPending && old.Consumer == dl.Consumer && old.Message.Tenant == m.Tenant &&
+			old.Message.EventID == m.EventID && old.Fingerprint == dl.Fingerprint {
+			dl.ID, dl.FirstFailed = old.ID, old.FirstFailed
+			s.deadLetters[i] = dl
+			return dl, nil
+		}
+	}
+	dl.ID = int64(len(s.deadLetters) + 1)
+	s.deadLetters = append(s.deadLetters, dl)
+	return dl, nil
+}
+
+func (s *memStore) setFailDeadLetters(v bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failDeadLetters = v
+}
+
+func (s *memStore) dls() []idem.DeadLetter {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]idem.DeadLetter(nil), s.deadLetters...)
+}
+
+func (s *memStore) GetDeadLetter(ctx context.Context, id int64) (idem.DeadLetter, error) {
+	for _, dl := range s.dls() {
+		if dl.ID == id {
+			return dl, nil
+		}
+	}
+	return idem.DeadLetter{}, fmt.Errorf("memstore: dead letter %d: %w", id, idem.ErrNotFound)
+}
+
+func (s *memStore) ListDeadLetters(ctx context.Context, f idem.DeadLetterFilter) ([]idem.DeadLetter, error) {
+	return s.dls(), nil
+}
+
+func (s *memStore) SetDeadLetterStatus(context.Context, idem.SetDeadLetterStatusParams) ([]int64, error) {
+	return nil, errors.New("memstore: not supported")
+}
+
+func (s *memStore) RecordRecovery(context.Context, idem.Key, int64, time.Time) ([]time.Duration, error) {
+	return nil, nil
+}
+
+func (s *memStore) ListAudit(context.Context, int) ([]idem.AuditEntry, error) { return nil, nil }
+
+func (s *memStore) DeadLetterStats(context.Context) (idem.DeadLetterStats, error) {
+	return idem.DeadLetterStats{}, nil
+}

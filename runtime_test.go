@@ -1,0 +1,262 @@
+package idem_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/retry"
+)
+
+// recorder is an idem.Observer that keeps every event.
+type recorder struct {
+	mu     sync.Mutex
+	events []idem.Event
+	paused int
+}
+
+func (r *recorder) Observe(ev idem.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, ev)
+}
+
+func (r *recorder) Paused(string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.paused++
+}
+
+func (r *recorder) count(o idem.Outcome) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, ev := range r.events {
+		if ev.Outcome == o {
+			n++
+		}
+	}
+	return n
+}
+
+func (r *recorder) pauses() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.paused
+}
+
+// runFor runs c over src until stop is called (or the test ends). stop cancels Run and returns
+// its error; done is closed when Run returns, and err then holds its error.
+func runFor(t *testing.T, c *idem.Consumer[*memTx], src idem.Source) (stop func() error, done <-chan struct{}, err *error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan struct{})
+	var runErr error
+	go func() { runErr = c.Run(ctx, src); close(ch) }()
+	stop = func() error {
+		cancel()
+		select {
+		case <-ch:
+			return runErr
+		case <-time.After(10 * time.Second):
+			return errors.New("Run did not return within 10s")
+		}
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop, ch, &runErr
+}
+
+func TestDeadLetterWriteFailureKeepsMessageAndPauses(t *testing.T) {
+	t.Parallel()
+	store := newMemStore()
+	store.setFailDeadLetters(true)
+	rec := &recorder{}
+	var logs bytes.Buffer
+	c := memConsumer(t, store, func(cfg *idem.ConsumerConfig[*memTx]) {
+		cfg.Handler = func(context.Context, *memTx, idem.Message) error { return idem.Permanent(errors.New("card declined")) }
+		cfg.DeadLetterFailuresToPause = 3
+		cfg.Observer = rec
+		cfg.Logger = slog.New(slog.NewJSONHandler(&syncWriter{w: &logs}, nil))
+	})
+	src := newMemSource(idem.Message{EventID: "evt-1", Tenant: "acme", Payload: []byte(`{}`)})
+	_, done, runErr := runFor(t, c, src)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the consumer did not pause")
+	}
+	err := *runErr
+	require.ErrorIs(t, err, idem.ErrPaused)
+	var pe *idem.PausedError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "ledger@v1", pe.Consumer)
+	require.ErrorContains(t, err, "memstore: connection refused", "the cause is named")
+	require.ErrorContains(t, err, `(event "evt-1")`)
+	require.Equal(t, 3, rec.count(idem.OutcomeDeadLetterFailed), "each failed write is counted")
+	require.Equal(t, 1, rec.count(idem.OutcomeAbandoned), "then the delivery is given back without a verdict")
+	require.Zero(t, rec.count(idem.OutcomeRetried), "no nak with a retry delay")
+	require.Equal(t, 1, rec.pauses())
+	require.Equal(t, "", src.settledAs("evt-1"), "neither acked nor terminated")
+	require.Equal(t, 1, src.nakCount(), "given back once")
+	require.Empty(t, store.dls())
+	require.Contains(t, logs.String(), "dead letters cannot be written")
+
+	// The store comes back: a resumed consumer writes the dead letter and terminates.
+	store.setFailDeadLetters(false)
+	stop, _, _ := runFor(t, c, src)
+	require.Eventually(t, func() bool { return src.settledAs("evt-1") == "term" }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, stop())
+	require.Len(t, store.dls(), 1)
+	require.Equal(t, idem.ReasonPermanentError, store.dls()[0].Reason)
+}
+
+// TestDeadLetterWriteRecoversWithinTheRetries: a store that fails twice and then accepts gets
+// the dead letter on the third write, without a pause.
+func TestDeadLetterWriteRecoversWithinTheRetries(t *testing.T) {
+	t.Parallel()
+	store := newMemStore()
+	store.setFailDeadLetters(true)
+	rec := &recorder{}
+	c := memConsumer(t, store, func(cfg *idem.ConsumerConfig[*memTx]) {
+		cfg.Handler = func(context.Context, *memTx, idem.Message) error { return idem.Permanent(errors.New("card declined")) }
+		cfg.Observer = rec
+	})
+	src := newMemSource(idem.Message{EventID: "evt-1", Tenant: "acme", Payload: []byte(`{}`)})
+	stop, _, _ := runFor(t, c, src)
+	require.Eventually(t, func() bool { return rec.count(idem.OutcomeDeadLetterFailed) >= 2 }, 10*time.Second, 5*time.Millisecond)
+	store.setFailDeadLetters(false)
+	require.Eventually(t, func() bool { return src.settledAs("evt-1") == "term" }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, stop())
+	require.Zero(t, rec.pauses())
+	require.Zero(t, src.nakCount(), "kept, not nak'ed, while the write was retried")
+	require.Len(t, store.dls(), 1)
+}
+
+// TestRetryBudgetCountsFromTheFirstAttempt: a message published long before the consumer got to
+// it (a deploy, an outage) has spent none of its budget: its first transient failure is retried.
+func TestRetryBudgetCountsFromTheFirstAttempt(t *testing.T) {
+	t.Parallel()
+	store := newMemStore()
+	rec := &recorder{}
+	var calls sync.Map
+	c := memConsumer(t, store, func(cfg *idem.ConsumerConfig[*memTx]) {
+		cfg.Retry = retry.Policy{MaxAttempts: 3, MaxElapsed: time.Minute, Base: time.Millisecond, Cap: 5 * time.Millisecond}
+		cfg.Observer = rec
+		cfg.Handler = func(ctx context.Context, tx *memTx, msg idem.Message) error {
+			n, _ := calls.LoadOrStore(msg.EventID, new(atomic.Int64))
+			if n.(*atomic.Int64).Add(1) == 1 {
+				return idem.Transient(errors.New("upstream 503"))
+			}
+			return nil
+		}
+	})
+	old := time.Now().Add(-time.Hour) // far beyond MaxElapsed, within Retention
+	src := newMemSource(idem.Message{EventID: "evt-old", Payload: []byte(`{}`), PublishedAt: old})
+	stop, _, _ := runFor(t, c, src)
+	require.Eventually(t, func() bool { return src.settledAs("evt-old") != "" }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, stop())
+	require.Equal(t, "ack", src.settledAs("evt-old"), "retried and processed, not retries_exhausted")
+	require.Empty(t, store.dls())
+	require.Equal(t, 1, rec.count(idem.OutcomeRetried))
+
+	// A transport that knows the first delivery was long ago (FirstAttempter) is believed.
+	src = newMemSource()
+	src.firstAttempt = time.Now().Add(-2 * time.Minute)
+	src.push(idem.Message{EventID: "evt-known", Payload: []byte(`{}`)})
+	stop, _, _ = runFor(t, c, src)
+	require.Eventually(t, func() bool { return src.settledAs("evt-known") != "" }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, stop())
+	require.Equal(t, "term", src.settledAs("evt-known"))
+	require.Len(t, store.dls(), 1)
+	require.Equal(t, idem.ReasonRetriesExhausted, store.dls()[0].Reason)
+}
+
+// TestDeliveriesWithoutVerdictDoNotSpendTheBudget: deliveries given back at shutdown (the
+// handler cancelled at the shutdown deadline) are not attempts; the broker's count of them is
+// taken off, so a later transient failure is still retried.
+func TestDeliveriesWithoutVerdictDoNotSpendTheBudget(t *testing.T) {
+	t.Parallel()
+	store := newMemStore()
+	rec := &recorder{}
+	var calls atomic.Int64
+	started := make(chan struct{}, 4)
+	c := memConsumer(t, store, func(cfg *idem.ConsumerConfig[*memTx]) {
+		cfg.Retry = retry.Policy{MaxAttempts: 2, MaxElapsed: time.Minute, Base: time.Millisecond, Cap: 5 * time.Millisecond}
+		cfg.ShutdownTimeout = 20 * time.Millisecond
+		cfg.Observer = rec
+		cfg.Handler = func(ctx context.Context, tx *memTx, msg idem.Message) error {
+			switch calls.Add(1) {
+			case 1, 2: // cut off by the shutdown deadline: no verdict
+				started <- struct{}{}
+				<-ctx.Done()
+				return ctx.Err()
+			case 3:
+				return idem.Transient(errors.New("upstream 503"))
+			}
+			return nil
+		}
+	})
+	src := newMemSource(idem.Message{EventID: "evt-1", Payload: []byte(`{}`)})
+	for range 2 {
+		stop, _, _ := runFor(t, c, src)
+		<-started
+		require.NoError(t, stop())
+	}
+	require.Equal(t, 2, rec.count(idem.OutcomeAbandoned))
+	stop, _, _ := runFor(t, c, src)
+	require.Eventually(t, func() bool { return src.settledAs("evt-1") != "" }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, stop())
+	require.Equal(t, "ack", src.settledAs("evt-1"), "the delivery on broker attempt 3 was attempt 1 of the budget")
+	require.Empty(t, store.dls())
+	require.EqualValues(t, 4, calls.Load())
+}
+
+func TestRunChecksSourceLimits(t *testing.T) {
+	t.Parallel()
+	policy := retry.Policy{MaxAttempts: 8, MaxElapsed: time.Minute, Base: time.Millisecond, Cap: 5 * time.Millisecond}
+	for _, tc := range []struct {
+		name   string
+		limit  int
+		window time.Duration
+		want   []string // empty: Run starts
+	}{
+		{name: "unlimited, within the window", limit: 0, window: time.Hour},
+		{name: "limit with the margin", limit: 8 + idem.DeliveryLimitMargin, window: time.Hour},
+		{name: "limit without the margin", limit: 8 + idem.DeliveryLimitMargin - 1,
+			want: []string{"source mem", "delivery limit is 12", "at least 13", "Retry.MaxAttempts 8", "DeliveryLimitMargin 5"}},
+		{name: "the broker default of 1", limit: 1, want: []string{"delivery limit is 1"}},
+		{name: "window longer than RedeliveryWindow", window: 25 * time.Hour,
+			want: []string{"up to 25h0m0s after publishing", "RedeliveryWindow (24h0m0s)"}},
+		{name: "both", limit: 3, window: 100 * 365 * 24 * time.Hour, want: []string{"delivery limit is 3", "RedeliveryWindow"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := memConsumer(t, newMemStore(), func(cfg *idem.ConsumerConfig[*memTx]) {
+				cfg.Retry = policy
+				cfg.RedeliveryWindow = 24 * time.Hour
+			})
+			src := newMemSource()
+			src.limit, src.window = tc.limit, tc.window
+			require.Equal(t, len(tc.want) == 0, idem.CheckSourceLimits(src, policy, 24*time.Hour) == nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			err := c.Run(ctx, src)
+			if len(tc.want) == 0 {
+				require.NoError(t, err, "Run starts and stops at the deadline")
+				return
+			}
+			require.Error(t, err)
+			for _, w := range tc.want {
+				require.ErrorContains(t, err, w)
+			}
+		})
+	}
+}
