@@ -31,7 +31,7 @@
 //     claims table is partitioned by day of OccurredAt (Options.InboxBucket; PlainInbox for the
 //     plain table), so most re-sends land in another partition than their first claim.
 //   - sink_refusals: the relay's broker refuses one message of a pipelined batch now and then
-//     (0.25% of pipelined messages: its PubAck fails while the rest of the batch goes on); each
+//     (0.5% of pipelined messages: its PubAck fails while the rest of the batch goes on); each
 //     wallet's payments must still reach the stream in commit order.
 //
 // Then it lets the system drain and checks, from the database alone (the queries are in

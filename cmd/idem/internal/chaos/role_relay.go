@@ -91,9 +91,9 @@ func (j *refusingJetStream) PublishMsgAsync(msg *nats.Msg, opts ...jetstream.Pub
 }
 
 // sinkRefusalShare scales the transient rate down to the refusal rate per pipelined message
-// (0.25% at the default 5%): a refused message makes the relay publish the rest of its batch
+// (0.5% at the default 5%): a refused message makes the relay publish the rest of its batch
 // one row at a time, so a batch of ~60 rows should meet one now and then, not nearly always.
-const sinkRefusalShare = 0.05
+const sinkRefusalShare = 0.1
 
 // sinkRefusalSalt makes the refusal decision independent of the transient-failure one.
 const sinkRefusalSalt = 0x5eed_51c4
