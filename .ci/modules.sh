@@ -67,6 +67,7 @@ check() {
 }
 CLIENT_PKGS=(github.com/jackc/pgx/v5 github.com/jackc/pgx/v5/pgxpool); check idempg github.com/jackc/pgx/v5
 CLIENT_PKGS=(modernc.org/sqlite); check idemsqlite modernc.org/sqlite
+CLIENT_PKGS=(github.com/go-sql-driver/mysql); check idemmysql github.com/go-sql-driver/mysql
 CLIENT_PKGS=(github.com/nats-io/nats.go/jetstream); check idemnats github.com/nats-io/nats.go
 CLIENT_PKGS=(github.com/rabbitmq/amqp091-go); check idemamqp github.com/rabbitmq/amqp091-go
 CLIENT_PKGS=(github.com/redis/go-redis/v9); check idemredis github.com/redis/go-redis/v9

@@ -192,7 +192,7 @@ func (s *Store) claimBatchPartitioned(ctx context.Context, tx pgx.Tx, index map[
 func setFound(r *idem.ClaimResult, k idem.Key, fp []byte, at time.Time) error {
 	existing, err := idem.FingerprintFromBytes(fp)
 	if err != nil {
-		return fmt.Errorf("idempg: claim of event %s: %w", k.EventID, err)
+		return fmt.Errorf("idempg: claim: %w", err)
 	}
 	*r = idem.ClaimResult{Status: idem.ClaimDuplicate, Existing: existing, ClaimedAt: at}
 	return nil
@@ -292,10 +292,10 @@ func (s *Store) txEnded(tx pgx.Tx, err error) error {
 func (s *Store) ReleaseClaimTx(ctx context.Context, tx pgx.Tx, key idem.Key) error {
 	tag, err := tx.Exec(ctx, s.q.claimRelease, key.Tenant, key.Consumer, key.EventID)
 	if err != nil {
-		return fmt.Errorf("idempg: release claim of event %s (key %s): %w", key.EventID, key, err)
+		return fmt.Errorf("idempg: release claim: %w", err)
 	}
 	if s.bucket != 0 && tag.RowsAffected() == 0 {
-		return fmt.Errorf("idempg: release claim of event %s (key %s): this transaction made no such claim at its top level", key.EventID, key)
+		return fmt.Errorf("idempg: release claim: this transaction made no such claim at its top level")
 	}
 	return nil
 }

@@ -30,10 +30,10 @@ func (s *Store) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.
 	// dead-letter queue must keep. Its fingerprint (of the raw content) keeps it apart from other
 	// such messages.
 	if dl.Consumer == "" {
-		return idem.DeadLetter{}, fmt.Errorf("idempg: insert dead letter of event %s: consumer is empty", dl.Message.EventID)
+		return idem.DeadLetter{}, fmt.Errorf("idempg: insert dead letter: consumer is empty")
 	}
 	if dl.Reason == "" {
-		return idem.DeadLetter{}, fmt.Errorf("idempg: insert dead letter of event %s: reason is empty", dl.Message.EventID)
+		return idem.DeadLetter{}, fmt.Errorf("idempg: insert dead letter: reason is empty")
 	}
 	first := orNow(dl.FirstFailed)
 	last := dl.LastFailed
@@ -42,7 +42,7 @@ func (s *Store) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.
 	}
 	headers, err := encodeHeaders(dl.Message.Headers)
 	if err != nil {
-		return idem.DeadLetter{}, fmt.Errorf("idempg: insert dead letter of event %s: %w", dl.Message.EventID, err)
+		return idem.DeadLetter{}, fmt.Errorf("idempg: insert dead letter: %w", err)
 	}
 	m := dl.Message
 	row := s.pool.QueryRow(ctx, s.q.dlInsert,
@@ -51,7 +51,7 @@ func (s *Store) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.
 		dl.Attempts, first, last, dl.Source)
 	got, err := scanDeadLetter(row)
 	if err != nil {
-		return idem.DeadLetter{}, fmt.Errorf("idempg: insert dead letter of event %s: %w", m.EventID, err)
+		return idem.DeadLetter{}, fmt.Errorf("idempg: insert dead letter: %w", err)
 	}
 	return got, nil
 }
@@ -163,11 +163,11 @@ func (s *Store) RecordRecovery(ctx context.Context, key idem.Key, deadLetterID i
 	now = orNow(now)
 	rows, err := s.pool.Query(ctx, s.q.dlRecover, key.Tenant, key.Consumer, key.EventID, now, deadLetterID)
 	if err != nil {
-		return nil, fmt.Errorf("idempg: record recovery of event %s (key %s): %w", key.EventID, key, err)
+		return nil, fmt.Errorf("idempg: record recovery: %w", err)
 	}
 	firsts, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
 	if err != nil {
-		return nil, fmt.Errorf("idempg: record recovery of event %s (key %s): %w", key.EventID, key, err)
+		return nil, fmt.Errorf("idempg: record recovery: %w", err)
 	}
 	out := make([]time.Duration, len(firsts))
 	for i, f := range firsts {

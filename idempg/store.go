@@ -260,19 +260,19 @@ func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p idem.ClaimParams) (ide
 			if isPartitionedTable(err) {
 				err = fmt.Errorf("%w: %w", errPartitionedTable, err)
 			}
-			return idem.ClaimResult{}, fmt.Errorf("idempg: claim event %s (key %s): %w", p.Key.EventID, p.Key, err)
+			return idem.ClaimResult{}, fmt.Errorf("idempg: claim: %w", err)
 		}
 		err = tx.QueryRow(ctx, s.q.claimSelect, c.key...).Scan(c.dest[1:]...)
 		if err == nil {
 			return claimFound(p, c.stored.fp, c.createdAt), nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return idem.ClaimResult{}, fmt.Errorf("idempg: read claim of event %s (key %s): %w", p.Key.EventID, p.Key, err)
+			return idem.ClaimResult{}, fmt.Errorf("idempg: read claim: %w", err)
 		}
 		// The claim we waited for is gone again: deleted by garbage collection. Claim anew.
 	}
-	return idem.ClaimResult{}, fmt.Errorf("idempg: claim event %s (key %s): the existing claim vanished %d times in a row",
-		p.Key.EventID, p.Key, claimAttempts)
+	return idem.ClaimResult{}, fmt.Errorf("idempg: claim: the existing claim vanished %d times in a row",
+		claimAttempts)
 }
 
 // claimPartitioned is ClaimTx on a partitioned inbox. The key is (tenant, consumer, event_id)
@@ -293,7 +293,7 @@ func (s *Store) claimPartitioned(ctx context.Context, tx pgx.Tx, p idem.ClaimPar
 	b.Queue(s.q.claim, c.args...).QueryRow(func(row pgx.Row) error { return row.Scan(c.dest[:]...) })
 	err := tx.SendBatch(ctx, b).Close()
 	if isolation != "" && isolation != "read committed" {
-		return idem.ClaimResult{}, fmt.Errorf("idempg: claim event %s (key %s): %w", p.Key.EventID, p.Key, isolationError(isolation))
+		return idem.ClaimResult{}, fmt.Errorf("idempg: claim: %w", isolationError(isolation))
 	}
 	for attempt := 1; ; attempt++ {
 		if err == nil {
@@ -304,13 +304,13 @@ func (s *Store) claimPartitioned(ctx context.Context, tx pgx.Tx, p idem.ClaimPar
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			if isMissingPartition(err) {
-				return idem.ClaimResult{}, s.missingPartition(err, fmt.Sprintf("claim event %s (key %s)", p.Key.EventID, p.Key), bucket)
+				return idem.ClaimResult{}, s.missingPartition(err, "claim", bucket)
 			}
-			return idem.ClaimResult{}, fmt.Errorf("idempg: claim event %s (key %s): %w", p.Key.EventID, p.Key, err)
+			return idem.ClaimResult{}, fmt.Errorf("idempg: claim: %w", err)
 		}
 		if attempt == claimAttempts {
-			return idem.ClaimResult{}, fmt.Errorf("idempg: claim event %s (key %s): the existing claim vanished %d times in a row",
-				p.Key.EventID, p.Key, claimAttempts)
+			return idem.ClaimResult{}, fmt.Errorf("idempg: claim: the existing claim vanished %d times in a row",
+				claimAttempts)
 		}
 		// The insert met a claim of the key in its bucket that the lookup did not see: one
 		// made without the lock (an older version of idem), or one garbage collection removed

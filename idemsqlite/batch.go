@@ -144,7 +144,7 @@ func (s *Store) TxEnded(tx *sql.Tx) bool {
 func (s *Store) ReleaseClaimTx(ctx context.Context, tx *sql.Tx, key idem.Key) error {
 	if _, err := tx.ExecContext(ctx, "DELETE FROM "+s.cfg.Prefix+"claims WHERE tenant = ? AND consumer = ? AND event_id = ?",
 		key.Tenant, key.Consumer, key.EventID); err != nil {
-		return fmt.Errorf("idemsqlite: release claim of event %s (key %s): %w", key.EventID, key, err)
+		return fmt.Errorf("idemsqlite: release claim: %w", err)
 	}
 	return nil
 }

@@ -26,10 +26,10 @@ func (s *Store) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.
 	// dead-letter queue must keep. Its fingerprint (of the raw content) keeps it apart from other
 	// such messages.
 	if dl.Consumer == "" {
-		return idem.DeadLetter{}, fmt.Errorf("idemsqlite: insert dead letter of event %s: Consumer is empty", m.EventID)
+		return idem.DeadLetter{}, fmt.Errorf("idemsqlite: insert dead letter: Consumer is empty")
 	}
 	if dl.Reason == "" {
-		return idem.DeadLetter{}, fmt.Errorf("idemsqlite: insert dead letter of event %s: Reason is empty", m.EventID)
+		return idem.DeadLetter{}, fmt.Errorf("idemsqlite: insert dead letter: Reason is empty")
 	}
 	first, last := dl.FirstFailed, dl.LastFailed
 	switch {
@@ -43,7 +43,7 @@ func (s *Store) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.
 	}
 	headers, err := encodeHeaders(m.Headers)
 	if err != nil {
-		return idem.DeadLetter{}, fmt.Errorf("idemsqlite: insert dead letter of event %s: %w", m.EventID, err)
+		return idem.DeadLetter{}, fmt.Errorf("idemsqlite: insert dead letter: %w", err)
 	}
 	fp := dl.Fingerprint // the zero fingerprint is stored as 32 zero bytes so uniqueness holds
 	row := s.db.QueryRowContext(ctx, s.q.dlInsert,
@@ -52,7 +52,7 @@ func (s *Store) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.
 		dl.Attempts, first.UnixMicro(), last.UnixMicro(), dl.Source)
 	out, err := scanDeadLetter(row)
 	if err != nil {
-		return idem.DeadLetter{}, fmt.Errorf("idemsqlite: insert dead letter of event %s: %w", m.EventID, err)
+		return idem.DeadLetter{}, fmt.Errorf("idemsqlite: insert dead letter: %w", err)
 	}
 	return out, nil
 }
@@ -199,19 +199,19 @@ func (s *Store) RecordRecovery(ctx context.Context, key idem.Key, deadLetterID i
 	}
 	rows, err := s.db.QueryContext(ctx, s.q.dlRecover, now.UnixMicro(), key.Consumer, key.Tenant, key.EventID, deadLetterID)
 	if err != nil {
-		return nil, fmt.Errorf("idemsqlite: record recovery of event %s (key %s): %w", key.EventID, key, err)
+		return nil, fmt.Errorf("idemsqlite: record recovery: %w", err)
 	}
 	defer rows.Close()
 	var out []time.Duration
 	for rows.Next() {
 		var first int64
 		if err := rows.Scan(&first); err != nil {
-			return nil, fmt.Errorf("idemsqlite: record recovery of event %s (key %s): %w", key.EventID, key, err)
+			return nil, fmt.Errorf("idemsqlite: record recovery: %w", err)
 		}
 		out = append(out, now.Sub(fromMicros(first)))
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("idemsqlite: record recovery of event %s (key %s): %w", key.EventID, key, err)
+		return nil, fmt.Errorf("idemsqlite: record recovery: %w", err)
 	}
 	return out, nil
 }

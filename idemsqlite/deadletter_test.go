@@ -99,7 +99,7 @@ func TestDeadLetterInsert(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, noID.Message.EventID)
 	_, err = b.store.InsertDeadLetter(b.ctx, idem.DeadLetter{Message: idem.Message{EventID: "e9"}, Reason: idem.ReasonTooOld})
-	require.ErrorContains(t, err, "e9")
+	require.ErrorContains(t, err, "Consumer is empty") // the caller (the consumer) adds the event id once
 
 	_, err = b.store.GetDeadLetter(b.ctx, 424242)
 	require.ErrorIs(t, err, idem.ErrNotFound)

@@ -312,17 +312,17 @@ func (s *Store) ClaimTx(ctx context.Context, tx *sql.Tx, p idem.ClaimParams) (id
 		return idem.ClaimResult{Status: idem.ClaimNew}, nil
 	}
 	if !errors.Is(err, sql.ErrNoRows) {
-		return idem.ClaimResult{}, fmt.Errorf("idemsqlite: claim event %s (key %s): %w", p.Key.EventID, p.Key, err)
+		return idem.ClaimResult{}, fmt.Errorf("idemsqlite: claim: %w", err)
 	}
 	var stored []byte
 	err = claimRow(ctx, tx, read, s.q.claimSelect,
 		p.Key.Tenant, p.Key.Consumer, p.Key.EventID).Scan(&stored, &createdAt)
 	if err != nil {
-		return idem.ClaimResult{}, fmt.Errorf("idemsqlite: read claim of event %s (key %s): %w", p.Key.EventID, p.Key, err)
+		return idem.ClaimResult{}, fmt.Errorf("idemsqlite: read claim: %w", err)
 	}
 	existing, err := idem.FingerprintFromBytes(stored)
 	if err != nil {
-		return idem.ClaimResult{}, fmt.Errorf("idemsqlite: claim of event %s (key %s): %w", p.Key.EventID, p.Key, err)
+		return idem.ClaimResult{}, fmt.Errorf("idemsqlite: claim: %w", err)
 	}
 	res := idem.ClaimResult{Status: idem.ClaimDuplicate, Existing: existing, ClaimedAt: fromMicros(createdAt)}
 	if existing != p.Fingerprint {

@@ -20,6 +20,7 @@ replace github.com/idemkit/idem/idemschema => ../../idemschema
 
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
+	github.com/go-sql-driver/mysql v1.10.1
 	github.com/idemkit/idem v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idemamqp v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idemnats v0.0.0-00010101000000-000000000000
@@ -41,6 +42,7 @@ require (
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/lithammer/shortuuid/v3 v3.0.7 // indirect
 	github.com/oklog/ulid v1.3.1 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
@@ -54,6 +56,7 @@ require (
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/idemkit/idem/idemmysql v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/internal/watermillsuite v0.0.0-00010101000000-000000000000
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
@@ -86,3 +89,5 @@ require (
 )
 
 replace github.com/idemkit/idem/internal/watermillsuite => ../../internal/watermillsuite
+
+replace github.com/idemkit/idem/idemmysql => ../../idemmysql

@@ -240,6 +240,11 @@ func TestBadInput(t *testing.T) {
 		store, b := testdb.Postgres(t)
 		runCatalogue[pgx.Tx](t, b, postgresQueue(t, store))
 	})
+	t.Run("QueueMySQL", func(t *testing.T) {
+		t.Parallel()
+		store, b := testdb.MySQL(t)
+		runCatalogue[*sql.Tx](t, b, mysqlQueue(t, store))
+	})
 	t.Run("JetStream", func(t *testing.T) {
 		t.Parallel()
 		tr := jetStream(t)

@@ -18,6 +18,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/testdb"
 	"github.com/idemkit/idem/idemamqp"
+	"github.com/idemkit/idem/idemmysql"
 	"github.com/idemkit/idem/idemnats"
 	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/idemqueue"
@@ -99,6 +100,28 @@ func postgresQueue(t *testing.T, store *idempg.Store) transport {
 			_, err := store.Pool().Exec(context.Background(),
 				`INSERT INTO `+table+` (queue, event_id, tenant, type, payload, headers, enqueued_at, available_at)
 				 VALUES ($1, '', $2, $3, $4, '{}', now(), now())`, queue, m.Tenant, m.Type, m.Payload)
+			require.NoError(t, err, "insert a job without event id into %s", table)
+		},
+	}
+	tr.publishAgain = func(t *testing.T, m idem.Message) { tr.publish(t, m) }
+	return tr
+}
+
+// mysqlQueue is the queue table of a MySQL store; see sqliteQueue.
+func mysqlQueue(t *testing.T, store *idemmysql.Store) transport {
+	queue := testdb.Name("bad_")
+	sink := idemqueue.NewSink(store)
+	table := "`" + store.Config().WithDefaults().Prefix + "queue`"
+	tr := transport{
+		source:  queueSource(t, store, queue),
+		publish: sinkPublish(sink, queue),
+		publishWithoutID: func(t *testing.T, m idem.Message) {
+			t.Helper()
+			require.Error(t, sink.Publish(context.Background(), queue, m), "the sink refuses an empty event id")
+			now := time.Now().UnixMicro()
+			_, err := store.DB().ExecContext(context.Background(),
+				`INSERT INTO `+table+` (queue, event_id, tenant, type, payload, headers, enqueued_at, available_at, last_error)
+				 VALUES (?, '', ?, ?, ?, '{}', ?, ?, '')`, queue, m.Tenant, m.Type, m.Payload, now, now)
 			require.NoError(t, err, "insert a job without event id into %s", table)
 		},
 	}

@@ -112,8 +112,9 @@ func newRootCmd(e *env) *cobra.Command {
 relay, inspects and replays the dead-letter queue, collects old claims, reports status, and runs
 a self-checking demo.
 
-Every command takes --store: sqlite://PATH or postgres://USER:PASSWORD@HOST:PORT/DB (add
-?idem_schema=NAME for a schema other than public). Without --store, commands use $` + StoreEnv + `
+Every command takes --store: sqlite://PATH, postgres://USER:PASSWORD@HOST:PORT/DB (add
+?idem_schema=NAME for a schema other than public) or mysql://USER:PASSWORD@HOST:PORT/DB (MySQL 8
+or MariaDB 10.6+). Without --store, commands use $` + StoreEnv + `
 if set, else ` + StoreDefault + ` (demo uses ` + DemoStoreDefault + `). Commands that publish take
 --broker: sql (the queue table in the store), nats://HOST:PORT, amqp://USER:PASSWORD@HOST:PORT/VHOST
 or redis://USER:PASSWORD@HOST:PORT/DB. Passwords are never printed.

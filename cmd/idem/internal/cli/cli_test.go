@@ -81,7 +81,8 @@ func TestErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{"unknown store scheme", []string{"migrate", "--store", "mysql://x"}, ExitUsage, `unknown scheme "mysql"`},
+		{"unknown store scheme", []string{"migrate", "--store", "mongodb://x"}, ExitUsage, `unknown scheme "mongodb"`},
+		{"mysql store without database", []string{"migrate", "--store", "mysql://x"}, ExitUsage, "names no database: use mysql://USER@HOST:PORT/DB"},
 		{"sqlite without path", []string{"migrate", "--store", "sqlite://"}, ExitUsage, "has no file path"},
 		{"store without scheme", []string{"status", "--store", "idem.db"}, ExitUsage, "has no scheme"},
 		{"unreachable postgres", []string{"status", "--store", unreachablePG}, ExitFailure, "postgres://u:[REDACTED]@127.0.0.1:1/db is unreachable"},
@@ -112,7 +113,7 @@ func TestErrors(t *testing.T) {
 		{"gc bad batch", []string{"gc", "--batch", "0", "--store", migrated}, ExitUsage, "--batch is 0"},
 		{"relay bad log format", []string{"relay", "--log-format", "xml", "--store", migrated}, ExitUsage, `--log-format "xml"`},
 		{"relay unreachable nats", []string{"relay", "--broker", "nats://u:secretpw@127.0.0.1:1", "--store", migrated}, ExitFailure, "broker nats://[REDACTED]@127.0.0.1:1 is unreachable"},
-		{"demo bad store", []string{"demo", "--store", "mysql://u:secretpw@x/db"}, ExitUsage, `unknown scheme "mysql"`},
+		{"demo bad store", []string{"demo", "--store", "mongodb://u:secretpw@x/db"}, ExitUsage, `unknown scheme "mongodb"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -83,7 +83,7 @@ land in a real database by accident.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&storeFlag, "store", defaults.Store, "store DSN: sqlite://PATH or postgres://USER:PASSWORD@HOST:PORT/DB")
+	fl.StringVar(&storeFlag, "store", defaults.Store, "store DSN: sqlite://PATH, postgres://USER:PASSWORD@HOST:PORT/DB or mysql://USER:PASSWORD@HOST:PORT/DB")
 	fl.StringVar(&opts.Broker, "broker", defaults.Broker, "broker: sql (the queue table in the store), nats://HOST:PORT, amqp://USER:PASSWORD@HOST:PORT/VHOST or redis://USER:PASSWORD@HOST:PORT/DB")
 	fl.IntVar(&opts.Events, "events", defaults.Events, "events to produce")
 	fl.IntVar(&opts.Concurrency, "concurrency", defaults.Concurrency, "consumer workers")

@@ -83,7 +83,7 @@ func formatDuration(d time.Duration) string {
 // from the environment.
 func storeFlag(cmd *cobra.Command, p *string) {
 	cmd.Flags().StringVar(p, "store", "",
-		"store DSN: sqlite://PATH or postgres://USER:PASSWORD@HOST:PORT/DB[?idem_schema=NAME] (default $"+StoreEnv+", else "+StoreDefault+")")
+		"store DSN: sqlite://PATH, postgres://USER:PASSWORD@HOST:PORT/DB[?idem_schema=NAME] or mysql://USER:PASSWORD@HOST:PORT/DB (default $"+StoreEnv+", else "+StoreDefault+")")
 }
 
 // resolveStore returns the store DSN to use for flag value v.

@@ -23,7 +23,8 @@ again does nothing. --print writes the SQL instead, for teams that run their own
 it does not connect to the store.`,
 		Example: `  idem migrate --store sqlite://app.db
   idem migrate --store 'postgres://app@db:5432/app?idem_schema=idem'
-  idem migrate --store postgres://app@db/app --print > idem.sql`,
+  idem migrate --store postgres://app@db/app --print > idem.sql
+  idem migrate --store mysql://app:secret@db:3306/app`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dsn := e.resolveStore(store)

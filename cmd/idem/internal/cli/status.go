@@ -218,6 +218,26 @@ func claimCounts(ctx context.Context, s *connect.Stores) ([]claimCount, error) {
 			out = append(out, c)
 		}
 		return out, rows.Err()
+	case s.MySQL != nil:
+		table := "`" + s.MySQL.Config().Prefix + "claims`"
+		rows, err := s.MySQL.DB().QueryContext(ctx,
+			`SELECT consumer, COUNT(*), MAX(created_at) FROM `+table+` GROUP BY consumer ORDER BY consumer`)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				c      claimCount
+				micros int64
+			)
+			if err := rows.Scan(&c.consumer, &c.count, &micros); err != nil {
+				return nil, err
+			}
+			c.last = time.UnixMicro(micros).UTC()
+			out = append(out, c)
+		}
+		return out, rows.Err()
 	case s.Postgres != nil:
 		cfg := s.Postgres.Config()
 		table := pgx.Identifier{cfg.Schema, cfg.Prefix + "claims"}.Sanitize()

@@ -15,11 +15,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemmysql"
 	"github.com/idemkit/idem/idemnats"
 	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/idemqueue"
@@ -31,6 +33,7 @@ import (
 const (
 	KindSQLite   = "sqlite"
 	KindPostgres = "postgres"
+	KindMySQL    = "mysql"
 )
 
 // StoreURL is a parsed --store value.
@@ -38,8 +41,12 @@ type StoreURL struct {
 	Kind string
 	// Path is the SQLite database file.
 	Path string
-	// URL is the PostgreSQL connection string (postgres://…), passed to pgx as is.
+	// URL is the PostgreSQL connection string (postgres://…), passed to pgx as is, or the
+	// MySQL URL (mysql://…) as given.
 	URL string
+	// DSN is the go-sql-driver/mysql data source name the MySQL URL translates to
+	// (USER:PASSWORD@tcp(HOST:PORT)/DB?PARAMS).
+	DSN string
 	// Schema is the PostgreSQL schema for idem's tables (query parameter idem_schema, default public).
 	Schema string
 }
@@ -61,8 +68,9 @@ func (s StoreURL) String() string {
 	return redactDSN(s.URL)
 }
 
-// ParseStore parses sqlite://PATH (relative or absolute: sqlite:///var/lib/idem.db) and
-// postgres://… or postgresql://… URLs.
+// ParseStore parses sqlite://PATH (relative or absolute: sqlite:///var/lib/idem.db),
+// postgres://… or postgresql://… URLs, and mysql://USER:PASSWORD@HOST:PORT/DB?PARAMS (MySQL or
+// MariaDB; PARAMS are go-sql-driver/mysql's DSN parameters).
 func ParseStore(raw string) (StoreURL, error) {
 	raw = strings.TrimSpace(raw)
 	if raw == "" {
@@ -103,12 +111,56 @@ func ParseStore(raw string) (StoreURL, error) {
 		// a literal '+' is already %2B, so every '+' left is a space.
 		u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
 		return StoreURL{Kind: KindPostgres, URL: u.String(), Schema: schema}, nil
+	case "mysql", "mariadb":
+		dsn, err := mysqlDSN(raw)
+		if err != nil {
+			return StoreURL{}, fmt.Errorf("store URL %q: %w", redactDSN(raw), err)
+		}
+		return StoreURL{Kind: KindMySQL, URL: raw, DSN: dsn}, nil
 	default:
 		if !validScheme(scheme) {
 			return StoreURL{}, fmt.Errorf("store URL %q has no valid scheme: use sqlite://PATH or postgres://USER@HOST:PORT/DB", redactDSN(raw))
 		}
-		return StoreURL{}, fmt.Errorf("store URL %q: unknown scheme %q (want sqlite or postgres)", redactDSN(raw), scheme)
+		return StoreURL{}, fmt.Errorf("store URL %q: unknown scheme %q (want sqlite, postgres or mysql)", redactDSN(raw), scheme)
 	}
+}
+
+// mysqlDSN translates mysql://USER:PASSWORD@HOST:PORT/DB?PARAMS into the driver's DSN,
+// USER:PASSWORD@tcp(HOST:PORT)/DB?PARAMS, checking it with the driver's own parser. The database
+// is required: idem's tables go in it.
+func mysqlDSN(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("not a valid URL: %s", urlErr(err))
+	}
+	if u.Host == "" {
+		return "", errors.New("has no host: use mysql://USER@HOST:PORT/DB")
+	}
+	db := strings.TrimPrefix(u.Path, "/")
+	if db == "" || strings.Contains(db, "/") {
+		return "", errors.New("names no database: use mysql://USER@HOST:PORT/DB")
+	}
+	q, err := parseQuery(u.RawQuery)
+	if err != nil {
+		return "", err
+	}
+	cfg := mysql.NewConfig()
+	cfg.Net, cfg.Addr, cfg.DBName = "tcp", u.Host, db
+	if u.Port() == "" {
+		cfg.Addr = u.Host + ":3306"
+	}
+	if u.User != nil {
+		cfg.User = u.User.Username()
+		cfg.Passwd, _ = u.User.Password()
+	}
+	dsn := cfg.FormatDSN()
+	if len(q) > 0 {
+		dsn += "?" + q.Encode()
+	}
+	if _, err := mysql.ParseDSN(dsn); err != nil {
+		return "", fmt.Errorf("invalid parameters: %s", redactErr(err))
+	}
+	return dsn, nil
 }
 
 // parseQuery parses a URL query strictly: url.URL.Query drops the whole query when one part is
@@ -269,9 +321,10 @@ func ParseBroker(raw string) (BrokerURL, error) {
 // Stores is an open store of either kind, with the interfaces the command needs.
 type Stores struct {
 	URL StoreURL
-	// Exactly one of SQLite and Postgres is set.
+	// Exactly one of SQLite, Postgres and MySQL is set.
 	SQLite   *idemsqlite.Store
 	Postgres *idempg.Store
+	MySQL    *idemmysql.Store
 
 	DeadLetters idem.DeadLetterStore
 	Queue       idem.QueueStore
@@ -291,7 +344,7 @@ func (s *Stores) Close() {
 
 // Options tunes OpenStore.
 type Options struct {
-	// MaxConns bounds the PostgreSQL pool (default 16).
+	// MaxConns bounds the PostgreSQL or MySQL pool (default 16).
 	MaxConns int32
 	// MustExist refuses to create a missing SQLite file (for commands that only read).
 	MustExist bool
@@ -350,6 +403,28 @@ func OpenStore(ctx context.Context, raw string, opts Options) (*Stores, error) {
 		s.Postgres = st
 		s.DeadLetters, s.Queue, s.Outbox, s.Migrator, s.GC = st, st, st, st, st
 		s.closers = append(s.closers, pool.Close, func() { _ = st.Close() })
+	case KindMySQL:
+		db, err := sql.Open("mysql", su.DSN)
+		if err != nil {
+			return nil, fmt.Errorf("store %s: %s", su, redactErr(err))
+		}
+		maxConns := 16
+		if opts.MaxConns > 0 {
+			maxConns = int(opts.MaxConns)
+		}
+		db.SetMaxOpenConns(maxConns)
+		db.SetMaxIdleConns(maxConns)
+		// Below the server's wait_timeout (8 h by default), so the pool never hands out a
+		// connection the server has already closed.
+		db.SetConnMaxLifetime(time.Hour)
+		if err := pingSQL(ctx, db); err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("store %s is unreachable: %s", su, redactErr(err))
+		}
+		st := idemmysql.New(db)
+		s.MySQL = st
+		s.DeadLetters, s.Queue, s.Outbox, s.Migrator, s.GC = st, st, st, st, st
+		s.closers = append(s.closers, func() { _ = db.Close() }, func() { _ = st.Close() })
 	}
 	return s, nil
 }
@@ -376,6 +451,16 @@ func MigrationSQL(raw string) (string, error) {
 		}
 		defer db.Close()
 		st := idemsqlite.New(db)
+		defer st.Close()
+		return st.MigrationSQL(), nil
+	case KindMySQL:
+		// sql.Open does not connect either.
+		db, err := sql.Open("mysql", su.DSN)
+		if err != nil {
+			return "", fmt.Errorf("store %s: %s", su, redactErr(err))
+		}
+		defer db.Close()
+		st := idemmysql.New(db)
 		defer st.Close()
 		return st.MigrationSQL(), nil
 	default:

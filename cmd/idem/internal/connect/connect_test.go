@@ -55,7 +55,21 @@ func TestParseStore(t *testing.T) {
 		{raw: "sqlite://", errHas: "has no file path"},
 		{raw: "sqlite://?mode=memory", errHas: "has no file path"},
 		{raw: "sqlite://a\x00b", errHas: "NUL byte"},
-		{raw: "mysql://u:secretpw@h/db", errHas: `unknown scheme "mysql"`},
+		{
+			raw:  "mysql://app:secretpw@db:3307/app?tls=skip-verify",
+			want: connect.StoreURL{Kind: connect.KindMySQL, URL: "mysql://app:secretpw@db:3307/app?tls=skip-verify", DSN: "app:secretpw@tcp(db:3307)/app?tls=skip-verify"},
+			str:  "mysql://app:[REDACTED]@db:3307/app?tls=skip-verify",
+		},
+		{
+			raw:  "mariadb://root@127.0.0.1/test",
+			want: connect.StoreURL{Kind: connect.KindMySQL, URL: "mariadb://root@127.0.0.1/test", DSN: "root@tcp(127.0.0.1:3306)/test"},
+			str:  "mariadb://[REDACTED]@127.0.0.1/test", // a scheme idem.RedactURL does not know: all userinfo masked
+		},
+		{raw: "mysql://u:secretpw@h", errHas: "names no database"},
+		{raw: "mysql:///db", errHas: "has no host"},
+		{raw: "mysql://u:secretpw@h/db?tls=x;y", errHas: `query parameter "tls" contains ';'`},
+		{raw: "mysql://u:secretpw@h/db?timeout=soon", errHas: "invalid parameters"},
+		{raw: "mongodb://u:secretpw@h/db", errHas: `unknown scheme "mongodb"`},
 		{raw: "postgres:///app", errHas: "has no host"},
 		{raw: "postgres://u:secretpw@h:port/db", errHas: "is not a valid URL"},
 		// Finding 4: a password with an unescaped '#', '?' or '/' was echoed by url.Parse's error.

@@ -17,8 +17,9 @@ import (
 // and {orders}, {ledger}, {wallets}, {dead_letters}, {outbox} for table names; the database
 // rewrites both for its dialect and schema.
 type database struct {
-	sqlite *sql.DB       // set for SQLite
+	sqlite *sql.DB       // set for SQLite and MySQL (database/sql, ? placeholders)
 	pg     *pgxpool.Pool // set for PostgreSQL
+	mysql  bool          // sqlite is a MySQL or MariaDB database
 	names  *strings.Replacer
 	// schema is the PostgreSQL schema of idem's and the demo's tables ("" on SQLite).
 	schema string
@@ -34,6 +35,9 @@ func newDatabase(st *connect.Stores) *database {
 	case st.SQLite != nil:
 		d.sqlite = st.SQLite.DB()
 		prefix = st.SQLite.Config().Prefix
+	case st.MySQL != nil:
+		d.sqlite, d.mysql = st.MySQL.DB(), true
+		prefix = st.MySQL.Config().Prefix
 	default:
 		d.pg = st.Postgres.Pool()
 		cfg := st.Postgres.Config()
@@ -153,6 +157,35 @@ var (
 			balance_cents INTEGER NOT NULL DEFAULT 0,
 			PRIMARY KEY (run_id, id))`,
 	}
+	// mysqlSchema has its indexes inside CREATE TABLE: MySQL 8 has no CREATE INDEX IF NOT
+	// EXISTS.
+	mysqlSchema = []string{
+		`CREATE TABLE IF NOT EXISTS {orders} (
+			id           BIGINT       NOT NULL COMMENT 'order index within the run',
+			run_id       VARCHAR(64)  NOT NULL,
+			event_id     VARCHAR(255) NOT NULL,
+			wallet_id    VARCHAR(64)  NOT NULL,
+			amount_cents BIGINT       NOT NULL,
+			valid        BOOLEAN      NOT NULL COMMENT 'false for poison',
+			poison       VARCHAR(32)  NOT NULL DEFAULT '' COMMENT 'invalid_json, missing_field, key_reuse',
+			PRIMARY KEY (run_id, id),
+			KEY demo_orders_event (run_id, event_id)
+		) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+		`CREATE TABLE IF NOT EXISTS {ledger} (
+			id           BIGINT       NOT NULL AUTO_INCREMENT PRIMARY KEY,
+			run_id       VARCHAR(64)  NOT NULL,
+			event_id     VARCHAR(255) NOT NULL,
+			wallet_id    VARCHAR(64)  NOT NULL,
+			amount_cents BIGINT       NOT NULL,
+			KEY demo_ledger_event (run_id, event_id)
+		) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+		`CREATE TABLE IF NOT EXISTS {wallets} (
+			run_id        VARCHAR(64) NOT NULL,
+			id            VARCHAR(64) NOT NULL,
+			balance_cents BIGINT      NOT NULL DEFAULT 0,
+			PRIMARY KEY (run_id, id)
+		) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+	}
 	postgresSchema = []string{
 		`CREATE TABLE IF NOT EXISTS {orders} (
 			id           bigint  NOT NULL, -- order index within the run
@@ -183,7 +216,11 @@ var (
 // serialise on an advisory lock, since CREATE TABLE IF NOT EXISTS can still race.
 func (d *database) createTables(ctx context.Context) error {
 	if !d.postgres() {
-		for _, s := range sqliteSchema {
+		schema := sqliteSchema
+		if d.mysql {
+			schema = mysqlSchema
+		}
+		for _, s := range schema {
 			if err := d.exec(ctx, s); err != nil {
 				return fmt.Errorf("create demo tables: %w", err)
 			}

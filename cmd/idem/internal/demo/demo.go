@@ -231,6 +231,9 @@ func Run(ctx context.Context, opts Options) (Verdict, error) {
 	if st.SQLite != nil {
 		return run[*sql.Tx](ctx, o, v, st.SQLite, db, bu, sqliteExec)
 	}
+	if st.MySQL != nil {
+		return run[*sql.Tx](ctx, o, v, st.MySQL, db, bu, sqliteExec)
+	}
 	return run[pgx.Tx](ctx, o, v, st.Postgres, db, bu, pgExec)
 }
 
@@ -253,6 +256,7 @@ type demoStore[TTx any] interface {
 // affected.
 type txExec[TTx any] func(ctx context.Context, tx TTx, query string, args ...any) (int64, error)
 
+// sqliteExec runs q on any database/sql transaction: SQLite's and MySQL's.
 func sqliteExec(ctx context.Context, tx *sql.Tx, q string, args ...any) (int64, error) {
 	res, err := tx.ExecContext(ctx, q, args...)
 	if err != nil {

@@ -347,6 +347,38 @@ func TestPostgresQueue(t *testing.T) {
 	require.Zero(t, v.DuplicatesDroppedByBroker)
 }
 
+func TestMySQLNATSChaos(t *testing.T) {
+	natsURL := testenv.NATS(t)
+	db, storeURL := testdb.MySQLDatabase(t)
+	o := chaos(storeURL, natsURL)
+	o.natsStream, o.natsRoot = natsStream(t, natsURL)
+	v, err := Run(context.Background(), o)
+	require.NoError(t, err)
+	requireChaosOK(t, v)
+	require.Positive(t, v.DuplicatesIgnored, "the copies reached the consumer and were ignored there")
+
+	q := func(query string, args ...any) int {
+		var n int
+		require.NoError(t, db.QueryRow(query, args...).Scan(&n), query)
+		return n
+	}
+	c := runSQLChecks(t, q, func(int) string { return "?" }, v.RunID, "demo_orders", "demo_ledger", "demo_wallets", "idem_dead_letters")
+	require.Equal(t, 1, c.ledgerMax, "no event has more than one ledger row")
+	require.Zero(t, c.badBalances)
+	require.Equal(t, v.PoisonInjected, c.poison)
+	require.Equal(t, c.poison, c.poisonWithDL)
+}
+
+func TestMySQLQueue(t *testing.T) {
+	db, storeURL := testdb.MySQLDatabase(t)
+	v, err := Run(context.Background(), chaos(storeURL, "sql"))
+	require.NoError(t, err)
+	requireChaosOK(t, v)
+	var left int
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM idem_queue WHERE queue = ?`, "demo.payments."+v.RunID).Scan(&left))
+	require.Zero(t, left, "queue drained")
+}
+
 func TestSetupErrors(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -84,6 +84,20 @@ func TestRuntimeSQLiteNATS(t *testing.T) {
 	})
 }
 
+func TestRuntimeMySQLNATS(t *testing.T) {
+	t.Parallel()
+	consumertest.Exercise(t, func(tb testing.TB) (storetest.Bundle[*sql.Tx], transporttest.Harness) {
+		return mysqlBundle(tb), natsHarness(tb)
+	})
+}
+
+func TestRuntimeBatchedMySQLNATS(t *testing.T) {
+	t.Parallel()
+	consumertest.Exercise(t, func(tb testing.TB) (storetest.Bundle[*sql.Tx], transporttest.Harness) {
+		return mysqlBundle(tb), natsHarness(tb)
+	}, consumertest.Batched(10))
+}
+
 func TestRuntimeBatchedPostgresNATS(t *testing.T) {
 	t.Parallel()
 	consumertest.Exercise(t, func(tb testing.TB) (storetest.Bundle[pgx.Tx], transporttest.Harness) {

@@ -74,3 +74,25 @@ func TestRuntimeBatchedSQLiteQueue(t *testing.T) {
 		return b, queueHarness[*sql.Tx](store)
 	}, consumertest.Batched(10))
 }
+
+func TestRuntimeMySQLQueue(t *testing.T) {
+	t.Parallel()
+	consumertest.Exercise(t, func(tb testing.TB) (storetest.Bundle[*sql.Tx], transporttest.Harness) {
+		store, b := testdb.MySQL(tb)
+		return b, queueHarness[*sql.Tx](store)
+	})
+}
+
+func TestQueueTransportMySQL(t *testing.T) {
+	t.Parallel()
+	store, _ := testdb.MySQL(t)
+	transporttest.Exercise(t, queueHarness[*sql.Tx](store))
+}
+
+func TestRuntimeBatchedMySQLQueue(t *testing.T) {
+	t.Parallel()
+	consumertest.Exercise(t, func(tb testing.TB) (storetest.Bundle[*sql.Tx], transporttest.Harness) {
+		store, b := testdb.MySQL(tb)
+		return b, queueHarness[*sql.Tx](store)
+	}, consumertest.Batched(10))
+}

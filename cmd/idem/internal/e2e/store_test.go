@@ -19,6 +19,13 @@ func TestBatchConformancePostgres(t *testing.T) {
 	storetest.ExerciseBatch(t, pgBundle)
 }
 
+func mysqlBundle(tb testing.TB) storetest.Bundle[*sql.Tx] { _, b := testdb.MySQL(tb); return b }
+
+func TestBatchConformanceMySQL(t *testing.T) {
+	t.Parallel()
+	storetest.ExerciseBatch(t, mysqlBundle)
+}
+
 func TestBatchConformanceSQLite(t *testing.T) {
 	t.Parallel()
 	storetest.ExerciseBatch(t, sqliteBundle)

@@ -22,6 +22,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/internal/testdb"
+	"github.com/idemkit/idem/idemmysql"
 	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/idemrelay"
 	"github.com/idemkit/idem/idemsqlite"
@@ -69,13 +71,15 @@ func (k kit) enqueue(tb testing.TB, msgs ...idem.Outgoing) {
 	require.NoError(tb, k.order(context.Background(), randomHex(tb, 8), false, msgs...))
 }
 
-// kits are the stores the relay is tested on; PostgreSQL skips without IDEM_POSTGRES_URL.
+// kits are the stores the relay is tested on; PostgreSQL skips without IDEM_POSTGRES_URL, MySQL
+// without IDEM_MYSQL_URL.
 var kits = []struct {
 	name string
 	new  func(tb testing.TB, cfg storeCfg) kit
 }{
 	{"sqlite", newSQLite},
 	{"postgres", newPostgres},
+	{"mysql", newMySQL},
 }
 
 // storeCfg is what a test may ask of its store.
@@ -140,6 +144,76 @@ func newSQLite(tb testing.TB, cfg storeCfg) kit {
 			require.NoError(tb, err)
 			return s
 		},
+	}
+}
+
+// newMySQL builds a kit on a fresh MySQL or MariaDB database.
+func newMySQL(tb testing.TB, cfg storeCfg) kit {
+	tb.Helper()
+	ctx := context.Background()
+	db := testdb.MySQLDB(tb)
+	if cfg.maxConns > 8 {
+		db.SetMaxOpenConns(int(cfg.maxConns))
+	}
+	var stores []*idemmysql.Store
+	var mu sync.Mutex
+	newStore := func(tb testing.TB) *idemmysql.Store {
+		s, err := idemmysql.NewWithConfig(db, idemmysql.Config{OutboxPartitions: cfg.partitions})
+		require.NoError(tb, err)
+		mu.Lock()
+		stores = append(stores, s)
+		mu.Unlock()
+		return s
+	}
+	tb.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, s := range stores {
+			require.NoError(tb, s.Close())
+		}
+	})
+	store := newStore(tb)
+	require.NoError(tb, store.Migrate(ctx))
+	_, err := db.ExecContext(ctx, `CREATE TABLE orders (id VARCHAR(64) PRIMARY KEY) ENGINE=InnoDB`)
+	require.NoError(tb, err)
+	return kit{
+		name:  "mysql",
+		store: store,
+		dlq:   store,
+		order: func(ctx context.Context, id string, fail bool, msgs ...idem.Outgoing) error {
+			return store.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+				if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id) VALUES (?)`, id); err != nil {
+					return err
+				}
+				if err := store.EnqueueTx(ctx, tx, msgs...); err != nil {
+					return err
+				}
+				if fail {
+					return errRollback
+				}
+				return nil
+			})
+		},
+		orders: func(ctx context.Context) int {
+			var n int
+			require.NoError(tb, db.QueryRowContext(ctx, `SELECT count(*) FROM orders`).Scan(&n))
+			return n
+		},
+		counts: func(ctx context.Context) counts {
+			var c counts
+			require.NoError(tb, db.QueryRowContext(ctx, `SELECT
+				coalesce(sum(published_at IS NULL AND NOT dead), 0),
+				coalesce(sum(published_at IS NOT NULL), 0),
+				coalesce(sum(dead), 0) FROM idem_outbox`).Scan(&c.Pending, &c.Published, &c.Dead))
+			return c
+		},
+		row: func(ctx context.Context, eventID string) outboxState {
+			var s outboxState
+			require.NoError(tb, db.QueryRowContext(ctx, `SELECT attempts, dead, published_at IS NOT NULL, last_error
+				FROM idem_outbox WHERE event_id = ?`, eventID).Scan(&s.Attempts, &s.Dead, &s.Published, &s.LastError))
+			return s
+		},
+		another: func(tb testing.TB) idem.OutboxRelayStore { return newStore(tb) },
 	}
 }
 

@@ -233,19 +233,38 @@ func (w *leaseWatch) result() (int, []string) {
 	return w.snapshots, append([]string(nil), w.violations...)
 }
 
-// Three relays on PostgreSQL share 20 keys × 30 events: every key's events arrive in enqueue
+// Three relays on PostgreSQL (and on MySQL) share 20 keys × 30 events: every key's events arrive in enqueue
 // order, every event is published, and no partition ever has two owners — checked from the
 // lease operations each relay made, from LeaseList snapshots, and from when each relay
 // published.
+// serverKits are the stores with concurrent writers, on which relays in several processes
+// share partitions; SQLite's one writer is not among them.
+var serverKits = []struct {
+	name string
+	new  func(tb testing.TB, cfg storeCfg) kit
+}{
+	{"postgres", newPostgres},
+	{"mysql", newMySQL},
+}
+
 func TestThreeRelaysShareWorkInOrder(t *testing.T) {
 	t.Parallel()
+	for _, kk := range serverKits {
+		t.Run(kk.name, func(t *testing.T) {
+			t.Parallel()
+			threeRelaysShareWorkInOrder(t, kk.new)
+		})
+	}
+}
+
+func threeRelaysShareWorkInOrder(t *testing.T, newKit func(testing.TB, storeCfg) kit) {
 	const (
 		keys       = 20
 		perKey     = 30
 		partitions = 16
 		ttl        = 600 * time.Millisecond
 	)
-	k := newPostgres(t, storeCfg{partitions: partitions, maxConns: 16})
+	k := newKit(t, storeCfg{partitions: partitions, maxConns: 16})
 	ctx := ctxT(t, 30*time.Second)
 	log := &leaseLog{}
 	sink := &recSink{delay: 2 * time.Millisecond}
@@ -333,11 +352,20 @@ func countSpans(spans map[int][]ownership) int {
 // the survivors take them over and publish their rows.
 func TestCrashedRelayPartitionsTakenOver(t *testing.T) {
 	t.Parallel()
+	for _, kk := range serverKits {
+		t.Run(kk.name, func(t *testing.T) {
+			t.Parallel()
+			crashedRelayPartitionsTakenOver(t, kk.new)
+		})
+	}
+}
+
+func crashedRelayPartitionsTakenOver(t *testing.T, newKit func(testing.TB, storeCfg) kit) {
 	const (
 		partitions = 16
 		ttl        = 600 * time.Millisecond
 	)
-	k := newPostgres(t, storeCfg{partitions: partitions, maxConns: 16})
+	k := newKit(t, storeCfg{partitions: partitions, maxConns: 16})
 	ctx := ctxT(t, 30*time.Second)
 	log := &leaseLog{}
 	sink := &recSink{}
