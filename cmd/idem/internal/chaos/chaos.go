@@ -36,6 +36,12 @@ const (
 	DuplicatesDefault   = 0.05
 	TransientDefault    = 0.05
 	PoisonDefault       = 0.01
+	// RetryBudgetDefault is the consumers' retry budget (their policy's MaxElapsed): short, so
+	// that the database outages (OutageFor) outlast it.
+	RetryBudgetDefault = 10 * time.Second
+	// InboxBucketDefault partitions the claims table by day, so that a re-send with another
+	// OccurredAt lands in another bucket: the claim key alone must still decide.
+	InboxBucketDefault = 24 * time.Hour
 	// RateMax bounds Options.Rate; ConsumersMax and RelaysMax the process counts.
 	RateMax      = 10000
 	ConsumersMax = 16
@@ -50,7 +56,16 @@ var (
 	StallForDefault     = [2]time.Duration{2 * time.Second, 4 * time.Second}
 	CutForDefault       = [2]time.Duration{200 * time.Millisecond, 1500 * time.Millisecond}
 	NATSDownDefault     = [2]time.Duration{500 * time.Millisecond, 2 * time.Second}
+	// DeadLetterFailEveryDefault and DeadLetterFailForDefault: the pause between two windows in
+	// which every dead-letter write fails, and the length of one.
+	DeadLetterFailEveryDefault = [2]time.Duration{5 * time.Second, 10 * time.Second}
+	DeadLetterFailForDefault   = [2]time.Duration{2 * time.Second, 4 * time.Second}
 )
+
+// outageGrace is how long after a database outage a valid event may still end as a
+// retries_exhausted dead letter, on top of the retry budget: the consumers work off the
+// backlog the outage left.
+const outageGrace = 30 * time.Second
 
 // Options configures a chaos run. Zero fields take the defaults above (see WithDefaults).
 type Options struct {
@@ -71,6 +86,21 @@ type Options struct {
 	// or one a minute for runs longer than two minutes); NATSDown the range of each downtime.
 	NATSRestarts int
 	NATSDown     [2]time.Duration
+	// Outages is how many database outages longer than the consumers' retry budget the run
+	// has, spread over it (default 1, or one per three minutes for longer runs): every
+	// connection dropped and new ones refused for OutageFor (default RetryBudget + 2–5 s).
+	Outages   int
+	OutageFor [2]time.Duration
+	// RetryBudget is the consumers' retry policy's MaxElapsed (default RetryBudgetDefault).
+	RetryBudget time.Duration
+	// InboxBucket partitions the claims table by day (24h, the default) or hour buckets of
+	// OccurredAt; PlainInbox keeps the plain claims table instead.
+	InboxBucket time.Duration
+	PlainInbox  bool
+	// DeadLetterFailEvery is the range of the pause between two windows in which every
+	// dead-letter write fails (a trigger refuses it as a full disk would); DeadLetterFailFor
+	// the range of a window's length.
+	DeadLetterFailEvery, DeadLetterFailFor [2]time.Duration
 	// Rate is the producer's offered load in events per second (default RateDefault).
 	Rate int
 	// Consumers and Relays are the numbers of consumer and relay processes (defaults 2 and 1);
@@ -107,10 +137,25 @@ func (o Options) WithDefaults() Options {
 	if o.DrainTimeout == 0 {
 		o.DrainTimeout = DrainTimeoutDefault
 	}
+	if o.RetryBudget == 0 {
+		o.RetryBudget = RetryBudgetDefault
+	}
+	if o.PlainInbox {
+		o.InboxBucket = 0
+	} else if o.InboxBucket == 0 {
+		o.InboxBucket = InboxBucketDefault
+	}
+	if o.OutageFor == ([2]time.Duration{}) {
+		o.OutageFor = [2]time.Duration{o.RetryBudget + 2*time.Second, o.RetryBudget + 5*time.Second}
+	}
+	if o.Outages == 0 {
+		o.Outages = max(1, int(o.Duration/(3*time.Minute)))
+	}
 	for _, r := range []struct {
 		v   *[2]time.Duration
 		def [2]time.Duration
 	}{
+		{&o.DeadLetterFailEvery, DeadLetterFailEveryDefault}, {&o.DeadLetterFailFor, DeadLetterFailForDefault},
 		{&o.KillEvery, KillEveryDefault}, {&o.RestartDelay, RestartDelayDefault},
 		{&o.FaultEvery, FaultEveryDefault}, {&o.CutFor, CutForDefault},
 		{&o.StallFor, StallForDefault}, {&o.NATSDown, NATSDownDefault},
@@ -163,10 +208,23 @@ func (o Options) Validate() error {
 	}{
 		{"KillEvery", o.KillEvery}, {"RestartDelay", o.RestartDelay}, {"FaultEvery", o.FaultEvery},
 		{"CutFor", o.CutFor}, {"StallFor", o.StallFor}, {"NATSDown", o.NATSDown},
+		{"OutageFor", o.OutageFor}, {"DeadLetterFailEvery", o.DeadLetterFailEvery}, {"DeadLetterFailFor", o.DeadLetterFailFor},
 	} {
 		if r.v[0] <= 0 || r.v[1] < r.v[0] {
 			errs = append(errs, fmt.Errorf("%s is %v–%v, want 0 < min <= max", r.name, r.v[0], r.v[1]))
 		}
+	}
+	if o.RetryBudget <= 0 {
+		errs = append(errs, fmt.Errorf("RetryBudget is %v, want > 0", o.RetryBudget))
+	}
+	if o.InboxBucket != 0 && o.InboxBucket != time.Hour && o.InboxBucket != 24*time.Hour {
+		errs = append(errs, fmt.Errorf("InboxBucket is %v, want 1h or 24h", o.InboxBucket))
+	}
+	if o.Outages < 0 {
+		errs = append(errs, fmt.Errorf("Outages is %d, want >= 0", o.Outages))
+	}
+	if o.Outages > 0 && o.OutageFor[0] <= o.RetryBudget {
+		errs = append(errs, fmt.Errorf("OutageFor is %v–%v, want longer than RetryBudget %v", o.OutageFor[0], o.OutageFor[1], o.RetryBudget))
 	}
 	if o.NATSRestarts < 0 {
 		errs = append(errs, fmt.Errorf("NATSRestarts is %d, want >= 0", o.NATSRestarts))
@@ -280,7 +338,7 @@ func (h *harness) run(ctx context.Context, exe string) (Report, error) {
 		return h.r, fmt.Errorf("chaos: connect to PostgreSQL: %w", err)
 	}
 	defer h.pool.Close()
-	if err := setupSchema(ctx, h.pool, h.r.Schema, h.runID); err != nil {
+	if err := setupSchema(ctx, h.pool, h.r.Schema, h.runID, o.InboxBucket); err != nil {
 		return h.r, fmt.Errorf("chaos: %w", err)
 	}
 	if !o.Keep {
@@ -347,6 +405,7 @@ func (h *harness) run(ctx context.Context, exe string) (Report, error) {
 		PostgresURL: roleURL, Schema: h.r.Schema, NATSURL: h.nats.URL(),
 		Stream: h.stream, Subject: h.subject, Durable: h.durable, RunID: h.runID, Seed: o.Seed,
 		Rate: o.Rate, Duplicates: o.Duplicates, Transient: o.Transient, Poison: o.Poison, Workers: o.Workers,
+		RetryBudget: o.RetryBudget, InboxBucket: o.InboxBucket,
 	}
 	start := func(name, role string) error {
 		a := base
@@ -405,6 +464,9 @@ func (h *harness) run(ctx context.Context, exe string) (Report, error) {
 	if err := check(cctx, h.pool, h.t, h.runID, r); err != nil {
 		return *r, fmt.Errorf("chaos: %w", err)
 	}
+	if err := checkOrder(cctx, h.pool, h.t, h.js, h.stream, h.runID, r); err != nil {
+		return *r, fmt.Errorf("chaos: %w", err)
+	}
 	r.UnexpectedExits = h.sup.unexpectedExits()
 	if r.UnexpectedExits > 0 {
 		r.Violations = append(r.Violations, fmt.Sprintf("%d role processes exited on their own (see the logs with Verbose)", r.UnexpectedExits))
@@ -414,6 +476,7 @@ func (h *harness) run(ctx context.Context, exe string) (Report, error) {
 	r.Retries = h.counters["retried"]
 	r.Abandoned = h.counters["abandoned"]
 	r.TransientInjected = h.counters["transient"]
+	r.buildFaults(h.counters, o.RetryBudget, o.InboxBucket)
 	if r.DuplicatesIgnored == 0 && r.DuplicatesInjected > 0 {
 		r.Notes = append(r.Notes, "the consumers reported no duplicate although duplicates were injected")
 	}
@@ -432,6 +495,7 @@ func (h *harness) chaos(ctx context.Context) {
 	var wg, restarts sync.WaitGroup
 	wg.Go(func() { h.killLoop(cctx, &restarts) })
 	wg.Go(func() { h.faultLoop(cctx) })
+	wg.Go(func() { h.deadLetterLoop(cctx) })
 	wg.Go(func() { h.natsLoop(cctx) })
 	wg.Go(func() { h.progressLoop(cctx) })
 	wg.Wait()
@@ -479,10 +543,17 @@ func (h *harness) killLoop(ctx context.Context, restarts *sync.WaitGroup) {
 	}
 }
 
-// faultLoop cuts or stalls the database connections every FaultEvery.
+// faultLoop cuts or stalls the database connections every FaultEvery, and has the Outages
+// database outages, spread evenly over the chaos phase, instead of the faults due then.
 func (h *harness) faultLoop(ctx context.Context) {
 	rng := h.rng(2)
+	start, next := time.Now(), 0
 	for sleepCtx(ctx, randIn(rng, h.o.FaultEvery)) {
+		if next < h.o.Outages && time.Since(start) >= h.o.Duration*time.Duration(next+1)/time.Duration(h.o.Outages+1) {
+			next++
+			h.outage(ctx, randIn(rng, h.o.OutageFor))
+			continue
+		}
 		if rng.IntN(2) == 0 {
 			d := randIn(rng, h.o.CutFor)
 			n := h.proxy.Cut()
@@ -497,6 +568,53 @@ func (h *harness) faultLoop(ctx context.Context) {
 			h.logf("chaos: stall %d database connections for %v", h.proxy.Conns(), d.Round(time.Millisecond))
 			sleepCtx(ctx, d)
 			h.proxy.Resume()
+		}
+	}
+}
+
+// outage cuts every database connection and refuses new ones for d, longer than the
+// consumers' retry budget, and records it in the outages table for the verdict.
+func (h *harness) outage(ctx context.Context, d time.Duration) {
+	started := time.Now()
+	n := h.proxy.Cut()
+	h.logf("chaos: database outage: cut %d connections, refusing new ones for %v (retry budget %v)", n, d.Round(time.Millisecond), h.o.RetryBudget)
+	sleepCtx(ctx, d)
+	h.proxy.Restore()
+	ended := time.Now()
+	h.count(func(r *Report) { r.outages++; r.outageTime += ended.Sub(started) })
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if _, err := h.pool.Exec(rctx, h.t.sql(`INSERT INTO {outages} (started_at, ended_at, grace) VALUES ($1, $2, $3)`),
+		started, ended, h.o.RetryBudget+outageGrace); err != nil {
+		h.count(func(r *Report) {
+			r.Violations = append(r.Violations, fmt.Sprintf("record a database outage: %v", err))
+		})
+	}
+}
+
+// deadLetterLoop makes every dead-letter write fail for DeadLetterFailFor, every
+// DeadLetterFailEvery: a trigger on the dead-letter table refuses the insert (SQLSTATE 53100)
+// while the switch in the faults table is on. The harness flips it over its own connection.
+func (h *harness) deadLetterLoop(ctx context.Context) {
+	rng := h.rng(4)
+	set := func(on bool) error {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_, err := h.pool.Exec(sctx, h.t.sql(`UPDATE {faults} SET refuse_dead_letters = $1`), on)
+		return err
+	}
+	for sleepCtx(ctx, randIn(rng, h.o.DeadLetterFailEvery)) {
+		d := randIn(rng, h.o.DeadLetterFailFor)
+		if err := set(true); err != nil {
+			h.logf("chaos: refuse dead-letter writes: %v", err)
+			continue
+		}
+		h.logf("chaos: refusing every dead-letter write for %v", d.Round(time.Millisecond))
+		h.count(func(r *Report) { r.dlWindows++ })
+		sleepCtx(ctx, d)
+		for err := set(false); err != nil; err = set(false) {
+			h.logf("chaos: accept dead-letter writes again: %v", err)
+			time.Sleep(time.Second)
 		}
 	}
 }

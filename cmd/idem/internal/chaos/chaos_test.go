@@ -88,12 +88,18 @@ func runChaos(t *testing.T, d time.Duration, timeout time.Duration) Report {
 	require.Positive(t, r.Retries)
 	require.Positive(t, r.DeadLetters["invalid_payload"])
 	require.Positive(t, r.DeadLetters["key_reuse"])
+	// The fault classes of issue 10 happened, and per-key order held.
+	for _, k := range []string{"db_outage", "dead_letter_write_failures", "poison_identities", "resent_occurred_at", "sink_refusals"} {
+		require.Positive(t, r.Faults[k].Count, "fault class %s", k)
+	}
+	require.Zero(t, r.OrderViolations)
 	return r
 }
 
 // TestChaosShort is the CI variant: 30 s of chaos (a SIGKILL every 1–3 s, so at least ten; a
-// database cut or stall every 3–7 s; two NATS restarts) on PostgreSQL and an embedded NATS,
-// then the drain and the verdict. It takes about a minute.
+// database cut or stall every 3–7 s; one outage past the retry budget; refused dead-letter
+// writes every 5–10 s; two NATS restarts) on PostgreSQL and an embedded NATS, then the drain
+// and the verdict. It takes about a minute.
 func TestChaosShort(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {

@@ -7,11 +7,42 @@
 //   - restarts the NATS server, an embedded JetStream server with a file store that it owns;
 //   - keeps producing events with duplicates, transient failures and poison messages.
 //
+// It also injects these fault classes, each reported in [Report.Faults] with what it injected,
+// how many times, and the verdict counts it bears on:
+//
+//   - db_outage: a database outage longer than the consumers' retry budget (Options.RetryBudget,
+//     10 s by default, against a cut of 12–15 s): every connection dropped, new ones refused.
+//     A valid event may then end as a retries_exhausted dead letter (the guarantee: applied, or
+//     a dead letter says why not), but only one written during the outage or its grace
+//     (budget + 30 s, the outages table); none may be lost or applied twice.
+//   - dead_letter_write_failures: windows in which a trigger on the dead-letter table refuses
+//     every insert as a full disk would (SQLSTATE 53100). The poison messages of the window must
+//     still end as exactly one dead letter each, none dropped, none looping. A consumer that
+//     pauses itself over it (ErrPaused) is started again in its process after a second, as an
+//     orchestrator would; the pauses are counted (consumer_pauses).
+//   - poison_identities: payments whose identity is not one — no event id, a whitespace-only
+//     one, ASCII control characters, a NUL, invalid UTF-8, 3 KB and 12 KB ids, a 10 KB tenant.
+//     The producer first offers each to the outbox (with CR/LF too, which no NATS header can
+//     carry), which must refuse it, then publishes it straight to the stream as a foreign
+//     producer would; each must end as exactly one invalid_payload dead letter, matched by the
+//     order index it carries (header Chaos-Order), and never be applied.
+//   - resent_occurred_at: valid events enqueued again with the same id and payload but an
+//     OccurredAt moved by 1 to 72 hours either way; each must still be applied once. The
+//     claims table is partitioned by day of OccurredAt (Options.InboxBucket; PlainInbox for the
+//     plain table), so most re-sends land in another partition than their first claim.
+//   - sink_refusals: the relay's broker refuses one message of a pipelined batch now and then
+//     (0.5% of pipelined messages: its PubAck fails while the rest of the batch goes on); each
+//     wallet's payments must still reach the stream in commit order.
+//
 // Then it lets the system drain and checks, from the database alone (the queries are in
 // verdict.go, to rerun by hand on a schema kept with Options.Keep): every valid event applied
 // exactly once, none lost, balances exact, every poison message dead-lettered once with the
 // right reason, no outbox row left unpublished, no claim without its effect and no effect
-// without its claim. [Run] returns a [Report]; its WriteTable prints the numbers.
+// without its claim. From the stream (order.go) it checks per-key order: the events are keyed
+// by wallet, and a payment that reached the stream after a later payment of its wallet is an
+// order violation. The order in which the consumers apply a wallet's payments is reported for
+// information only: they apply concurrently, and idem orders publishes, not applications.
+// [Run] returns a [Report]; its WriteTable prints the numbers.
 //
 // The roles run as child processes of one binary: the idem command's hidden `idem chaos-role`,
 // which calls [RoleMain]. Each child is in a process group of its own, killed when the run ends
@@ -19,6 +50,7 @@
 // none outlives the harness.
 //
 // The misbehaviour of each event is a pure function of the seed and the event's index (as in
-// the demo), so a restarted producer makes the same decisions, and a consumer decides whether
-// to fail an event's first attempt from the seed and the event id alone.
+// the demo), so a restarted producer makes the same decisions, a consumer decides whether to
+// fail an event's first attempt from the seed and the event id alone, and a relay whether the
+// broker refuses a message from the seed and its broker message id alone.
 package chaos

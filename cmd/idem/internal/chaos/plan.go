@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"time"
 )
 
 // Poison kinds, as stored in orders.poison (the demo's values).
@@ -17,6 +18,33 @@ const (
 	poisonMissingField = "missing_field"
 	poisonKeyReuse     = "key_reuse"
 )
+
+// Poison identities: a valid payment whose event id or tenant is not an identity. The
+// producer publishes them straight to the stream, as a foreign producer would (the outbox must
+// refuse them), and each must end as exactly one invalid_payload dead letter of its own.
+const (
+	identBlank    = "id_blank"   // no event id at all
+	identSpace    = "id_space"   // Unicode whitespace only (NATS trims ASCII whitespace)
+	identControl  = "id_control" // ASCII control characters (and, at the outbox only, CR/LF)
+	identNUL      = "id_nul"     // a NUL byte
+	identUTF8     = "id_utf8"    // invalid UTF-8
+	identLong3K   = "id_3k"      // 3 KB of random characters: past a B-tree entry
+	identLong12K  = "id_12k"     // 12 KB: past a PostgreSQL page
+	identTenant10 = "tenant_10k" // a valid id with a 10 KB tenant
+)
+
+// identKinds lists the poison identities in the order the planner draws them.
+var identKinds = [...]string{identBlank, identSpace, identControl, identNUL, identUTF8, identLong3K, identLong12K, identTenant10}
+
+// isIdent reports whether poison is a poison identity.
+func isIdent(poison string) bool {
+	for _, k := range identKinds {
+		if poison == k {
+			return true
+		}
+	}
+	return false
+}
 
 // Scenario constants shared by the harness and the roles.
 const (
@@ -44,6 +72,10 @@ type order struct {
 	// duplicate: the outbox gets a second copy of the event, published under another broker
 	// message id so that it gets past JetStream's deduplication and reaches the consumers.
 	duplicate bool
+	// resendShift, when not zero, is a valid order's re-send: the producer enqueues the same
+	// event (id and payload) once more with its OccurredAt moved by resendShift (hours to days,
+	// either way), as a producer that re-sends with a fresh timestamp does. It must apply nothing.
+	resendShift time.Duration
 }
 
 func (o order) valid() bool { return o.poison == poisonNone }
@@ -108,6 +140,19 @@ func (p *planner) next() {
 		}
 	}
 	o.duplicate = pDup < p.r.duplicates
+	// Draws added later come after the first ones, so that they change no earlier decision.
+	pResend, shiftHours, back := rng.Float64(), 1+rng.Int64N(24*3), rng.IntN(2) == 0
+	pIdent, identKind := rng.Float64(), rng.IntN(len(identKinds))
+	if o.valid() && pIdent < p.r.poison {
+		o.poison = identKinds[identKind]
+		o.duplicate = false // it never goes through the outbox
+	}
+	if o.valid() && pResend < p.r.duplicates {
+		o.resendShift = time.Duration(shiftHours) * time.Hour
+		if back {
+			o.resendShift = -o.resendShift
+		}
+	}
 	p.orders = append(p.orders, o)
 	p.targeted = append(p.targeted, false)
 }
@@ -172,4 +217,49 @@ func injectTransient(seed int64, rate float64, eventID string) bool {
 	x = (x ^ x>>27) * 0x94d049bb133111eb
 	x ^= x >> 31
 	return float64(x>>11)/float64(uint64(1)<<53) < math.Min(rate, 1)
+}
+
+// identSalt separates the random characters of long poison identities from the plan's draws.
+const identSalt = 0x1de7_1d5a
+
+// identity returns the event id and tenant o's message carries on the wire, for a poison
+// identity (o.poison one of identKinds); a function of the seed and the index alone, so a
+// restarted producer sends the same message again. Where the kind allows, the id differs from
+// order to order, so that no two poison messages share a dead letter.
+func (o order) identity(runID string, seed int64) (id, tenant string) {
+	base := eventID(runID, o.index)
+	random := func(n int) string {
+		const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
+		rng := rand.New(rand.NewPCG(uint64(seed)^identSalt, uint64(o.index)))
+		b := make([]byte, n)
+		for k := range b {
+			b[k] = alphabet[rng.IntN(len(alphabet))]
+		}
+		return base + "-" + string(b)
+	}
+	switch o.poison {
+	case identBlank:
+		return "", ""
+	case identSpace:
+		// The index in base 3, one Unicode space per digit: whitespace only, yet unique.
+		spaces := [...]string{"\u00a0", "\u2002", "\u3000"}
+		s := spaces[0] + spaces[1] // never empty, even for index 0
+		for i := o.index; i > 0; i /= 3 {
+			s += spaces[i%3]
+		}
+		return s, ""
+	case identControl:
+		return base + "\x01\x1b[2J\x7f", ""
+	case identNUL:
+		return base + "\x00", ""
+	case identUTF8:
+		return base + "\xff\xfe\xc3", ""
+	case identLong3K:
+		return random(3 << 10), ""
+	case identLong12K:
+		return random(12 << 10), ""
+	case identTenant10:
+		return base, random(10 << 10)
+	}
+	return base, ""
 }

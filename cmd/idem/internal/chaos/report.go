@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // Report is what a chaos run did and what the database proves about it. The guarantee fields
@@ -76,12 +77,47 @@ type Report struct {
 	ClaimsWithoutEffect int `json:"claims_without_effect"`
 	EffectsWithoutClaim int `json:"effects_without_claim"`
 
+	// OrderViolations counts valid orders that reached the stream after a later order of their
+	// wallet (the key of their events): the relay broke per-key order. It is read from the
+	// stream itself after the drain.
+	OrderViolations int `json:"order_violations"`
+	// ApplyOrderInversions counts ledger rows committed after a later order of their wallet.
+	// The consumers apply concurrently and retry failures later, so this is information: idem
+	// keeps per-key order at the relay, not at the consumers.
+	ApplyOrderInversions int `json:"apply_order_inversions"`
+
+	// Faults reports each fault class the run injected: what, how many times, and the verdict
+	// counts the class bears on.
+	Faults map[string]FaultClass `json:"fault_classes"`
+
+	// The counts behind Faults: the harness's (outages, outageTime, dlWindows) and the
+	// verdict's.
+	outages                             int
+	outageTime                          time.Duration
+	dlWindows                           int
+	lostPoison, exhausted, edgeAccepted int
+	resends, dlRefused, badIdents       int
+	validDeadLettered                   int
+
 	// OK: no violation.
 	OK bool `json:"ok"`
 	// Violations says what broke, one sentence each.
 	Violations []string `json:"violations,omitempty"`
 	// Notes explain results that are not violations.
 	Notes []string `json:"notes,omitempty"`
+}
+
+// FaultClass is what the run did for one class of fault and what the verdict says about it.
+type FaultClass struct {
+	// Injected says what the class injects, in a sentence.
+	Injected string `json:"injected"`
+	// Count is how many times it was injected.
+	Count int `json:"count"`
+	// Detail breaks Count down (by kind), when the class has kinds.
+	Detail map[string]int `json:"detail,omitempty"`
+	// Verdict holds the verdict counts the class bears on; each must be 0 unless its name
+	// says otherwise (e.g. "…_info").
+	Verdict map[string]int `json:"verdict"`
 }
 
 // WriteTable writes r as an aligned table ending with "verdict: ok" or "verdict: FAILED" and
@@ -109,6 +145,11 @@ func (r Report) WriteTable(w io.Writer) error {
 	row("outbox unpublished", "%d", r.Unpublished)
 	row("claims w/o effect", "%d", r.ClaimsWithoutEffect)
 	row("effects w/o claim", "%d", r.EffectsWithoutClaim)
+	row("order violations", "%d (%d apply-order inversions, information)", r.OrderViolations, r.ApplyOrderInversions)
+	for _, k := range slices.Sorted(maps.Keys(r.Faults)) {
+		f := r.Faults[k]
+		row("fault "+k, "%d injected (%s); verdict: %s", f.Count, countText(f.Detail), countText(f.Verdict))
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -144,4 +185,53 @@ func countText(m map[string]int) string {
 		parts = append(parts, fmt.Sprintf("%d %s", m[k], k))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// buildFaults fills r.Faults from the counts the harness and the verdict gathered; counters are
+// the roles' (sink_refused: messages the relays' broker refused; paused_restart: consumers that
+// paused themselves and were started again), budget the consumers' retry budget, inboxBucket
+// the claims table's partition width (0: plain table).
+func (r *Report) buildFaults(counters map[string]int, budget, inboxBucket time.Duration) {
+	idents := map[string]int{}
+	n := 0
+	for kind, c := range r.Poison {
+		if isIdent(kind) {
+			idents[kind] = c
+			n += c
+		}
+	}
+	r.Faults = map[string]FaultClass{
+		"db_outage": {
+			Injected: fmt.Sprintf("every database connection cut, new ones refused, for longer than the consumers' retry budget (%v)", budget),
+			Count:    r.outages,
+			Detail:   map[string]int{"seconds_down": int(r.outageTime.Seconds())},
+			Verdict: map[string]int{"lost": r.Lost, "double_applied": r.DoubleApplied,
+				"valid_dead_lettered": r.validDeadLettered, "retries_exhausted_after_outage_info": r.exhausted},
+		},
+		"dead_letter_write_failures": {
+			Injected: "windows in which a trigger refuses every dead-letter write (SQLSTATE 53100)",
+			Count:    r.dlWindows,
+			Detail:   map[string]int{"refused_writes": r.dlRefused, "consumer_pauses": counters["paused_restart"]},
+			Verdict: map[string]int{"bad_poison": r.BadPoison, "poison_without_dead_letter": r.lostPoison,
+				"stray_dead_letters": r.StrayDeadLetters, "lost": r.Lost},
+		},
+		"poison_identities": {
+			Injected: "events published straight to the stream with a blank, whitespace-only, control-character, NUL, invalid UTF-8, 3 KB or 12 KB id or a 10 KB tenant (and offered to the outbox first, CR/LF too)",
+			Count:    n,
+			Detail:   idents,
+			Verdict: map[string]int{"not_one_invalid_payload_dead_letter": r.badIdents,
+				"accepted_by_the_outbox": r.edgeAccepted, "wrong_ledger": r.WrongLedger},
+		},
+		"resent_occurred_at": {
+			Injected: "valid events enqueued again with the same id and payload and OccurredAt moved by 1 to 72 hours either way",
+			Count:    r.resends,
+			Detail:   map[string]int{"inbox_bucket_hours": int(inboxBucket.Hours())},
+			Verdict:  map[string]int{"double_applied": r.DoubleApplied, "valid_dead_lettered": r.validDeadLettered},
+		},
+		"sink_refusals": {
+			Injected: "the broker refuses one message of a pipelined batch (its PubAck fails, the rest of the batch goes on)",
+			Count:    counters["sink_refused"],
+			Verdict:  map[string]int{"order_violations": r.OrderViolations, "unpublished": r.Unpublished},
+		},
+	}
 }

@@ -68,6 +68,10 @@ type RoleArgs struct {
 	Duplicates, Transient, Poison float64
 	// Workers is a consumer's number of concurrent deliveries.
 	Workers int
+	// RetryBudget is a consumer's retry policy's MaxElapsed (default RetryBudgetDefault).
+	RetryBudget time.Duration
+	// InboxBucket partitions the claims table by this bucket of OccurredAt (0: plain table).
+	InboxBucket time.Duration
 	// Stats receives the role's counters as "@chaos <counter> <n>" lines (nil: discarded).
 	Stats io.Writer
 	// Logger receives the role's logs (nil: discarded).
@@ -83,7 +87,8 @@ func (a RoleArgs) Flags(role string) []string {
 		"--nats", a.NATSURL, "--stream", a.Stream, "--subject", a.Subject, "--durable", a.Durable,
 		"--run", a.RunID, "--seed", strconv.FormatInt(a.Seed, 10), "--rate", strconv.Itoa(a.Rate),
 		"--duplicates", f(a.Duplicates), "--transient", f(a.Transient), "--poison", f(a.Poison),
-		"--workers", strconv.Itoa(a.Workers),
+		"--workers", strconv.Itoa(a.Workers), "--retry-budget", a.RetryBudget.String(),
+		"--inbox-bucket", a.InboxBucket.String(),
 	}
 }
 
@@ -116,6 +121,8 @@ func RoleMain(ctx context.Context, argv []string, stdin io.Reader, stdout, stder
 	fs.Float64Var(&a.Transient, "transient", 0, "transient failure rate")
 	fs.Float64Var(&a.Poison, "poison", 0, "poison rate")
 	fs.IntVar(&a.Workers, "workers", WorkersDefault, "concurrent deliveries (consumer)")
+	fs.DurationVar(&a.RetryBudget, "retry-budget", RetryBudgetDefault, "retry policy's MaxElapsed (consumer)")
+	fs.DurationVar(&a.InboxBucket, "inbox-bucket", 0, "claims partitioned by this bucket of OccurredAt (0: plain table)")
 	fs.BoolVar(&verbose, "verbose", false, "log everything, not only warnings")
 	fs.BoolVar(&watch, "watch-stdin", false, "stop when stdin reaches its end")
 	if err := fs.Parse(argv); err != nil {
@@ -166,7 +173,7 @@ func RunRole(ctx context.Context, role string, a RoleArgs) error {
 	if role == RoleProducer && a.Subject == "" {
 		errs = append(errs, errors.New("--subject is empty"))
 	}
-	if role != RoleProducer && a.NATSURL == "" {
+	if a.NATSURL == "" {
 		errs = append(errs, errors.New("--nats is empty"))
 	}
 	if role == RoleConsumer && (a.Stream == "" || a.Durable == "") {
@@ -180,7 +187,7 @@ func RunRole(ctx context.Context, role string, a RoleArgs) error {
 	case RoleProducer:
 		return runProducer(ctx, a, st)
 	case RoleRelay:
-		return runRelay(ctx, a)
+		return runRelay(ctx, a, st)
 	case RoleConsumer:
 		return runConsumer(ctx, a, st)
 	}

@@ -17,9 +17,16 @@ import (
 	"github.com/idemkit/idem/retry"
 )
 
-// consumerRetry is generous on purpose: transient failures, kills, cuts and broker restarts
-// must never spend an event's budget, or a valid event would end as retries_exhausted.
-var consumerRetry = retry.Policy{MaxAttempts: 1000, MaxElapsed: 6 * time.Hour, Base: 20 * time.Millisecond, Cap: time.Second}
+// consumerRetry is the consumers' retry policy: attempts are generous, and the time budget is
+// RoleArgs.RetryBudget — short (RetryBudgetDefault), so that a database outage can outlast it,
+// yet longer than any cut, stall, kill or broker restart, which must never spend an event's
+// budget (a valid event would end as retries_exhausted).
+func consumerRetry(budget time.Duration) retry.Policy {
+	if budget <= 0 {
+		budget = RetryBudgetDefault
+	}
+	return retry.Policy{MaxAttempts: 1000, MaxElapsed: budget, Base: 20 * time.Millisecond, Cap: time.Second}
+}
 
 // runConsumer runs ledger@v1 over the run's shared durable until ctx ends.
 func runConsumer(ctx context.Context, a RoleArgs, st *stats) error {
@@ -31,7 +38,7 @@ func runConsumer(ctx context.Context, a RoleArgs, st *stats) error {
 		return fmt.Errorf("chaos: consumer: %w", err)
 	}
 	defer pool.Close()
-	store, err := idempg.NewWithConfig(pool, idempg.Config{Schema: a.Schema})
+	store, err := idempg.NewWithConfig(pool, storeConfig(a.Schema, a.InboxBucket))
 	if err != nil {
 		return fmt.Errorf("chaos: consumer: %w", err)
 	}
@@ -46,6 +53,24 @@ func runConsumer(ctx context.Context, a RoleArgs, st *stats) error {
 		return fmt.Errorf("chaos: consumer: %w", err)
 	}
 
+	// A consumer that pauses itself (a dead letter it cannot write, say) returns ErrPaused and
+	// leaves its message in the broker; an orchestrator starts it again. So does this loop,
+	// after a moment, in the same process: a pause is not an unexpected exit.
+	for {
+		err := consumeOnce(ctx, a, st, store, js)
+		if err == nil || !errors.Is(err, idem.ErrPaused) {
+			return err
+		}
+		st.add("paused_restart", 1)
+		a.Logger.LogAttrs(ctx, slog.LevelWarn, "chaos: consumer paused itself; starting it again", slog.String("error", err.Error()))
+		if !sleepCtx(ctx, time.Second) {
+			return nil
+		}
+	}
+}
+
+// consumeOnce runs the consumer until ctx ends (nil) or it pauses itself (ErrPaused).
+func consumeOnce(ctx context.Context, a RoleArgs, st *stats, store *idempg.Store, js jetstream.JetStream) error {
 	t := newTables(a.Schema)
 	h := &ledgerHandler{
 		seed: a.Seed, transient: a.Transient, stats: st,
@@ -57,7 +82,7 @@ func runConsumer(ctx context.Context, a RoleArgs, st *stats) error {
 		Name:             consumerName,
 		Handler:          h.credit,
 		Validator:        idem.ValidatorFunc(validatePayment),
-		Retry:            consumerRetry,
+		Retry:            consumerRetry(a.RetryBudget),
 		RedeliveryWindow: max(streamMaxAge, streamDuplicates),
 		Workers:          a.Workers,
 		ShutdownTimeout:  5 * time.Second,

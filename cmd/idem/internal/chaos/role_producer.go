@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemnats"
@@ -36,10 +38,15 @@ type producer struct {
 	stats *stats
 	log   *slog.Logger
 
+	// js publishes the poison identities straight to the stream.
+	js jetstream.JetStream
+
 	// next is the next order index to consider; reuse holds key-reuse orders (below next)
-	// waiting until the order whose event id they reuse is applied.
-	next  int
-	reuse []int
+	// waiting until the order whose event id they reuse is applied; unsent the poison
+	// identities committed but not yet published.
+	next   int
+	reuse  []int
+	unsent []int
 }
 
 func runProducer(ctx context.Context, a RoleArgs, st *stats) error {
@@ -48,13 +55,22 @@ func runProducer(ctx context.Context, a RoleArgs, st *stats) error {
 		return fmt.Errorf("chaos: producer: %w", err)
 	}
 	defer pool.Close()
-	store, err := idempg.NewWithConfig(pool, idempg.Config{Schema: a.Schema})
+	store, err := idempg.NewWithConfig(pool, storeConfig(a.Schema, a.InboxBucket))
 	if err != nil {
 		return fmt.Errorf("chaos: producer: %w", err)
 	}
 	defer store.Close()
+	nc, err := connectNATS(a.NATSURL, a.Name)
+	if err != nil {
+		return fmt.Errorf("chaos: producer: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("chaos: producer: %w", err)
+	}
 	p := &producer{
-		a: a, pool: pool, store: store, t: newTables(a.Schema), stats: st, log: a.Logger,
+		a: a, pool: pool, store: store, t: newTables(a.Schema), stats: st, log: a.Logger, js: js,
 		plan: newPlanner(a.Seed, rates{a.Duplicates, a.Transient, a.Poison}),
 	}
 	if a.Rate <= 0 {
@@ -77,6 +93,11 @@ func (p *producer) run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			// Stopped for the drain: publish the poison identities committed last, or no one
+			// ever will.
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			p.sendIdents(fctx)
+			cancel()
 			return nil
 		case <-t.C:
 		}
@@ -104,6 +125,7 @@ func (p *producer) run(ctx context.Context) error {
 			produced += n
 			due -= n
 		}
+		p.sendIdents(ctx)
 	}
 }
 
@@ -150,7 +172,57 @@ func (p *producer) resync(ctx context.Context) bool {
 			p.reuse = append(p.reuse, int(i))
 		}
 	}
+	rows, err := p.pool.Query(rctx, p.t.sql(`SELECT id FROM {orders} WHERE run_id = $1 AND NOT sent ORDER BY id`), p.a.RunID)
+	if err != nil {
+		p.log.LogAttrs(ctx, slog.LevelWarn, "chaos: producer: read unsent poison identities", slog.String("error", err.Error()))
+		return false
+	}
+	unsent, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		p.log.LogAttrs(ctx, slog.LevelWarn, "chaos: producer: read unsent poison identities", slog.String("error", err.Error()))
+		return false
+	}
+	p.unsent = p.unsent[:0]
+	for _, i := range unsent {
+		p.unsent = append(p.unsent, int(i))
+	}
 	return true
+}
+
+// sendIdents publishes the committed poison identities straight to the stream, as a foreign
+// producer would, and marks them sent. A message published again after a crash between the
+// two is a redelivery of the same message: the broker drops it as a duplicate (it has a
+// Nats-Msg-Id of its own) or the consumer dead-letters it into the same dead letter.
+func (p *producer) sendIdents(ctx context.Context) {
+	for len(p.unsent) > 0 && ctx.Err() == nil {
+		i := p.unsent[0]
+		o := p.plan.at(i)
+		id, tenant := o.identity(p.a.RunID, p.a.Seed)
+		h := nats.Header{}
+		if id != "" {
+			h[idemnats.HeaderEventID] = []string{id}
+			// Set only with an id: without either header the event id is blank.
+			h[jetstream.MsgIDHeader] = []string{"chaos-ident-" + p.a.RunID + "-" + strconv.Itoa(i)}
+		}
+		if tenant != "" {
+			h[idemnats.HeaderTenant] = []string{tenant}
+		}
+		h[idemnats.HeaderType] = []string{eventType}
+		h[idemnats.HeaderOccurredAt] = []string{time.Now().UTC().Format(time.RFC3339Nano)}
+		h[headerOrder] = []string{strconv.Itoa(i)}
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := p.js.PublishMsg(pctx, &nats.Msg{Subject: p.a.Subject, Header: h, Data: o.payload()})
+		if err == nil {
+			_, err = p.pool.Exec(pctx, p.t.sql(`UPDATE {orders} SET sent = true WHERE run_id = $1 AND id = $2`), p.a.RunID, i)
+		}
+		cancel()
+		if err != nil {
+			p.log.LogAttrs(ctx, slog.LevelWarn, "chaos: producer: send poison identity", slog.Int("order", i), slog.String("error", err.Error()))
+			return // the next tick tries again
+		}
+		p.stats.add("ident_sent", 1)
+		p.unsent = p.unsent[1:]
+	}
 }
 
 // write commits the next n order indices in one transaction: the valid orders and the invalid
@@ -187,6 +259,11 @@ func (p *producer) write(ctx context.Context, n int) error {
 		return fmt.Errorf("orders %d to %d: %w", p.next, p.next+n-1, err)
 	}
 	p.stats.add("produced", len(idxs)+len(reuse)-len(pending))
+	for _, i := range idxs {
+		if isIdent(p.plan.at(i).poison) {
+			p.unsent = append(p.unsent, i)
+		}
+	}
 	p.next += n
 	p.reuse = pending
 	return nil
@@ -227,8 +304,8 @@ func (p *producer) readyReuse(ctx context.Context, tx pgx.Tx, reuse []int) (read
 func (p *producer) insert(ctx context.Context, tx pgx.Tx, idxs []int) error {
 	now := time.Now()
 	var b strings.Builder
-	b.WriteString(p.t.sql(`INSERT INTO {orders} (id, run_id, event_id, wallet_id, amount_cents, valid, poison) VALUES `))
-	args := make([]any, 0, 7*len(idxs))
+	b.WriteString(p.t.sql(`INSERT INTO {orders} (id, run_id, event_id, wallet_id, amount_cents, valid, poison, sent, edge_accepted) VALUES `))
+	args := make([]any, 0, 9*len(idxs))
 	outs := make([]idem.Outgoing, 0, len(idxs)+len(idxs)/8)
 	for k, i := range idxs {
 		o := p.plan.at(i)
@@ -237,14 +314,23 @@ func (p *producer) insert(ctx context.Context, tx pgx.Tx, idxs []int) error {
 			b.WriteString(", ")
 		}
 		n := len(args)
-		fmt.Fprintf(&b, "($%d, $%d, $%d, $%d, $%d, $%d, $%d)", n+1, n+2, n+3, n+4, n+5, n+6, n+7)
-		args = append(args, i, p.a.RunID, id, walletID(o.wallet), o.amount, o.valid(), o.poison)
+		fmt.Fprintf(&b, "($%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d)", n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8, n+9)
+		if isIdent(o.poison) {
+			accepted, err := p.edgeAccepts(ctx, tx, o)
+			if err != nil {
+				return err
+			}
+			args = append(args, i, p.a.RunID, id, walletID(o.wallet), o.amount, false, o.poison, false, accepted)
+			continue // it goes straight to the stream after the commit (sendIdents)
+		}
+		args = append(args, i, p.a.RunID, id, walletID(o.wallet), o.amount, o.valid(), o.poison, true, false)
 		out := idem.Outgoing{
 			EventID:    id,
 			Topic:      p.a.Subject,
+			Key:        walletID(o.wallet), // the verdict checks each wallet's order in the stream
 			Type:       eventType,
 			Payload:    o.payload(),
-			Headers:    map[string]string{"Chaos-Order": strconv.Itoa(i)},
+			Headers:    map[string]string{headerOrder: strconv.Itoa(i)},
 			OccurredAt: now,
 		}
 		if o.poison == poisonKeyReuse {
@@ -258,12 +344,50 @@ func (p *producer) insert(ctx context.Context, tx pgx.Tx, idxs []int) error {
 		if o.duplicate {
 			// The same event again under its own broker message id, so that JetStream's
 			// deduplication lets it through and the consumers see a true duplicate.
-			out.Headers = map[string]string{"Chaos-Order": strconv.Itoa(i), idemnats.HeaderBrokerMsgID: id + "/dup-" + strconv.Itoa(i)}
+			out.Headers = map[string]string{headerOrder: strconv.Itoa(i), idemnats.HeaderBrokerMsgID: id + "/dup-" + strconv.Itoa(i)}
+			outs = append(outs, out)
+		}
+		if o.resendShift != 0 {
+			// The same event re-sent with another occurrence time: a new broker message id
+			// (the producer believes it is a new publish), the same event id and payload.
+			out.Headers = map[string]string{headerOrder: strconv.Itoa(i), idemnats.HeaderBrokerMsgID: id + "/resend-" + strconv.Itoa(i)}
+			out.OccurredAt = now.Add(o.resendShift)
 			outs = append(outs, out)
 		}
 	}
 	if _, err := tx.Exec(ctx, b.String(), args...); err != nil {
 		return fmt.Errorf("insert orders: %w", err)
 	}
+	if len(outs) == 0 {
+		return nil
+	}
 	return p.store.EnqueueTx(ctx, tx, outs...)
+}
+
+// edgeAccepts offers o's poison identity to the outbox, in a savepoint always rolled back, and
+// reports whether the outbox took it (it must not: identities are checked at the edge). For
+// id_control it also offers the id with a CR/LF in it, which no NATS header can carry.
+func (p *producer) edgeAccepts(ctx context.Context, tx pgx.Tx, o order) (bool, error) {
+	id, tenant := o.identity(p.a.RunID, p.a.Seed)
+	ids := []string{id}
+	if o.poison == identControl {
+		ids = append(ids, eventID(p.a.RunID, o.index)+"\r\nIdem-Tenant: evil")
+	}
+	accepted := false
+	for _, id := range ids {
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return false, fmt.Errorf("savepoint for the outbox edge check: %w", err)
+		}
+		err = p.store.EnqueueTx(ctx, sp, idem.Outgoing{
+			EventID: id, Tenant: tenant, Topic: p.a.Subject, Key: walletID(o.wallet), Type: eventType, Payload: o.payload(),
+		})
+		if err == nil {
+			accepted = true
+		}
+		if rerr := sp.Rollback(ctx); rerr != nil {
+			return false, fmt.Errorf("roll back the outbox edge check: %w", rerr)
+		}
+	}
+	return accepted, nil
 }

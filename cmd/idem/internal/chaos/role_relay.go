@@ -2,9 +2,12 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemkit/idem/idemnats"
@@ -19,13 +22,13 @@ var relayRetry = retry.Policy{MaxAttempts: 100000, MaxElapsed: 6 * time.Hour, Ba
 
 // runRelay publishes the run's outbox to JetStream until ctx ends. A killed relay leaves its
 // leases behind; they expire after LeaseTTL and another relay (or its restart) takes over.
-func runRelay(ctx context.Context, a RoleArgs) error {
+func runRelay(ctx context.Context, a RoleArgs, st *stats) error {
 	pool, err := openPool(ctx, a.PostgresURL, 4)
 	if err != nil {
 		return fmt.Errorf("chaos: relay: %w", err)
 	}
 	defer pool.Close()
-	store, err := idempg.NewWithConfig(pool, idempg.Config{Schema: a.Schema})
+	store, err := idempg.NewWithConfig(pool, storeConfig(a.Schema, a.InboxBucket))
 	if err != nil {
 		return fmt.Errorf("chaos: relay: %w", err)
 	}
@@ -39,7 +42,7 @@ func runRelay(ctx context.Context, a RoleArgs) error {
 	if err != nil {
 		return fmt.Errorf("chaos: relay: %w", err)
 	}
-	relay, err := idemrelay.New(store, store, idemnats.NewSink(js), idemrelay.Config{
+	relay, err := idemrelay.New(store, store, idemnats.NewSink(&refusingJetStream{JetStream: js, seed: a.Seed, rate: a.Transient * sinkRefusalShare, stats: st, refused: map[string]bool{}}), idemrelay.Config{
 		BatchSize:    100,
 		PollInterval: 200 * time.Millisecond,
 		LeaseTTL:     3 * time.Second,
@@ -52,3 +55,61 @@ func runRelay(ctx context.Context, a RoleArgs) error {
 	}
 	return relay.Run(ctx)
 }
+
+// refusingJetStream is the relay's JetStream with a broker that now and then refuses one
+// message of a pipelined batch: the message is not stored and its PubAck future fails, while
+// the messages sent after it in the same batch go on. Which messages are refused is a function
+// of the seed and the broker message id alone (the first pipelined publish of each chosen
+// message, once per relay process), so the relay's retry gets it through.
+type refusingJetStream struct {
+	jetstream.JetStream
+	seed  int64
+	rate  float64
+	stats *stats
+
+	mu      sync.Mutex
+	refused map[string]bool
+}
+
+// errRefused is the refusal's error, as a broker that refused to store a message reports it.
+var errRefused = errors.New("nats: message refused by the stream (injected by idem chaos)")
+
+// PublishMsgAsync is the pipelined publish the sink uses for batches of more than one message.
+func (j *refusingJetStream) PublishMsgAsync(msg *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	id := msg.Header.Get(jetstream.MsgIDHeader)
+	if injectTransient(j.seed^sinkRefusalSalt, j.rate, id) {
+		j.mu.Lock()
+		first := !j.refused[id]
+		j.refused[id] = true
+		j.mu.Unlock()
+		if first {
+			j.stats.add("sink_refused", 1)
+			return refusedFuture(msg), nil
+		}
+	}
+	return j.JetStream.PublishMsgAsync(msg, opts...)
+}
+
+// sinkRefusalShare scales the transient rate down to the refusal rate per pipelined message
+// (0.5% at the default 5%): a refused message makes the relay publish the rest of its batch
+// one row at a time, so a batch of ~60 rows should meet one now and then, not nearly always.
+const sinkRefusalShare = 0.1
+
+// sinkRefusalSalt makes the refusal decision independent of the transient-failure one.
+const sinkRefusalSalt = 0x5eed_51c4
+
+// refusedFuture is the future of a refused message: its error is ready, no PubAck comes.
+func refusedFuture(msg *nats.Msg) jetstream.PubAckFuture {
+	f := &failedFuture{msg: msg, err: make(chan error, 1)}
+	f.err <- errRefused
+	return f
+}
+
+type failedFuture struct {
+	msg *nats.Msg
+	err chan error
+}
+
+func (f *failedFuture) Ok() <-chan *jetstream.PubAck { return nil }
+func (f *failedFuture) Err() <-chan error            { return f.err }
+func (f *failedFuture) Msg() *nats.Msg               { return f.msg }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
 )
 
@@ -29,6 +31,14 @@ func newTables(schema string) tables {
 		"{claims}", q(p+"claims"),
 		"{dead_letters}", q(p+"dead_letters"),
 		"{outbox}", q(p+"outbox"),
+		"{faults}", q("chaos_faults"),
+		"{outages}", q("chaos_outages"),
+		"{dl_refused}", q("chaos_dl_refused"),
+		"{refuse_dl}", q("chaos_refuse_dead_letter"),
+		// {ident}: order o is a poison identity, matched with its dead letter by the order
+		// index its message carries ({dl_order}, NULL when d carries none), not by event id.
+		"{ident}", `(o.poison LIKE 'id\_%' OR o.poison LIKE 'tenant\_%')`,
+		"{dl_order}", `(CASE WHEN d.headers->>'`+headerOrder+`' ~ '^[0-9]{1,18}$' THEN (d.headers->>'`+headerOrder+`')::bigint END)`,
 	)}
 }
 
@@ -45,7 +55,11 @@ var scenarioDDL = []string{
 		wallet_id    text    NOT NULL,
 		amount_cents bigint  NOT NULL,
 		valid        boolean NOT NULL, -- false for poison
-		poison       text    NOT NULL DEFAULT '', -- '', invalid_json, missing_field, key_reuse
+		poison       text    NOT NULL DEFAULT '', -- '', invalid_json, missing_field, key_reuse, id_…, tenant_10k
+		-- A poison identity (id_…, tenant_10k) goes straight to the stream: sent says it went,
+		-- edge_accepted that the outbox took its identity (it must refuse it).
+		sent          boolean NOT NULL DEFAULT true,
+		edge_accepted boolean NOT NULL DEFAULT false,
 		PRIMARY KEY (run_id, id))`,
 	`CREATE INDEX ON {orders} (run_id, event_id)`,
 	`CREATE TABLE {ledger} (
@@ -55,6 +69,31 @@ var scenarioDDL = []string{
 		wallet_id    text      NOT NULL,
 		amount_cents bigint    NOT NULL)`,
 	`CREATE INDEX ON {ledger} (run_id, event_id)`,
+	// Fault switches the harness flips (through its own connection, never the proxy).
+	`CREATE TABLE {faults} (refuse_dead_letters boolean NOT NULL)`,
+	`INSERT INTO {faults} VALUES (false)`,
+	// Refused dead-letter writes, counted by a sequence: nextval survives the rollback.
+	`CREATE SEQUENCE {dl_refused}`,
+	// While refuse_dead_letters is on, every dead-letter write fails as a full disk would
+	// (SQLSTATE 53100, a transient class): the consumers must keep the message, retry the
+	// write and lose nothing.
+	`CREATE FUNCTION {refuse_dl}() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		IF (SELECT refuse_dead_letters FROM {faults}) THEN
+			PERFORM nextval('{dl_refused}');
+			RAISE EXCEPTION 'could not extend the dead-letter table: no space left (injected by idem chaos)'
+				USING ERRCODE = '53100';
+		END IF;
+		RETURN NEW;
+	END $$`,
+	`CREATE TRIGGER chaos_refuse_dead_letters BEFORE INSERT ON {dead_letters}
+		FOR EACH ROW EXECUTE FUNCTION {refuse_dl}()`,
+	// The database outages longer than the consumers' retry budget, with the grace after each
+	// in which a valid event may end as a retries_exhausted dead letter.
+	`CREATE TABLE {outages} (
+		started_at timestamptz NOT NULL,
+		ended_at   timestamptz NOT NULL,
+		grace      interval    NOT NULL)`,
 	`CREATE TABLE {wallets} (
 		run_id        text   NOT NULL,
 		id            text   NOT NULL,
@@ -62,10 +101,22 @@ var scenarioDDL = []string{
 		PRIMARY KEY (run_id, id))`,
 }
 
-// setupSchema creates a fresh schema with idem's tables (migrated) and the scenario's, and the
+// storeConfig is the idempg configuration of every process of a run: the run's schema, and the
+// claims table partitioned by day (or hour) buckets of OccurredAt when bucket is not 0, with
+// partitions kept as long as the consumers keep their claims.
+func storeConfig(schema string, bucket time.Duration) idempg.Config {
+	cfg := idempg.Config{Schema: schema}
+	if bucket > 0 {
+		cfg.Partition = idempg.PartitionConfig{Bucket: bucket, Retention: idem.RetentionDefault}
+	}
+	return cfg
+}
+
+// setupSchema creates a fresh schema with idem's tables (migrated, partitioned by bucket
+// when it is not 0) and the scenario's, and the
 // run's wallets at a zero balance.
-func setupSchema(ctx context.Context, pool *pgxpool.Pool, schema, runID string) error {
-	store, err := idempg.NewWithConfig(pool, idempg.Config{Schema: schema})
+func setupSchema(ctx context.Context, pool *pgxpool.Pool, schema, runID string, bucket time.Duration) error {
+	store, err := idempg.NewWithConfig(pool, storeConfig(schema, bucket))
 	if err != nil {
 		return err
 	}

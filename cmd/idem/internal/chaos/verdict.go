@@ -31,8 +31,10 @@ const (
 		WHERE o.run_id = $1
 		AND NOT (o.valid AND EXISTS (SELECT 1 FROM {ledger} l WHERE l.run_id = o.run_id AND l.event_id = o.event_id))
 		AND NOT EXISTS (SELECT 1 FROM {dead_letters} d
-			WHERE d.event_id = o.event_id AND d.consumer IN ($2, $3)
-			AND (d.reason = 'key_reuse') = (o.poison = 'key_reuse'))`
+			WHERE NOT {ident} AND d.event_id = o.event_id AND d.consumer IN ($2, $3)
+			AND (d.reason = 'key_reuse') = (o.poison = 'key_reuse'))
+		AND NOT EXISTS (SELECT 1 FROM {dead_letters} d
+			WHERE {ident} AND {dl_order} = o.id AND d.consumer = $2)`
 	// qNotApplied: valid orders without a ledger row.
 	qNotApplied = `SELECT count(*) FROM {orders} o WHERE o.run_id = $1 AND o.valid
 		AND NOT EXISTS (SELECT 1 FROM {ledger} l WHERE l.run_id = o.run_id AND l.event_id = o.event_id)`
@@ -41,25 +43,54 @@ const (
 	qWrongLedger = `SELECT count(*) FROM {ledger} l WHERE l.run_id = $1
 		AND NOT EXISTS (SELECT 1 FROM {orders} o WHERE o.run_id = l.run_id AND o.event_id = l.event_id
 			AND o.valid AND o.wallet_id = l.wallet_id AND o.amount_cents = l.amount_cents)`
-	// qBadBalances: wallets whose balance is not the sum of their valid orders.
+	// excusedDL: dead letter d is a retries_exhausted one written during a database outage
+	// longer than the retry budget, or in the grace after it. A valid event may end so: the
+	// guarantee is "applied once, or a dead letter says why not".
+	excusedDL = `(d.reason = 'retries_exhausted' AND EXISTS (SELECT 1 FROM {outages} x
+		WHERE d.last_failed_at BETWEEN x.started_at AND x.ended_at + x.grace))`
+	// exhaustedOrder: valid order o was not applied and has an excused dead letter.
+	exhaustedOrder = `(NOT EXISTS (SELECT 1 FROM {ledger} l WHERE l.run_id = o.run_id AND l.event_id = o.event_id)
+		AND EXISTS (SELECT 1 FROM {dead_letters} d WHERE d.event_id = o.event_id AND d.consumer = $2 AND ` + excusedDL + `))`
+	// qExhausted: valid orders not applied but dead-lettered as retries_exhausted by an outage.
+	qExhausted = `SELECT count(*) FROM {orders} o WHERE o.run_id = $1 AND o.valid AND ` + exhaustedOrder
+	// qBadBalances: wallets whose balance is not the sum of their valid orders (but those an
+	// outage dead-lettered: qExhausted).
 	qBadBalances = `SELECT count(*) FROM {wallets} w
-		LEFT JOIN (SELECT wallet_id, sum(amount_cents) AS total FROM {orders}
-			WHERE run_id = $1 AND valid GROUP BY wallet_id) o ON o.wallet_id = w.id
+		LEFT JOIN (SELECT o.wallet_id, sum(o.amount_cents) AS total FROM {orders} o
+			WHERE o.run_id = $1 AND o.valid AND NOT ` + exhaustedOrder + ` GROUP BY o.wallet_id) o ON o.wallet_id = w.id
 		WHERE w.run_id = $1 AND w.balance_cents <> COALESCE(o.total, 0)`
 	// qBadPoison: poison orders without exactly one dead letter of the right reason.
 	qBadPoison = `SELECT count(*) FROM {orders} o WHERE o.run_id = $1 AND o.poison <> ''
-		AND (SELECT count(*) FROM {dead_letters} d WHERE d.event_id = o.event_id AND d.consumer = $2
-			AND d.reason = CASE WHEN o.poison = 'key_reuse' THEN 'key_reuse' ELSE 'invalid_payload' END) <> 1`
+		AND CASE WHEN {ident}
+			THEN (SELECT count(*) FROM {dead_letters} d WHERE {dl_order} = o.id AND d.consumer = $2
+				AND d.reason = 'invalid_payload')
+			ELSE (SELECT count(*) FROM {dead_letters} d WHERE d.event_id = o.event_id AND d.consumer = $2
+				AND d.reason = CASE WHEN o.poison = 'key_reuse' THEN 'key_reuse' ELSE 'invalid_payload' END)
+			END <> 1`
 	// qStrayDeadLetters: dead letters (of anyone: the consumer, the relay) that match no poison
-	// order with its reason.
+	// order with its reason, but those of valid events an outage exhausted. A poison
+	// identity's dead letter matches by the order index its message carries.
 	qStrayDeadLetters = `SELECT count(*) FROM {dead_letters} d WHERE NOT EXISTS (
 		SELECT 1 FROM {orders} o WHERE o.run_id = $1 AND o.event_id = d.event_id AND o.poison <> ''
-			AND d.consumer = $2
-			AND d.reason = CASE WHEN o.poison = 'key_reuse' THEN 'key_reuse' ELSE 'invalid_payload' END)`
+			AND NOT {ident} AND d.consumer = $2
+			AND d.reason = CASE WHEN o.poison = 'key_reuse' THEN 'key_reuse' ELSE 'invalid_payload' END)
+		AND NOT EXISTS (SELECT 1 FROM {orders} o WHERE o.run_id = $1 AND o.id = {dl_order}
+			AND {ident} AND d.consumer = $2 AND d.reason = 'invalid_payload')
+		AND NOT (d.consumer = $2 AND ` + excusedDL + `)`
+	// qEdgeAccepted: poison identities the outbox accepted (its Enqueue must refuse them).
+	qEdgeAccepted = `SELECT count(*) FROM {orders} WHERE run_id = $1 AND edge_accepted`
+	// qEdgeAcceptedKinds: the kinds of the poison identities the outbox accepted.
+	qEdgeAcceptedKinds = `SELECT COALESCE(string_agg(DISTINCT poison, ', ' ORDER BY poison), '')
+		FROM {orders} WHERE run_id = $1 AND edge_accepted`
 	// qValidDeadLettered: valid events with a dead letter of their own (not key_reuse).
 	qValidDeadLettered = `SELECT count(DISTINCT d.event_id) FROM {dead_letters} d
-		WHERE d.reason <> 'key_reuse' AND EXISTS (SELECT 1 FROM {orders} o
+		WHERE d.reason <> 'key_reuse' AND NOT ` + excusedDL + ` AND EXISTS (SELECT 1 FROM {orders} o
 			WHERE o.run_id = $1 AND o.event_id = d.event_id AND o.valid)`
+	// qResends: re-sends of valid events with a new OccurredAt (a broker message id ending
+	// "/resend-<order>").
+	qResends = `SELECT count(*) FROM {outbox} WHERE headers->>'Idem-Broker-Msg-Id' LIKE '%/resend-%'`
+	// qDeadLettersRefused: dead-letter writes the chaos trigger refused.
+	qDeadLettersRefused = `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {dl_refused}`
 	// qDeadLetters: dead letters by consumer and reason.
 	qDeadLetters = `SELECT consumer, reason, count(*) FROM {dead_letters} GROUP BY consumer, reason`
 	// qUnpublished: outbox rows never published, dead ones included.
@@ -135,8 +166,9 @@ func check(ctx context.Context, pool *pgxpool.Pool, t tables, runID string, r *R
 		return fmt.Errorf("check run %s: count orders: %w", runID, err)
 	}
 
-	var lostPoison, notApplied int
-	if err := pool.QueryRow(ctx, t.sql(qUnsettled), runID, consumerName, idemrelay.ConsumerName).Scan(&r.Lost, &lostPoison); err != nil {
+	var notApplied int
+	lostPoison, exhausted, edgeAccepted, resends, dlRefused := &r.lostPoison, &r.exhausted, &r.edgeAccepted, &r.resends, &r.dlRefused
+	if err := pool.QueryRow(ctx, t.sql(qUnsettled), runID, consumerName, idemrelay.ConsumerName).Scan(&r.Lost, lostPoison); err != nil {
 		return fmt.Errorf("check run %s: count unsettled orders: %w", runID, err)
 	}
 	for _, c := range []struct {
@@ -149,7 +181,12 @@ func check(ctx context.Context, pool *pgxpool.Pool, t tables, runID string, r *R
 		{&notApplied, "count valid orders not applied", qNotApplied, []any{runID}},
 		{&r.DeadLetteredValid, "count valid events dead-lettered", qValidDeadLettered, []any{runID}},
 		{&r.WrongLedger, "compare ledger with orders", qWrongLedger, []any{runID}},
-		{&r.BadBalances, "compare balances with orders", qBadBalances, []any{runID}},
+		{&r.BadBalances, "compare balances with orders", qBadBalances, []any{runID, consumerName}},
+		{exhausted, "count valid orders an outage dead-lettered", qExhausted, []any{runID, consumerName}},
+		{edgeAccepted, "count poison identities the outbox accepted", qEdgeAccepted, []any{runID}},
+		{resends, "count re-sends with a new OccurredAt", qResends, nil},
+		{dlRefused, "count refused dead-letter writes", qDeadLettersRefused, nil},
+		{&r.badIdents, "check poison identities' dead letters", qBadPoison + ` AND {ident}`, []any{runID, consumerName}},
 		{&r.BadPoison, "check poison dead letters", qBadPoison, []any{runID, consumerName}},
 		{&r.StrayDeadLetters, "look for stray dead letters", qStrayDeadLetters, []any{runID, consumerName}},
 		{&r.Unpublished, "count unpublished outbox rows", qUnpublished, nil},
@@ -194,12 +231,13 @@ func check(ctx context.Context, pool *pgxpool.Pool, t tables, runID string, r *R
 	}
 	add(r.DoubleApplied, "%d events were applied more than once (several ledger rows)")
 	add(r.Lost, "%d valid events were lost: neither applied nor dead-lettered")
-	add(max(notApplied-r.Lost, r.DeadLetteredValid), "%d valid events were dead-lettered instead of applied")
+	r.validDeadLettered = max(notApplied-r.Lost-*exhausted, r.DeadLetteredValid)
+	add(r.validDeadLettered, "%d valid events were dead-lettered instead of applied")
 	add(r.WrongLedger, "%d ledger rows match no valid order (a poison or key-reuse message was applied)")
 	add(r.BadBalances, "%d wallets' balances differ from the sum of their valid orders")
 	add(r.BadPoison, "%d poison messages were not dead-lettered exactly once with the right reason")
 	if r.BadPoison == 0 {
-		add(lostPoison, "%d poison messages have no dead letter")
+		add(*lostPoison, "%d poison messages have no dead letter")
 	}
 	add(r.StrayDeadLetters, "%d dead letters match no poison order")
 	for k, n := range r.DeadLetters {
@@ -208,6 +246,13 @@ func check(ctx context.Context, pool *pgxpool.Pool, t tables, runID string, r *R
 		}
 	}
 	add(r.Unpublished, "%d outbox rows were never published")
+	if *edgeAccepted > 0 {
+		var kinds string
+		if err := pool.QueryRow(ctx, t.sql(qEdgeAcceptedKinds), runID).Scan(&kinds); err != nil {
+			return fmt.Errorf("check run %s: kinds of poison identities the outbox accepted: %w", runID, err)
+		}
+		add(*edgeAccepted, "the outbox accepted %d poison identities (%s; Enqueue must refuse them)", kinds)
+	}
 	add(r.ClaimsWithoutEffect, "%d claims have no effect (no ledger row)")
 	add(r.EffectsWithoutClaim, "%d ledger rows have no claim")
 	r.OK = len(r.Violations) == 0

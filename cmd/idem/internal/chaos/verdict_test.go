@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/cmd/idem/internal/testdb"
@@ -18,7 +19,7 @@ func cleanRun(t *testing.T, runID string) tables {
 	ctx := context.Background()
 	pool := testdb.Pool(t)
 	schema := testdb.Name("idem_chaos_test_")
-	require.NoError(t, setupSchema(ctx, pool, schema, runID))
+	require.NoError(t, setupSchema(ctx, pool, schema, runID, 0))
 	t.Cleanup(func() { _ = dropSchema(context.Background(), pool, schema) })
 	tb := newTables(schema)
 	for _, q := range []string{
@@ -121,4 +122,91 @@ func TestCheck(t *testing.T) {
 			require.Len(t, r.Violations, tc.violations, "%q", r.Violations)
 		})
 	}
+}
+
+// TestCheckFaultClasses plants what the fault classes of issue 10 leave behind, right and
+// wrong, on a correct run.
+func TestCheckFaultClasses(t *testing.T) {
+	t.Parallel()
+	const (
+		identOrder = `INSERT INTO {orders} (id, run_id, event_id, wallet_id, amount_cents, valid, poison) VALUES (5, 'r', 'r-5', 'w005', 10, false, 'id_nul')`
+		identDL    = `INSERT INTO {dead_letters} (consumer, event_id, headers, fingerprint, reason, first_failed_at, last_failed_at)
+			VALUES ('ledger@v1', 'sha256:0123', '{"Chaos-Order": "5"}', decode(repeat('04', 32), 'hex'), 'invalid_payload', now(), now())`
+		validOrder  = `INSERT INTO {orders} (id, run_id, event_id, wallet_id, amount_cents, valid) VALUES (4, 'r', 'r-4', 'w004', 5, true)`
+		exhaustedDL = `INSERT INTO {dead_letters} (consumer, event_id, fingerprint, reason, first_failed_at, last_failed_at)
+			VALUES ('ledger@v1', 'r-4', decode(repeat('05', 32), 'hex'), 'retries_exhausted', now(), now())`
+		outage = `INSERT INTO {outages} (started_at, ended_at, grace) VALUES (now() - interval '20 seconds', now() - interval '5 seconds', interval '40 seconds')`
+	)
+	for _, tc := range []struct {
+		name  string
+		plant []string
+		field func(r Report) int
+		want  int
+		// violations is how many violations the plant makes (a valid event dead-lettered is
+		// also a stray dead letter and leaves its wallet short).
+		violations int
+	}{
+		{"a poison identity dead-lettered once, matched by its order index",
+			[]string{identOrder, identDL}, func(r Report) int { return r.badIdents }, 0, 0},
+		{"a poison identity without its dead letter",
+			[]string{identOrder}, func(r Report) int { return r.badIdents }, 1, 1},
+		{"a poison identity dead-lettered twice",
+			[]string{identOrder, identDL, `INSERT INTO {dead_letters} (consumer, event_id, headers, fingerprint, reason, first_failed_at, last_failed_at)
+				VALUES ('ledger@v1', '', '{"Chaos-Order": "5"}', decode(repeat('06', 32), 'hex'), 'invalid_payload', now(), now())`},
+			func(r Report) int { return r.badIdents }, 1, 1},
+		{"a poison identity the outbox accepted",
+			[]string{identOrder, identDL, `UPDATE {orders} SET edge_accepted = true WHERE id = 5`},
+			func(r Report) int { return r.edgeAccepted }, 1, 1},
+		{"a valid event an outage dead-lettered as retries_exhausted is settled",
+			[]string{validOrder, exhaustedDL, outage}, func(r Report) int { return r.exhausted }, 1, 0},
+		{"a valid event dead-lettered as retries_exhausted outside any outage",
+			[]string{validOrder, exhaustedDL}, func(r Report) int { return r.validDeadLettered }, 1, 3},
+		{"a valid event dead-lettered for another reason during an outage",
+			[]string{validOrder, outage, `INSERT INTO {dead_letters} (consumer, event_id, fingerprint, reason, first_failed_at, last_failed_at)
+				VALUES ('ledger@v1', 'r-4', decode(repeat('05', 32), 'hex'), 'permanent_error', now(), now())`},
+			func(r Report) int { return r.validDeadLettered }, 1, 3},
+		{"a re-send is counted",
+			[]string{`INSERT INTO {outbox} (partition, event_id, topic, headers, created_at, next_attempt_at, published_at)
+				VALUES (0, 'r-0', 't', '{"Idem-Broker-Msg-Id": "r-0/resend-0"}', now(), now(), now())`},
+			func(r Report) int { return r.resends }, 1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tb := cleanRun(t, "r")
+			pool := testdb.Pool(t)
+			for _, q := range tc.plant {
+				_, err := pool.Exec(context.Background(), tb.sql(q))
+				require.NoError(t, err, q)
+			}
+			var r Report
+			require.NoError(t, check(context.Background(), pool, tb, "r", &r))
+			require.Equal(t, tc.want, tc.field(r))
+			require.Len(t, r.Violations, tc.violations, "%q", r.Violations)
+			require.Equal(t, tc.violations == 0, r.OK)
+		})
+	}
+}
+
+// TestDeadLetterRefusal: while the switch is on, the trigger refuses every dead-letter write
+// with a transient SQLSTATE and counts it; off, writes go through.
+func TestDeadLetterRefusal(t *testing.T) {
+	t.Parallel()
+	tb := cleanRun(t, "r")
+	pool := testdb.Pool(t)
+	ctx := context.Background()
+	insert := tb.sql(`INSERT INTO {dead_letters} (consumer, event_id, fingerprint, reason, first_failed_at, last_failed_at)
+		VALUES ('ledger@v1', $1, decode(repeat('07', 32), 'hex'), 'invalid_payload', now(), now())`)
+	_, err := pool.Exec(ctx, tb.sql(`UPDATE {faults} SET refuse_dead_letters = true`))
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, insert, "x-1")
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "53100", pgErr.Code)
+	var refused int
+	require.NoError(t, pool.QueryRow(ctx, tb.sql(qDeadLettersRefused)).Scan(&refused))
+	require.Equal(t, 1, refused)
+	_, err = pool.Exec(ctx, tb.sql(`UPDATE {faults} SET refuse_dead_letters = false`))
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, insert, "x-2")
+	require.NoError(t, err)
 }

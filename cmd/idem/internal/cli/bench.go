@@ -118,10 +118,15 @@ func newChaosCmd(e *env) *cobra.Command {
 		Long: `chaos runs the payments scenario with the producer, the relay and the consumers as separate
 processes, SIGKILLs a random one every 1–3 s and restarts it, cuts or stalls the database
 connections through a proxy it controls, restarts the NATS server it owns, and keeps producing
-duplicates, transient failures and poison meanwhile. Then it drains and checks from the database
+duplicates, transient failures and poison meanwhile. It also injects database outages longer
+than the consumers' retry budget, windows in which every dead-letter write fails, poison
+identities (blank, control-character, NUL, invalid UTF-8, 3 KB and 12 KB ids, 10 KB tenants),
+re-sends of events with a new OccurredAt, and a broker that refuses one message of a pipelined
+batch; the JSON report has a section per fault class. Then it drains and checks from the database
 alone: every valid event applied exactly once, none lost, balances exact, every poison message
 dead-lettered once with the right reason, nothing left in the outbox, no claim without its effect
-and no effect without its claim. It exits 1 on any violation.`,
+and no effect without its claim; and from the stream, that each wallet's payments reached it in
+commit order. It exits 1 on any violation.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			su, err := connect.ParseStore(e.resolveStore(store))
@@ -162,6 +167,10 @@ and no effect without its claim. It exits 1 on any violation.`,
 	fl.Var(newDuration(&opts.Duration, chaos.DurationDefault), "duration", "how long the chaos goes on before the drain")
 	fl.IntVar(&rate, "rate", 0, "offered events per second (default 200)")
 	fl.IntVar(&consumers, "consumers", 0, "consumer processes (default 2)")
+	fl.Var(newDuration(&opts.DrainTimeout, chaos.DrainTimeoutDefault), "drain-timeout", "how long the system may take to drain after the chaos (a run that does not drain in time fails)")
+	fl.IntVar(&opts.Outages, "outages", 0, "database outages longer than the retry budget (default 1, or one per 3 minutes of chaos)")
+	fl.Var(newDuration(&opts.RetryBudget, chaos.RetryBudgetDefault), "retry-budget", "the consumers' retry budget (MaxElapsed); every outage outlasts it")
+	fl.BoolVar(&opts.PlainInbox, "plain-inbox", false, "keep the plain claims table (default: partitioned by day of OccurredAt, where a re-send with a new OccurredAt lands in another partition)")
 	fl.Int64Var(&opts.Seed, "seed", 0, "seed of the misbehaviour and the chaos schedule (0: random, reported)")
 	fl.BoolVar(&keep, "keep", false, "keep the run's schema for inspection")
 	fl.BoolVarP(&verbose, "verbose", "v", false, "forward the processes' logs")
