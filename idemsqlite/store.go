@@ -46,19 +46,53 @@ const (
 	prefixMaxLen = 41
 )
 
+// OpenConfig configures the database Open returns. Zero fields take the documented defaults.
+type OpenConfig struct {
+	// BusyTimeout is how long a statement on the connection waits for another connection's
+	// write lock before it fails with SQLITE_BUSY (SQLite's busy_timeout; default
+	// BusyTimeoutDefault). It must not be negative.
+	BusyTimeout time.Duration
+}
+
+// WithDefaults returns c with its zero fields set to their defaults.
+func (c OpenConfig) WithDefaults() OpenConfig {
+	if c.BusyTimeout == 0 {
+		c.BusyTimeout = BusyTimeoutDefault
+	}
+	return c
+}
+
+// validate reports the first invalid field, naming it and its value.
+func (c OpenConfig) validate() error {
+	if c.BusyTimeout < 0 {
+		return fmt.Errorf("idemsqlite: OpenConfig.BusyTimeout is %s, want at least 0", c.BusyTimeout)
+	}
+	return nil
+}
+
 // Open opens (creating it if needed) the SQLite database file at path, configured for idem:
-// WAL journal (readers do not block the writer), busy_timeout of 5 s, foreign keys on,
-// synchronous=NORMAL (durable across application crashes; a power loss may lose the last
-// commits but never corrupts), and BEGIN IMMEDIATE for every read-write transaction, so that a
-// transaction takes the write lock when it starts and never fails with SQLITE_BUSY halfway,
-// upgrading a read lock.
+// WAL journal (readers do not block the writer), busy_timeout of BusyTimeoutDefault, foreign
+// keys on, synchronous=NORMAL (durable across application crashes; a power loss may lose the
+// last commits but never corrupts), and BEGIN IMMEDIATE for every read-write transaction, so
+// that a transaction takes the write lock when it starts and never fails with SQLITE_BUSY
+// halfway, upgrading a read lock. OpenWithConfig sets another busy timeout.
 //
 // The pool holds ONE connection, because SQLite has one writer and a second connection would
 // only wait for the lock. Consequently code running inside a transaction (a handler, a function
 // given to InTx) must do all its database work through that transaction: using the *sql.DB
 // directly there waits for the connection forever.
 func Open(path string) (*sql.DB, error) {
-	db, err := sql.Open("sqlite", dsn(path, BusyTimeoutDefault))
+	return OpenWithConfig(path, OpenConfig{})
+}
+
+// OpenWithConfig is Open with cfg (zero fields take their defaults), or an error naming the
+// invalid field.
+func OpenWithConfig(path string, cfg OpenConfig) (*sql.DB, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	db, err := sql.Open("sqlite", dsn(path, cfg.BusyTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("idemsqlite: open %s: %w", path, err)
 	}
