@@ -26,12 +26,13 @@ type queries struct {
 	auditList      string
 	dlStatsPending string
 
-	queueInsert string
-	queueFetch  string
-	queueAck    string
-	queueNak    string
-	queueExtend string
-	queueStats  string
+	queueInsert  string
+	queueFetch   string
+	queueAck     string
+	queueNak     string
+	queueExtend  string
+	queueRelease string
+	queueStats   string
 
 	outboxInsert        string
 	outboxFetch         string
@@ -107,6 +108,8 @@ func buildQueries(prefix string) queries {
 			WHERE id = ? AND token = ?`),
 		queueExtend: p(`UPDATE {p}queue SET lease_until = ?1
 			WHERE id = ?2 AND token = ?3 AND lease_until > ?4`),
+		queueRelease: p(`UPDATE {p}queue SET lease_until = NULL, attempts = max(attempts - 1, 0)
+			WHERE id = ? AND token = ? AND lease_until IS NOT NULL`),
 		queueStats: p(`SELECT count(*), min(enqueued_at) FROM {p}queue WHERE queue = ?`),
 
 		outboxInsert: p(`INSERT INTO {p}outbox ("partition", event_id, tenant, topic, ordering_key, type,
