@@ -65,14 +65,8 @@ func (s *Store) QueueFetch(ctx context.Context, p idem.QueueFetchParams) ([]idem
 	if now.IsZero() {
 		now = time.Now()
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.queueFetch,
-		now.Add(p.Lease).UnixMicro(), p.Queue, now.UnixMicro(), p.Max)
-	if err != nil {
-		return nil, fmt.Errorf("idemsqlite: fetch from queue %q: %w", p.Queue, err)
-	}
-	defer rows.Close()
 	var jobs []idem.QueueJob
-	for rows.Next() {
+	scan := func(rows *sql.Rows) error {
 		var (
 			j        idem.QueueJob
 			headers  string
@@ -82,16 +76,20 @@ func (s *Store) QueueFetch(ctx context.Context, p idem.QueueFetchParams) ([]idem
 		)
 		if err := rows.Scan(&j.ID, &j.Token, &m.Attempt, &m.EventID, &m.Tenant, &m.Type, &m.Payload,
 			&headers, &occurred, &enqueued); err != nil {
-			return nil, fmt.Errorf("idemsqlite: fetch from queue %q: %w", p.Queue, err)
+			return err
 		}
+		var err error
 		if m.Headers, err = decodeHeaders(headers); err != nil {
-			return nil, fmt.Errorf("idemsqlite: fetch from queue %q: job %d (event %s): %w", p.Queue, j.ID, m.EventID, err)
+			return fmt.Errorf("job %d (event %s): %w", j.ID, m.EventID, err)
 		}
 		m.OccurredAt = fromNullMicros(occurred)
 		m.PublishedAt = fromMicros(enqueued)
 		jobs = append(jobs, j)
+		return nil
 	}
-	if err := rows.Err(); err != nil {
+	err := s.queryWrite(ctx, func() { jobs = nil }, scan, s.q.queueFetch,
+		now.Add(p.Lease).UnixMicro(), p.Queue, now.UnixMicro(), p.Max)
+	if err != nil {
 		return nil, fmt.Errorf("idemsqlite: fetch from queue %q: %w", p.Queue, err)
 	}
 	// RETURNING does not promise an order.
@@ -102,23 +100,18 @@ func (s *Store) QueueFetch(ctx context.Context, p idem.QueueFetchParams) ([]idem
 // QueueAck deletes job id if token is still its lease token, else it returns an error wrapping
 // idem.ErrLeaseLost.
 func (s *Store) QueueAck(ctx context.Context, id, token int64) error {
-	return s.ack(ctx, s.db, id, token)
+	res, err := s.execWrite(ctx, s.q.queueAck, id, token)
+	if err != nil {
+		return fmt.Errorf("idemsqlite: ack queue job %d: %w", id, err)
+	}
+	return leaseCheck(res, "ack", id, token)
 }
 
 // QueueAckTx deletes job id inside tx if token is still its lease token, else it returns an error
 // wrapping idem.ErrLeaseLost. The caller's transaction holds SQLite's write lock until it ends,
 // so no other worker can fetch the job in between, and a lost lease rolls the handler back.
 func (s *Store) QueueAckTx(ctx context.Context, tx *sql.Tx, id, token int64) error {
-	return s.ack(ctx, tx, id, token)
-}
-
-// execer is a *sql.DB or *sql.Tx.
-type execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
-
-func (s *Store) ack(ctx context.Context, db execer, id, token int64) error {
-	res, err := db.ExecContext(ctx, s.q.queueAck, id, token)
+	res, err := tx.ExecContext(ctx, s.q.queueAck, id, token)
 	if err != nil {
 		return fmt.Errorf("idemsqlite: ack queue job %d: %w", id, err)
 	}
@@ -133,7 +126,7 @@ func (s *Store) QueueNak(ctx context.Context, p idem.QueueNakParams) error {
 		now = time.Now()
 	}
 	delay := max(p.Delay, 0)
-	res, err := s.db.ExecContext(ctx, s.q.queueNak, now.Add(delay).UnixMicro(), p.Error, p.ID, p.Token)
+	res, err := s.execWrite(ctx, s.q.queueNak, now.Add(delay).UnixMicro(), p.Error, p.ID, p.Token)
 	if err != nil {
 		return fmt.Errorf("idemsqlite: nak queue job %d: %w", p.ID, err)
 	}
@@ -154,7 +147,7 @@ func (s *Store) QueueExtend(ctx context.Context, id, token int64, lease time.Dur
 		return fmt.Errorf("idemsqlite: extend lease of queue job %d: lease is %s, want more than 0", id, lease)
 	}
 	now := time.Now()
-	res, err := s.db.ExecContext(ctx, s.q.queueExtend, now.Add(lease).UnixMicro(), id, token, now.UnixMicro())
+	res, err := s.execWrite(ctx, s.q.queueExtend, now.Add(lease).UnixMicro(), id, token, now.UnixMicro())
 	if err != nil {
 		return fmt.Errorf("idemsqlite: extend lease of queue job %d: %w", id, err)
 	}

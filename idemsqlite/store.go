@@ -202,6 +202,11 @@ type Store struct {
 	// nil until they could be prepared (the tables exist) and after Close.
 	claimStmts atomic.Pointer[claimStmts]
 	closed     atomic.Bool
+
+	// gate serialises and spaces out the store's writes (see writeGate); busyMillis caches the
+	// connection's busy timeout in milliseconds, -1 until read.
+	gate       *writeGate
+	busyMillis atomic.Int64
 }
 
 // claimStmts are the prepared statements of the claim path.
@@ -229,12 +234,15 @@ func NewWithConfig(db *sql.DB, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Store{
+	s := &Store{
 		db:      db,
 		cfg:     cfg,
 		q:       buildQueries(cfg.Prefix),
 		txWakes: make(map[*sql.Tx]wakeFlags),
-	}, nil
+		gate:    newWriteGate(),
+	}
+	s.busyMillis.Store(-1)
+	return s, nil
 }
 
 // DB returns the database the store works on.
@@ -292,9 +300,24 @@ func (s *Store) Dialect() string { return "sqlite" }
 // keeps panicking. fn must use tx, never the *sql.DB, for database work (see Open).
 func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	s.prepareClaims(ctx)
-	tx, err := s.db.BeginTx(ctx, nil)
+	w, err := s.startWrite(ctx)
 	if err != nil {
 		return fmt.Errorf("idemsqlite: begin transaction: %w", err)
+	}
+	defer s.finishWrite(ctx, w) // runs last, once the transaction has ended
+	var tx *sql.Tx
+	err = w.retryBusy(ctx, func() error {
+		var err error
+		tx, err = w.conn.BeginTx(ctx, nil)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("idemsqlite: begin transaction: %w", err)
+	}
+	s.gate.inTx.Store(true)
+	if err := w.restoreBusy(ctx, tx); err != nil {
+		_ = tx.Rollback()
+		return fmt.Errorf("idemsqlite: begin transaction: restore busy_timeout: %w", err)
 	}
 	s.txMu.Lock()
 	s.txWakes[tx] = 0
@@ -385,9 +408,9 @@ func (s *Store) DeleteExpiredClaims(ctx context.Context, p idem.DeleteExpiredCla
 		err error
 	)
 	if p.Consumer == "" {
-		res, err = s.db.ExecContext(ctx, s.q.claimDeleteAll, p.Before.UnixMicro(), p.Limit)
+		res, err = s.execWrite(ctx, s.q.claimDeleteAll, p.Before.UnixMicro(), p.Limit)
 	} else {
-		res, err = s.db.ExecContext(ctx, s.q.claimDeleteConsumer, p.Before.UnixMicro(), p.Consumer, p.Limit)
+		res, err = s.execWrite(ctx, s.q.claimDeleteConsumer, p.Before.UnixMicro(), p.Consumer, p.Limit)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("idemsqlite: delete claims of consumer %q before %s: %w",

@@ -487,3 +487,59 @@ func TestOpenConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteWaitsForLock: the store's writes wait for another connection's write lock by
+// retrying (SQLite's own busy wait is off while they try), for as long as the connection's busy
+// timeout, and leave the connection's busy timeout as it was.
+func TestWriteWaitsForLock(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		busy    time.Duration // the store's connection
+		hold    time.Duration // how long the other connection holds the lock
+		wantErr bool
+	}{
+		{"lock freed in time", 2 * time.Second, 300 * time.Millisecond, false},
+		{"lock held too long", 100 * time.Millisecond, time.Second, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			path := filepath.Join(t.TempDir(), "w.db")
+			db, err := idemsqlite.OpenWithConfig(path, idemsqlite.OpenConfig{BusyTimeout: tt.busy})
+			require.NoError(t, err)
+			defer db.Close()
+			store := idemsqlite.New(db)
+			require.NoError(t, store.Migrate(ctx))
+			other, err := idemsqlite.Open(path)
+			require.NoError(t, err)
+			defer other.Close()
+
+			holder, err := other.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			released := make(chan struct{})
+			go func() {
+				defer close(released)
+				time.Sleep(tt.hold)
+				_ = holder.Rollback()
+			}()
+			txErr := store.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+				_, err := tx.ExecContext(ctx, `INSERT INTO idem_leases (name, owner, token, lease_until) VALUES ('a', 'b', 1, 0)`)
+				return err
+			})
+			pubErr := store.QueuePublish(ctx, "q", idem.Message{EventID: "e1"})
+			<-released
+			if tt.wantErr {
+				require.Error(t, txErr)
+				require.Equal(t, idem.ClassTransient, store.ClassifyError(txErr), "%v", txErr)
+			} else {
+				require.NoError(t, txErr)
+				require.NoError(t, pubErr)
+			}
+			var ms int64
+			require.NoError(t, db.QueryRowContext(ctx, `PRAGMA busy_timeout`).Scan(&ms))
+			require.Equal(t, tt.busy.Milliseconds(), ms, "the connection's busy timeout is restored")
+		})
+	}
+}
