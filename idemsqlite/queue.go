@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -142,16 +143,75 @@ func (s *Store) QueueNak(ctx context.Context, p idem.QueueNakParams) error {
 // QueueExtend pushes job id's lease to now+lease if token is still its lease token and the lease
 // has not expired yet; else it returns an error wrapping idem.ErrLeaseLost (an expired lease may
 // already be fetched by another worker, so it cannot be extended).
+//
+// While an InTx transaction of this Store is open — typically the handler of this very job, which
+// holds the one connection — QueueExtend does not wait for it: that transaction holds SQLite's
+// write lock, so no other process can fetch the job until it ends. QueueExtend then records the
+// extension and returns nil, and the open transaction applies it (and every other recorded one)
+// just before it commits, still under the lock, fenced by the token. The job's own ack, inside
+// the handler's transaction, is fenced by the token as well, so a lease that did run out before
+// that transaction began is found lost there and the handler's effect rolls back.
 func (s *Store) QueueExtend(ctx context.Context, id, token int64, lease time.Duration) error {
 	if lease <= 0 {
 		return fmt.Errorf("idemsqlite: extend lease of queue job %d: lease is %s, want more than 0", id, lease)
 	}
+	acquired, err := s.gate.acquireUnlessTx(ctx)
+	if err != nil {
+		return fmt.Errorf("idemsqlite: extend lease of queue job %d: %w", id, err)
+	}
+	if !acquired {
+		s.extMu.Lock()
+		s.pendingExt[id] = pendingExtension{token: token, lease: lease}
+		s.extMu.Unlock()
+		return nil
+	}
+	s.extMu.Lock()
+	delete(s.pendingExt, id) // superseded
+	s.extMu.Unlock()
+	var res sql.Result
 	now := time.Now()
-	res, err := s.execWrite(ctx, s.q.queueExtend, now.Add(lease).UnixMicro(), id, token, now.UnixMicro())
+	err = s.heldWrite(ctx, func(ctx context.Context, c *sql.Conn) error {
+		var err error
+		res, err = c.ExecContext(ctx, s.q.queueExtend, now.Add(lease).UnixMicro(), id, token, now.UnixMicro())
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("idemsqlite: extend lease of queue job %d: %w", id, err)
 	}
 	return leaseCheck(res, "extend lease of", id, token)
+}
+
+// pendingExtension is a lease extension recorded while an InTx transaction held the connection.
+type pendingExtension struct {
+	token int64
+	lease time.Duration
+}
+
+// applyExtensions applies the recorded lease extensions inside tx, just before it commits: the
+// process has held the write lock since they were recorded, so a job whose token still matches
+// was fetched by nobody else, even if its lease_until has passed meanwhile. Errors are left to
+// the next transaction (the extensions stay recorded): they must not fail the caller's work.
+func (s *Store) applyExtensions(ctx context.Context, tx *sql.Tx) {
+	s.extMu.Lock()
+	if len(s.pendingExt) == 0 {
+		s.extMu.Unlock()
+		return
+	}
+	todo := maps.Clone(s.pendingExt)
+	s.extMu.Unlock()
+	now := time.Now()
+	for id, e := range todo {
+		if _, err := tx.ExecContext(ctx, s.q.queueExtendHeld, now.Add(e.lease).UnixMicro(), id, e.token); err != nil {
+			delete(todo, id)
+		}
+	}
+	s.extMu.Lock()
+	for id, e := range todo {
+		if s.pendingExt[id] == e {
+			delete(s.pendingExt, id)
+		}
+	}
+	s.extMu.Unlock()
 }
 
 // leaseCheck turns "no row matched id and token" into idem.ErrLeaseLost.

@@ -207,6 +207,11 @@ type Store struct {
 	// connection's busy timeout in milliseconds, -1 until read.
 	gate       *writeGate
 	busyMillis atomic.Int64
+
+	// extMu guards pendingExt: lease extensions QueueExtend recorded while an InTx transaction
+	// held the connection, applied by a transaction before it commits (applyExtensions).
+	extMu      sync.Mutex
+	pendingExt map[int64]pendingExtension
 }
 
 // claimStmts are the prepared statements of the claim path.
@@ -240,6 +245,8 @@ func NewWithConfig(db *sql.DB, cfg Config) (*Store, error) {
 		q:       buildQueries(cfg.Prefix),
 		txWakes: make(map[*sql.Tx]wakeFlags),
 		gate:    newWriteGate(),
+
+		pendingExt: make(map[int64]pendingExtension),
 	}
 	s.busyMillis.Store(-1)
 	return s, nil
@@ -338,6 +345,7 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 	if err := fn(ctx, tx); err != nil {
 		return err
 	}
+	s.applyExtensions(ctx, tx)
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("idemsqlite: commit: %w", err)
 	}

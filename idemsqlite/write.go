@@ -71,6 +71,24 @@ func (g *writeGate) acquire(ctx context.Context) error {
 	return nil
 }
 
+// acquireUnlessTx takes the gate like acquire (without the pause), unless an InTx transaction
+// holds it: then it returns false at once instead of waiting for that transaction to end.
+func (g *writeGate) acquireUnlessTx(ctx context.Context) (bool, error) {
+	for {
+		select {
+		case g.sem <- struct{}{}:
+			return true, nil
+		default:
+		}
+		if g.inTx.Load() {
+			return false, nil
+		}
+		if err := sleep(ctx, 500*time.Microsecond); err != nil {
+			return false, err
+		}
+	}
+}
+
 // release ends the holder's write.
 func (g *writeGate) release() {
 	g.lastEnd = time.Now()
@@ -126,6 +144,11 @@ func (s *Store) startWrite(ctx context.Context) (*writeConn, error) {
 	if err := s.gate.acquire(ctx); err != nil {
 		return nil, err
 	}
+	return s.startHeldWrite(ctx)
+}
+
+// startHeldWrite is startWrite when the caller took the gate already.
+func (s *Store) startHeldWrite(ctx context.Context) (*writeConn, error) {
 	c, err := s.db.Conn(ctx)
 	if err != nil {
 		s.gate.release()
@@ -189,7 +212,15 @@ func (w *writeConn) retryBusy(ctx context.Context, try func() error) error {
 // write runs fn, one statement in autocommit mode, as a write of this store: through the gate,
 // retrying SQLITE_BUSY. fn runs again after SQLITE_BUSY, so it must reset what it collects.
 func (s *Store) write(ctx context.Context, fn func(ctx context.Context, c *sql.Conn) error) error {
-	w, err := s.startWrite(ctx)
+	if err := s.gate.acquire(ctx); err != nil {
+		return err
+	}
+	return s.heldWrite(ctx, fn)
+}
+
+// heldWrite is write when the caller took the gate already; it releases it.
+func (s *Store) heldWrite(ctx context.Context, fn func(ctx context.Context, c *sql.Conn) error) error {
+	w, err := s.startHeldWrite(ctx)
 	if err != nil {
 		return err
 	}
