@@ -380,6 +380,10 @@ func check(t *testing.T, path string) {
 	db, err := idemsqlite.Open(path)
 	require.NoError(t, err)
 	defer db.Close()
+	// Indexes for the checks below (each probes the queue and the applied table by event id).
+	_, err = db.ExecContext(ctx, `CREATE INDEX load_queue_event ON idem_queue (event_id);
+		CREATE INDEX load_applied_event ON applied (event_id)`)
+	require.NoError(t, err)
 	count := func(query string) int {
 		var n int
 		require.NoError(t, db.QueryRowContext(ctx, query).Scan(&n), query)
