@@ -50,7 +50,8 @@ const (
 type OpenConfig struct {
 	// BusyTimeout is how long a statement on the connection waits for another connection's
 	// write lock before it fails with SQLITE_BUSY (SQLite's busy_timeout; default
-	// BusyTimeoutDefault). It must not be negative.
+	// BusyTimeoutDefault). A Store's own writes wait as long, retrying with jitter instead of
+	// in SQLite's busy handler (docs/sqlite.md). It must not be negative.
 	BusyTimeout time.Duration
 }
 
@@ -303,7 +304,9 @@ func (s *Store) prepareClaims(ctx context.Context) {
 func (s *Store) Dialect() string { return "sqlite" }
 
 // InTx runs fn in a new transaction (BEGIN IMMEDIATE with a *sql.DB from Open) and commits it
-// when fn returns nil. An error from fn rolls back and is returned as is; a panic rolls back and
+// when fn returns nil. The BEGIN waits for another process's write lock by retrying with jitter
+// for the connection's busy timeout, after a short pause when this store has been writing back
+// to back, so that processes sharing the file take turns (docs/sqlite.md). An error from fn rolls back and is returned as is; a panic rolls back and
 // keeps panicking. fn must use tx, never the *sql.DB, for database work (see Open).
 func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	s.prepareClaims(ctx)
