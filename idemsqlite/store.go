@@ -306,8 +306,9 @@ func (s *Store) Dialect() string { return "sqlite" }
 // InTx runs fn in a new transaction (BEGIN IMMEDIATE with a *sql.DB from Open) and commits it
 // when fn returns nil. The BEGIN waits for another process's write lock by retrying with jitter
 // for the connection's busy timeout, after a short pause when this store has been writing back
-// to back, so that processes sharing the file take turns (docs/sqlite.md). An error from fn rolls back and is returned as is; a panic rolls back and
-// keeps panicking. fn must use tx, never the *sql.DB, for database work (see Open).
+// to back, so that processes sharing the file take turns (docs/sqlite.md). An error from fn
+// rolls back and is returned as is; a panic rolls back and keeps panicking. fn must use tx,
+// never the *sql.DB, for database work (see Open).
 func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	s.prepareClaims(ctx)
 	w, err := s.startWrite(ctx)
