@@ -46,11 +46,15 @@ func (s *Store) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.
 		return idem.DeadLetter{}, fmt.Errorf("idemsqlite: insert dead letter: %w", err)
 	}
 	fp := dl.Fingerprint // the zero fingerprint is stored as 32 zero bytes so uniqueness holds
-	row := s.db.QueryRowContext(ctx, s.q.dlInsert,
-		dl.Consumer, m.Tenant, m.EventID, m.Type, m.Payload, headers,
-		nullMicros(m.PublishedAt), nullMicros(m.OccurredAt), fp[:], string(dl.Reason), dl.Error,
-		dl.Attempts, first.UnixMicro(), last.UnixMicro(), dl.Source)
-	out, err := scanDeadLetter(row)
+	var out idem.DeadLetter
+	err = s.write(ctx, func(ctx context.Context, c *sql.Conn) error {
+		var err error
+		out, err = scanDeadLetter(c.QueryRowContext(ctx, s.q.dlInsert,
+			dl.Consumer, m.Tenant, m.EventID, m.Type, m.Payload, headers,
+			nullMicros(m.PublishedAt), nullMicros(m.OccurredAt), fp[:], string(dl.Reason), dl.Error,
+			dl.Attempts, first.UnixMicro(), last.UnixMicro(), dl.Source))
+		return err
+	})
 	if err != nil {
 		return idem.DeadLetter{}, fmt.Errorf("idemsqlite: insert dead letter: %w", err)
 	}
@@ -197,20 +201,16 @@ func (s *Store) RecordRecovery(ctx context.Context, key idem.Key, deadLetterID i
 	if now.IsZero() {
 		now = time.Now()
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.dlRecover, now.UnixMicro(), key.Consumer, key.Tenant, key.EventID, deadLetterID)
-	if err != nil {
-		return nil, fmt.Errorf("idemsqlite: record recovery: %w", err)
-	}
-	defer rows.Close()
 	var out []time.Duration
-	for rows.Next() {
+	err := s.queryWrite(ctx, func() { out = nil }, func(rows *sql.Rows) error {
 		var first int64
 		if err := rows.Scan(&first); err != nil {
-			return nil, fmt.Errorf("idemsqlite: record recovery: %w", err)
+			return err
 		}
 		out = append(out, now.Sub(fromMicros(first)))
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	}, s.q.dlRecover, now.UnixMicro(), key.Consumer, key.Tenant, key.EventID, deadLetterID)
+	if err != nil {
 		return nil, fmt.Errorf("idemsqlite: record recovery: %w", err)
 	}
 	return out, nil

@@ -72,18 +72,36 @@ func (s *Store) sub(sql string) string {
 }
 
 // Migrate applies every embedded migration not yet recorded in the {prefix}migrations table, in
-// version order, each in a transaction of its own together with its version row. Running it
-// again, or from two processes at once, applies nothing twice: each transaction checks the
-// version under the write lock.
+// version order, each in a transaction of its own together with its version row. It first reads
+// the applied versions without a transaction, so that on an up-to-date database it takes no
+// write lock and does not wait for another process's writes. Running it again, or from two
+// processes at once, applies nothing twice: each transaction checks the version again under
+// the write lock.
 func (s *Store) Migrate(ctx context.Context) error {
 	ms, err := migrations()
 	if err != nil {
 		return err
 	}
-	if _, err := s.db.ExecContext(ctx, s.sub(migrationsTable)); err != nil {
+	applied, err := s.appliedVersions(ctx, s.db)
+	if err != nil {
+		return err
+	}
+	var pending []migration
+	for _, m := range ms {
+		if !applied[m.Version] {
+			pending = append(pending, m)
+		}
+	}
+	if len(pending) == 0 {
+		return nil
+	}
+	if err := s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, s.sub(migrationsTable))
+		return err
+	}); err != nil {
 		return fmt.Errorf("idemsqlite: create %smigrations: %w", s.cfg.Prefix, err)
 	}
-	for _, m := range ms {
+	for _, m := range pending {
 		if err := s.applyMigration(ctx, m); err != nil {
 			return err
 		}
@@ -91,12 +109,57 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return nil
 }
 
+// querier is a *sql.DB or *sql.Tx.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// appliedVersions reads the versions recorded in {prefix}migrations; none when the table does
+// not exist yet. It is a plain read: in WAL mode it never waits for the write lock.
+func (s *Store) appliedVersions(ctx context.Context, q querier) (map[int]bool, error) {
+	applied := make(map[int]bool)
+	var n int
+	rows, err := q.QueryContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?`,
+		s.cfg.Prefix+"migrations")
+	if err != nil {
+		return nil, fmt.Errorf("idemsqlite: read applied migrations: %w", err)
+	}
+	if rows.Next() {
+		err = rows.Scan(&n)
+	}
+	err = errors.Join(err, rows.Err(), rows.Close())
+	if err != nil {
+		return nil, fmt.Errorf("idemsqlite: read applied migrations: %w", err)
+	}
+	if n == 0 {
+		return applied, nil
+	}
+	rows, err = q.QueryContext(ctx, s.sub(`SELECT version FROM {{prefix}}migrations`))
+	if err != nil {
+		return nil, fmt.Errorf("idemsqlite: read applied migrations: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			return nil, fmt.Errorf("idemsqlite: read applied migrations: %w", err)
+		}
+		applied[v] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("idemsqlite: read applied migrations: %w", err)
+	}
+	return applied, nil
+}
+
+// applyMigration applies m in a transaction of its own with its version row, unless the
+// version is recorded by then (another process applied it since Migrate read the versions).
 func (s *Store) applyMigration(ctx context.Context, m migration) error {
 	return s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var one int
 		err := tx.QueryRowContext(ctx, s.sub(`SELECT 1 FROM {{prefix}}migrations WHERE version = ?`), m.Version).Scan(&one)
 		if err == nil {
-			return nil // applied before
+			return nil // applied meanwhile
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("idemsqlite: migration %03d_%s: read version: %w", m.Version, m.Name, err)

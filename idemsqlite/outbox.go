@@ -102,7 +102,7 @@ func (s *Store) OutboxMarkPublished(ctx context.Context, ids []int64, at time.Ti
 	if at.IsZero() {
 		at = time.Now()
 	}
-	if _, err := s.db.ExecContext(ctx, s.q.outboxMarkPublished, at.UnixMicro(), int64List(ids)); err != nil {
+	if _, err := s.execWrite(ctx, s.q.outboxMarkPublished, at.UnixMicro(), int64List(ids)); err != nil {
 		return fmt.Errorf("idemsqlite: mark outbox rows %v published: %w", ids, err)
 	}
 	return nil
@@ -116,7 +116,7 @@ func (s *Store) OutboxMarkFailed(ctx context.Context, p idem.OutboxFailParams) e
 	if !p.FirstAttemptAt.IsZero() {
 		first = sql.NullInt64{Int64: p.FirstAttemptAt.UnixMicro(), Valid: true}
 	}
-	res, err := s.db.ExecContext(ctx, s.q.outboxMarkFailed, p.Attempts, p.LastError, p.NextAttemptAt.UnixMicro(), p.Dead,
+	res, err := s.execWrite(ctx, s.q.outboxMarkFailed, p.Attempts, p.LastError, p.NextAttemptAt.UnixMicro(), p.Dead,
 		first, p.DeadLetterID, p.ID)
 	if err != nil {
 		return fmt.Errorf("idemsqlite: mark outbox row %d failed: %w", p.ID, err)
@@ -137,7 +137,7 @@ func (s *Store) OutboxDeletePublished(ctx context.Context, before time.Time, lim
 	if limit <= 0 {
 		return 0, fmt.Errorf("idemsqlite: delete published outbox rows: limit is %d, want more than 0", limit)
 	}
-	res, err := s.db.ExecContext(ctx, s.q.outboxDelete, before.UnixMicro(), limit)
+	res, err := s.execWrite(ctx, s.q.outboxDelete, before.UnixMicro(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("idemsqlite: delete outbox rows published before %s: %w", before.UTC().Format(time.RFC3339), err)
 	}
@@ -183,7 +183,9 @@ func (s *Store) LeaseAcquire(ctx context.Context, p idem.LeaseParams) (int64, bo
 		now = time.Now()
 	}
 	var token int64
-	err := s.db.QueryRowContext(ctx, s.q.leaseAcquire, p.Name, p.Owner, now.Add(p.TTL).UnixMicro(), now.UnixMicro()).Scan(&token)
+	err := s.write(ctx, func(ctx context.Context, c *sql.Conn) error {
+		return c.QueryRowContext(ctx, s.q.leaseAcquire, p.Name, p.Owner, now.Add(p.TTL).UnixMicro(), now.UnixMicro()).Scan(&token)
+	})
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return 0, false, nil
@@ -196,7 +198,7 @@ func (s *Store) LeaseAcquire(ctx context.Context, p idem.LeaseParams) (int64, bo
 // LeaseRelease gives up the named lease if owner holds it; otherwise it does nothing. The row
 // and its token stay, so whoever takes the lease next gets a larger token.
 func (s *Store) LeaseRelease(ctx context.Context, name, owner string) error {
-	if _, err := s.db.ExecContext(ctx, s.q.leaseRelease, int64(math.MinInt64), name, owner); err != nil {
+	if _, err := s.execWrite(ctx, s.q.leaseRelease, int64(math.MinInt64), name, owner); err != nil {
 		return fmt.Errorf("idemsqlite: release lease %q of %q: %w", name, owner, err)
 	}
 	return nil

@@ -31,7 +31,10 @@ type queries struct {
 	queueAck    string
 	queueNak    string
 	queueExtend string
-	queueStats  string
+	// queueExtendHeld extends a lease without the expiry check, for applyExtensions.
+	queueExtendHeld string
+	queueRelease    string
+	queueStats      string
 
 	outboxInsert        string
 	outboxFetch         string
@@ -107,6 +110,10 @@ func buildQueries(prefix string) queries {
 			WHERE id = ? AND token = ?`),
 		queueExtend: p(`UPDATE {p}queue SET lease_until = ?1
 			WHERE id = ?2 AND token = ?3 AND lease_until > ?4`),
+		queueExtendHeld: p(`UPDATE {p}queue SET lease_until = max(lease_until, ?1)
+			WHERE id = ?2 AND token = ?3 AND lease_until IS NOT NULL`),
+		queueRelease: p(`UPDATE {p}queue SET lease_until = NULL, attempts = max(attempts - 1, 0)
+			WHERE id = ? AND token = ? AND lease_until IS NOT NULL`),
 		queueStats: p(`SELECT count(*), min(enqueued_at) FROM {p}queue WHERE queue = ?`),
 
 		outboxInsert: p(`INSERT INTO {p}outbox ("partition", event_id, tenant, topic, ordering_key, type,

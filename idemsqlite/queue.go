@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -65,14 +66,8 @@ func (s *Store) QueueFetch(ctx context.Context, p idem.QueueFetchParams) ([]idem
 	if now.IsZero() {
 		now = time.Now()
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.queueFetch,
-		now.Add(p.Lease).UnixMicro(), p.Queue, now.UnixMicro(), p.Max)
-	if err != nil {
-		return nil, fmt.Errorf("idemsqlite: fetch from queue %q: %w", p.Queue, err)
-	}
-	defer rows.Close()
 	var jobs []idem.QueueJob
-	for rows.Next() {
+	scan := func(rows *sql.Rows) error {
 		var (
 			j        idem.QueueJob
 			headers  string
@@ -82,16 +77,20 @@ func (s *Store) QueueFetch(ctx context.Context, p idem.QueueFetchParams) ([]idem
 		)
 		if err := rows.Scan(&j.ID, &j.Token, &m.Attempt, &m.EventID, &m.Tenant, &m.Type, &m.Payload,
 			&headers, &occurred, &enqueued); err != nil {
-			return nil, fmt.Errorf("idemsqlite: fetch from queue %q: %w", p.Queue, err)
+			return err
 		}
+		var err error
 		if m.Headers, err = decodeHeaders(headers); err != nil {
-			return nil, fmt.Errorf("idemsqlite: fetch from queue %q: job %d (event %s): %w", p.Queue, j.ID, m.EventID, err)
+			return fmt.Errorf("job %d (event %s): %w", j.ID, m.EventID, err)
 		}
 		m.OccurredAt = fromNullMicros(occurred)
 		m.PublishedAt = fromMicros(enqueued)
 		jobs = append(jobs, j)
+		return nil
 	}
-	if err := rows.Err(); err != nil {
+	err := s.queryWrite(ctx, func() { jobs = nil }, scan, s.q.queueFetch,
+		now.Add(p.Lease).UnixMicro(), p.Queue, now.UnixMicro(), p.Max)
+	if err != nil {
 		return nil, fmt.Errorf("idemsqlite: fetch from queue %q: %w", p.Queue, err)
 	}
 	// RETURNING does not promise an order.
@@ -102,23 +101,18 @@ func (s *Store) QueueFetch(ctx context.Context, p idem.QueueFetchParams) ([]idem
 // QueueAck deletes job id if token is still its lease token, else it returns an error wrapping
 // idem.ErrLeaseLost.
 func (s *Store) QueueAck(ctx context.Context, id, token int64) error {
-	return s.ack(ctx, s.db, id, token)
+	res, err := s.execWrite(ctx, s.q.queueAck, id, token)
+	if err != nil {
+		return fmt.Errorf("idemsqlite: ack queue job %d: %w", id, err)
+	}
+	return leaseCheck(res, "ack", id, token)
 }
 
 // QueueAckTx deletes job id inside tx if token is still its lease token, else it returns an error
 // wrapping idem.ErrLeaseLost. The caller's transaction holds SQLite's write lock until it ends,
 // so no other worker can fetch the job in between, and a lost lease rolls the handler back.
 func (s *Store) QueueAckTx(ctx context.Context, tx *sql.Tx, id, token int64) error {
-	return s.ack(ctx, tx, id, token)
-}
-
-// execer is a *sql.DB or *sql.Tx.
-type execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
-
-func (s *Store) ack(ctx context.Context, db execer, id, token int64) error {
-	res, err := db.ExecContext(ctx, s.q.queueAck, id, token)
+	res, err := tx.ExecContext(ctx, s.q.queueAck, id, token)
 	if err != nil {
 		return fmt.Errorf("idemsqlite: ack queue job %d: %w", id, err)
 	}
@@ -133,7 +127,7 @@ func (s *Store) QueueNak(ctx context.Context, p idem.QueueNakParams) error {
 		now = time.Now()
 	}
 	delay := max(p.Delay, 0)
-	res, err := s.db.ExecContext(ctx, s.q.queueNak, now.Add(delay).UnixMicro(), p.Error, p.ID, p.Token)
+	res, err := s.execWrite(ctx, s.q.queueNak, now.Add(delay).UnixMicro(), p.Error, p.ID, p.Token)
 	if err != nil {
 		return fmt.Errorf("idemsqlite: nak queue job %d: %w", p.ID, err)
 	}
@@ -149,16 +143,75 @@ func (s *Store) QueueNak(ctx context.Context, p idem.QueueNakParams) error {
 // QueueExtend pushes job id's lease to now+lease if token is still its lease token and the lease
 // has not expired yet; else it returns an error wrapping idem.ErrLeaseLost (an expired lease may
 // already be fetched by another worker, so it cannot be extended).
+//
+// While an InTx transaction of this Store is open — typically the handler of this very job, which
+// holds the one connection — QueueExtend does not wait for it: that transaction holds SQLite's
+// write lock, so no other process can fetch the job until it ends. QueueExtend then records the
+// extension and returns nil, and the open transaction applies it (and every other recorded one)
+// just before it commits, still under the lock, fenced by the token. The job's own ack, inside
+// the handler's transaction, is fenced by the token as well, so a lease that did run out before
+// that transaction began is found lost there and the handler's effect rolls back.
 func (s *Store) QueueExtend(ctx context.Context, id, token int64, lease time.Duration) error {
 	if lease <= 0 {
 		return fmt.Errorf("idemsqlite: extend lease of queue job %d: lease is %s, want more than 0", id, lease)
 	}
+	acquired, err := s.gate.acquireUnlessTx(ctx)
+	if err != nil {
+		return fmt.Errorf("idemsqlite: extend lease of queue job %d: %w", id, err)
+	}
+	if !acquired {
+		s.extMu.Lock()
+		s.pendingExt[id] = pendingExtension{token: token, lease: lease}
+		s.extMu.Unlock()
+		return nil
+	}
+	s.extMu.Lock()
+	delete(s.pendingExt, id) // superseded
+	s.extMu.Unlock()
+	var res sql.Result
 	now := time.Now()
-	res, err := s.db.ExecContext(ctx, s.q.queueExtend, now.Add(lease).UnixMicro(), id, token, now.UnixMicro())
+	err = s.heldWrite(ctx, func(ctx context.Context, c *sql.Conn) error {
+		var err error
+		res, err = c.ExecContext(ctx, s.q.queueExtend, now.Add(lease).UnixMicro(), id, token, now.UnixMicro())
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("idemsqlite: extend lease of queue job %d: %w", id, err)
 	}
 	return leaseCheck(res, "extend lease of", id, token)
+}
+
+// pendingExtension is a lease extension recorded while an InTx transaction held the connection.
+type pendingExtension struct {
+	token int64
+	lease time.Duration
+}
+
+// applyExtensions applies the recorded lease extensions inside tx, just before it commits: the
+// process has held the write lock since they were recorded, so a job whose token still matches
+// was fetched by nobody else, even if its lease_until has passed meanwhile. Errors are left to
+// the next transaction (the extensions stay recorded): they must not fail the caller's work.
+func (s *Store) applyExtensions(ctx context.Context, tx *sql.Tx) {
+	s.extMu.Lock()
+	if len(s.pendingExt) == 0 {
+		s.extMu.Unlock()
+		return
+	}
+	todo := maps.Clone(s.pendingExt)
+	s.extMu.Unlock()
+	now := time.Now()
+	for id, e := range todo {
+		if _, err := tx.ExecContext(ctx, s.q.queueExtendHeld, now.Add(e.lease).UnixMicro(), id, e.token); err != nil {
+			delete(todo, id)
+		}
+	}
+	s.extMu.Lock()
+	for id, e := range todo {
+		if s.pendingExt[id] == e {
+			delete(s.pendingExt, id)
+		}
+	}
+	s.extMu.Unlock()
 }
 
 // leaseCheck turns "no row matched id and token" into idem.ErrLeaseLost.

@@ -10,9 +10,7 @@ import (
 // so the job is available at once, as if never fetched. It is fenced by token like QueueNak; a
 // lease no longer held is an error wrapping idem.ErrLeaseLost.
 func (s *Store) QueueRelease(ctx context.Context, id, token int64) error {
-	res, err := s.db.ExecContext(ctx, s.sub(`UPDATE {{prefix}}queue
-		SET lease_until = NULL, attempts = max(attempts - 1, 0)
-		WHERE id = ? AND token = ? AND lease_until IS NOT NULL`), id, token)
+	res, err := s.execWrite(ctx, s.q.queueRelease, id, token)
 	if err != nil {
 		return fmt.Errorf("idemsqlite: release queue job %d: %w", id, err)
 	}

@@ -46,19 +46,54 @@ const (
 	prefixMaxLen = 41
 )
 
+// OpenConfig configures the database Open returns. Zero fields take the documented defaults.
+type OpenConfig struct {
+	// BusyTimeout is how long a statement on the connection waits for another connection's
+	// write lock before it fails with SQLITE_BUSY (SQLite's busy_timeout; default
+	// BusyTimeoutDefault). A Store's own writes wait as long, retrying with jitter instead of
+	// in SQLite's busy handler (docs/sqlite.md). It must not be negative.
+	BusyTimeout time.Duration
+}
+
+// WithDefaults returns c with its zero fields set to their defaults.
+func (c OpenConfig) WithDefaults() OpenConfig {
+	if c.BusyTimeout == 0 {
+		c.BusyTimeout = BusyTimeoutDefault
+	}
+	return c
+}
+
+// validate reports the first invalid field, naming it and its value.
+func (c OpenConfig) validate() error {
+	if c.BusyTimeout < 0 {
+		return fmt.Errorf("idemsqlite: OpenConfig.BusyTimeout is %s, want at least 0", c.BusyTimeout)
+	}
+	return nil
+}
+
 // Open opens (creating it if needed) the SQLite database file at path, configured for idem:
-// WAL journal (readers do not block the writer), busy_timeout of 5 s, foreign keys on,
-// synchronous=NORMAL (durable across application crashes; a power loss may lose the last
-// commits but never corrupts), and BEGIN IMMEDIATE for every read-write transaction, so that a
-// transaction takes the write lock when it starts and never fails with SQLITE_BUSY halfway,
-// upgrading a read lock.
+// WAL journal (readers do not block the writer), busy_timeout of BusyTimeoutDefault, foreign
+// keys on, synchronous=NORMAL (durable across application crashes; a power loss may lose the
+// last commits but never corrupts), and BEGIN IMMEDIATE for every read-write transaction, so
+// that a transaction takes the write lock when it starts and never fails with SQLITE_BUSY
+// halfway, upgrading a read lock. OpenWithConfig sets another busy timeout.
 //
 // The pool holds ONE connection, because SQLite has one writer and a second connection would
 // only wait for the lock. Consequently code running inside a transaction (a handler, a function
 // given to InTx) must do all its database work through that transaction: using the *sql.DB
 // directly there waits for the connection forever.
 func Open(path string) (*sql.DB, error) {
-	db, err := sql.Open("sqlite", dsn(path, BusyTimeoutDefault))
+	return OpenWithConfig(path, OpenConfig{})
+}
+
+// OpenWithConfig is Open with cfg (zero fields take their defaults), or an error naming the
+// invalid field.
+func OpenWithConfig(path string, cfg OpenConfig) (*sql.DB, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	db, err := sql.Open("sqlite", dsn(path, cfg.BusyTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("idemsqlite: open %s: %w", path, err)
 	}
@@ -168,6 +203,16 @@ type Store struct {
 	// nil until they could be prepared (the tables exist) and after Close.
 	claimStmts atomic.Pointer[claimStmts]
 	closed     atomic.Bool
+
+	// gate serialises and spaces out the store's writes (see writeGate); busyMillis caches the
+	// connection's busy timeout in milliseconds, -1 until read.
+	gate       *writeGate
+	busyMillis atomic.Int64
+
+	// extMu guards pendingExt: lease extensions QueueExtend recorded while an InTx transaction
+	// held the connection, applied by a transaction before it commits (applyExtensions).
+	extMu      sync.Mutex
+	pendingExt map[int64]pendingExtension
 }
 
 // claimStmts are the prepared statements of the claim path.
@@ -195,12 +240,17 @@ func NewWithConfig(db *sql.DB, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Store{
+	s := &Store{
 		db:      db,
 		cfg:     cfg,
 		q:       buildQueries(cfg.Prefix),
 		txWakes: make(map[*sql.Tx]wakeFlags),
-	}, nil
+		gate:    newWriteGate(),
+
+		pendingExt: make(map[int64]pendingExtension),
+	}
+	s.busyMillis.Store(-1)
+	return s, nil
 }
 
 // DB returns the database the store works on.
@@ -254,13 +304,31 @@ func (s *Store) prepareClaims(ctx context.Context) {
 func (s *Store) Dialect() string { return "sqlite" }
 
 // InTx runs fn in a new transaction (BEGIN IMMEDIATE with a *sql.DB from Open) and commits it
-// when fn returns nil. An error from fn rolls back and is returned as is; a panic rolls back and
-// keeps panicking. fn must use tx, never the *sql.DB, for database work (see Open).
+// when fn returns nil. The BEGIN waits for another process's write lock by retrying with jitter
+// for the connection's busy timeout, after a short pause when this store has been writing back
+// to back, so that processes sharing the file take turns (docs/sqlite.md). An error from fn
+// rolls back and is returned as is; a panic rolls back and keeps panicking. fn must use tx,
+// never the *sql.DB, for database work (see Open).
 func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	s.prepareClaims(ctx)
-	tx, err := s.db.BeginTx(ctx, nil)
+	w, err := s.startWrite(ctx)
 	if err != nil {
 		return fmt.Errorf("idemsqlite: begin transaction: %w", err)
+	}
+	defer s.finishWrite(ctx, w) // runs last, once the transaction has ended
+	var tx *sql.Tx
+	err = w.retryBusy(ctx, func() error {
+		var err error
+		tx, err = w.conn.BeginTx(ctx, nil)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("idemsqlite: begin transaction: %w", err)
+	}
+	s.gate.inTx.Store(true)
+	if err := w.restoreBusy(ctx, tx); err != nil {
+		_ = tx.Rollback()
+		return fmt.Errorf("idemsqlite: begin transaction: restore busy_timeout: %w", err)
 	}
 	s.txMu.Lock()
 	s.txWakes[tx] = 0
@@ -281,6 +349,7 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 	if err := fn(ctx, tx); err != nil {
 		return err
 	}
+	s.applyExtensions(ctx, tx)
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("idemsqlite: commit: %w", err)
 	}
@@ -351,9 +420,9 @@ func (s *Store) DeleteExpiredClaims(ctx context.Context, p idem.DeleteExpiredCla
 		err error
 	)
 	if p.Consumer == "" {
-		res, err = s.db.ExecContext(ctx, s.q.claimDeleteAll, p.Before.UnixMicro(), p.Limit)
+		res, err = s.execWrite(ctx, s.q.claimDeleteAll, p.Before.UnixMicro(), p.Limit)
 	} else {
-		res, err = s.db.ExecContext(ctx, s.q.claimDeleteConsumer, p.Before.UnixMicro(), p.Consumer, p.Limit)
+		res, err = s.execWrite(ctx, s.q.claimDeleteConsumer, p.Before.UnixMicro(), p.Consumer, p.Limit)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("idemsqlite: delete claims of consumer %q before %s: %w",

@@ -418,3 +418,128 @@ func TestDeleteExpiredClaims(t *testing.T) {
 	_, err = b.store.DeleteExpiredClaims(b.ctx, idem.DeleteExpiredClaimsParams{Before: cutoff})
 	require.ErrorContains(t, err, "Limit is 0")
 }
+
+// TestMigrateUpToDateTakesNoWriteLock: another connection holds the write lock for as long as
+// Migrate runs; on an up-to-date database Migrate must not need it, so it returns nil instead of
+// SQLITE_BUSY after the busy timeout.
+func TestMigrateUpToDateTakesNoWriteLock(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "locked.db")
+	cfg := idemsqlite.OpenConfig{BusyTimeout: 200 * time.Millisecond}
+	db, err := idemsqlite.OpenWithConfig(path, cfg)
+	require.NoError(t, err)
+	defer db.Close()
+	store := idemsqlite.New(db)
+	ctx := context.Background()
+	require.NoError(t, store.Migrate(ctx))
+
+	other, err := idemsqlite.OpenWithConfig(path, cfg)
+	require.NoError(t, err)
+	defer other.Close()
+	holder, err := other.BeginTx(ctx, nil) // BEGIN IMMEDIATE: the write lock
+	require.NoError(t, err)
+	defer holder.Rollback() //nolint:errcheck // the lock is what matters
+	_, err = holder.ExecContext(ctx, `INSERT INTO idem_leases (name, owner, token, lease_until) VALUES ('x', 'y', 1, 0)`)
+	require.NoError(t, err)
+
+	// Sanity: a write from the first connection does wait for the lock and fails.
+	_, err = db.ExecContext(ctx, `DELETE FROM idem_leases`)
+	require.Error(t, err, "the other connection must hold the write lock")
+	require.Equal(t, idem.ClassTransient, store.ClassifyError(err))
+
+	require.NoError(t, store.Migrate(ctx), "an up-to-date Migrate needs no write lock")
+
+	// A store with a migration to apply does need the lock, and waits for it.
+	fresh, err := idemsqlite.NewWithConfig(db, idemsqlite.Config{Prefix: "fresh_"})
+	require.NoError(t, err)
+	err = fresh.Migrate(ctx)
+	require.Error(t, err)
+	require.Equal(t, idem.ClassTransient, store.ClassifyError(err), "%v", err)
+	require.NoError(t, holder.Rollback())
+	require.NoError(t, fresh.Migrate(ctx), "once the lock is free the pending migrations apply")
+}
+
+func TestOpenConfig(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		cfg     idemsqlite.OpenConfig
+		want    time.Duration // the connection's busy_timeout
+		wantErr string
+	}{
+		{"default", idemsqlite.OpenConfig{}, idemsqlite.BusyTimeoutDefault, ""},
+		{"set", idemsqlite.OpenConfig{BusyTimeout: 1500 * time.Millisecond}, 1500 * time.Millisecond, ""},
+		{"negative", idemsqlite.OpenConfig{BusyTimeout: -time.Second}, 0, "OpenConfig.BusyTimeout is -1s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			db, err := idemsqlite.OpenWithConfig(filepath.Join(t.TempDir(), "o.db"), tt.cfg)
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			defer db.Close()
+			var ms int64
+			require.NoError(t, db.QueryRow(`PRAGMA busy_timeout`).Scan(&ms))
+			require.Equal(t, tt.want, time.Duration(ms)*time.Millisecond)
+		})
+	}
+}
+
+// TestWriteWaitsForLock: the store's writes wait for another connection's write lock by
+// retrying (SQLite's own busy wait is off while they try), for as long as the connection's busy
+// timeout, and leave the connection's busy timeout as it was.
+func TestWriteWaitsForLock(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		busy    time.Duration // the store's connection
+		hold    time.Duration // how long the other connection holds the lock
+		wantErr bool
+	}{
+		{"lock freed in time", 2 * time.Second, 300 * time.Millisecond, false},
+		{"lock held too long", 100 * time.Millisecond, time.Second, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			path := filepath.Join(t.TempDir(), "w.db")
+			db, err := idemsqlite.OpenWithConfig(path, idemsqlite.OpenConfig{BusyTimeout: tt.busy})
+			require.NoError(t, err)
+			defer db.Close()
+			store := idemsqlite.New(db)
+			require.NoError(t, store.Migrate(ctx))
+			other, err := idemsqlite.Open(path)
+			require.NoError(t, err)
+			defer other.Close()
+
+			holder, err := other.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			released := make(chan struct{})
+			go func() {
+				defer close(released)
+				time.Sleep(tt.hold)
+				_ = holder.Rollback()
+			}()
+			txErr := store.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+				_, err := tx.ExecContext(ctx, `INSERT INTO idem_leases (name, owner, token, lease_until) VALUES ('a', 'b', 1, 0)`)
+				return err
+			})
+			pubErr := store.QueuePublish(ctx, "q", idem.Message{EventID: "e1"})
+			<-released
+			if tt.wantErr {
+				require.Error(t, txErr)
+				require.Equal(t, idem.ClassTransient, store.ClassifyError(txErr), "%v", txErr)
+			} else {
+				require.NoError(t, txErr)
+				require.NoError(t, pubErr)
+			}
+			var ms int64
+			require.NoError(t, db.QueryRowContext(ctx, `PRAGMA busy_timeout`).Scan(&ms))
+			require.Equal(t, tt.busy.Milliseconds(), ms, "the connection's busy timeout is restored")
+		})
+	}
+}
