@@ -34,8 +34,8 @@ type Sink struct {
 var _ idem.Sink = (*Sink)(nil)
 
 // NewSink returns a Sink over cl, which the caller keeps ownership of. It refuses a client
-// whose producer is not idempotent or does not wait for all in-sync replicas (kgo's defaults
-// are both): without them a retried produce could store a record twice or out of order, or an
+// whose producer is not idempotent (kgo's default, which also requires acks from all in-sync
+// replicas): without it a retried produce could store a record twice or out of order, and an
 // acknowledged record could be lost with its leader.
 func NewSink(cl *kgo.Client, cfg SinkConfig) (*Sink, error) {
 	if cl == nil {
@@ -43,9 +43,6 @@ func NewSink(cl *kgo.Client, cfg SinkConfig) (*Sink, error) {
 	}
 	if v, _ := cl.OptValue(kgo.DisableIdempotentWrite).(bool); v {
 		return nil, errors.New("idemkafka: NewSink: the client disables idempotent writes (kgo.DisableIdempotentWrite)")
-	}
-	if acks, ok := cl.OptValue(kgo.RequiredAcks).(kgo.Acks); ok && acks != kgo.AllISRAcks() {
-		return nil, errors.New("idemkafka: NewSink: the client does not require acks from all in-sync replicas (kgo.RequiredAcks)")
 	}
 	if cfg.Key == nil {
 		cfg.Key = KeyOf
@@ -80,16 +77,35 @@ func (s *Sink) Publish(ctx context.Context, topic string, msgs ...idem.Message) 
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("idemkafka: publish to %s: not sent: %w", topic, err)
 	}
+	// Each promise reports into errs; done counts them. On ctx's end Publish stops waiting and
+	// names the records not yet acknowledged: they may still be stored, which a republish and
+	// the consumers' claims absorb, but Publish never reports an unconfirmed success.
+	var mu sync.Mutex
 	errs := make([]error, len(recs))
-	var wg sync.WaitGroup
-	wg.Add(len(recs))
+	acked := make([]bool, len(recs))
+	left := len(recs)
+	done := make(chan struct{})
 	for i, r := range recs {
 		s.cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
-			errs[i] = err
-			wg.Done()
+			mu.Lock()
+			defer mu.Unlock()
+			errs[i], acked[i] = err, err == nil
+			if left--; left == 0 {
+				close(done)
+			}
 		})
 	}
-	wg.Wait()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range errs {
+		if errs[i] == nil && !acked[i] {
+			errs[i] = fmt.Errorf("no acknowledgement: %w", ctx.Err())
+		}
+	}
 	var out []error
 	for i, err := range errs {
 		if err != nil {

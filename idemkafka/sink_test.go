@@ -1,0 +1,96 @@
+package idemkafka_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemkafka"
+)
+
+func TestNewSinkRefusesUnsafeProducers(t *testing.T) {
+	t.Parallel()
+	c := cluster(t)
+	cases := []struct {
+		name string
+		opts []kgo.Opt
+		want string
+	}{
+		{"not idempotent", []kgo.Opt{kgo.DisableIdempotentWrite()}, "idempotent"},
+		{"leader acks only", []kgo.Opt{kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.LeaderAck())}, "idempotent"},
+		{"no acks", []kgo.Opt{kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.NoAck())}, "idempotent"},
+	}
+	for _, tc := range cases {
+		cl, err := kgo.NewClient(append(clientOptions(c), tc.opts...)...)
+		require.NoError(t, err)
+		_, err = idemkafka.NewSink(cl, idemkafka.SinkConfig{})
+		cl.Close()
+		require.ErrorContains(t, err, tc.want, tc.name)
+	}
+	_, err := idemkafka.NewSink(nil, idemkafka.SinkConfig{})
+	require.Error(t, err)
+}
+
+// TestSinkKeyOrder: records of one key land in one partition in publish order, with the key the
+// Sink gives them, across calls and within a batch.
+func TestSinkKeyOrder(t *testing.T) {
+	t.Parallel()
+	c := cluster(t)
+	topic := newTopic(t, c, 4)
+	sink := newSink(t, c)
+	var msgs []idem.Message
+	for i := range 40 {
+		msgs = append(msgs, idem.Message{EventID: fmt.Sprintf("e%02d", i), Tenant: "t", Payload: []byte{byte(i)},
+			Headers: map[string]string{idemkafka.HeaderKey: fmt.Sprintf("order-%d", i%5)}})
+	}
+	require.NoError(t, sink.Publish(ctxT(t, 10*time.Second), topic, msgs[:20]...))
+	require.NoError(t, sink.Publish(ctxT(t, 10*time.Second), topic, msgs[20:]...))
+
+	cl, err := kgo.NewClient(append(clientOptions(c), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	require.NoError(t, err)
+	defer cl.Close()
+	partOf := map[string]int32{}
+	seq := map[string][]string{}
+	ctx := ctxT(t, 10*time.Second)
+	for n := 0; n < len(msgs); {
+		fs := cl.PollFetches(ctx)
+		require.NoError(t, ctx.Err())
+		fs.EachRecord(func(r *kgo.Record) {
+			n++
+			k := string(r.Key)
+			if p, ok := partOf[k]; ok {
+				require.Equal(t, p, r.Partition, "key %s in two partitions", k)
+			}
+			partOf[k] = r.Partition
+			seq[k] = append(seq[k], idemkafka.DecodeRecord(r).Message.EventID)
+		})
+	}
+	for k := range 5 {
+		key := fmt.Sprintf("order-%d", k)
+		var want []string
+		for i := k; i < 40; i += 5 {
+			want = append(want, fmt.Sprintf("e%02d", i))
+		}
+		require.Equal(t, want, seq[key], "order of key %s", key)
+	}
+}
+
+// TestSinkCancelled: a publish whose context ends before Kafka answers reports every record it
+// did not see acknowledged, naming each event.
+func TestSinkCancelled(t *testing.T) {
+	t.Parallel()
+	c := cluster(t)
+	topic := newTopic(t, c, 1)
+	sink := newSink(t, c)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := sink.Publish(ctx, topic, idem.Message{EventID: "e1"}, idem.Message{EventID: "e2"})
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorContains(t, err, "not sent")
+	require.NoError(t, sink.Publish(context.Background(), topic))
+}
