@@ -1,0 +1,92 @@
+package e2e_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/internal/testdb"
+	"github.com/idemkit/idem/consumertest"
+	"github.com/idemkit/idem/idemkafka"
+	"github.com/idemkit/idem/storetest"
+	"github.com/idemkit/idem/transporttest"
+)
+
+// kafkaTiers are the retry tiers of the test topics; the suite's delays are far below them, so
+// its naks go to the first tier and come back after their own delay.
+var kafkaTiers = []time.Duration{500 * time.Millisecond, 2 * time.Second}
+
+// kafkaHarness runs over an in-process kfake cluster (franz-go's protocol-true fake), so it
+// needs no service: a topic with retry topics per check, a consumer group per source name, the
+// Source's default order (OrderKey).
+func kafkaHarness(tb testing.TB) transporttest.Harness {
+	tb.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		tb.Fatalf("kfake: %v", err)
+	}
+	tb.Cleanup(c.Close)
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(c.ListenAddrs()...),
+		kgo.HeartbeatInterval(100 * time.Millisecond),
+		kgo.FetchMaxWait(200 * time.Millisecond),
+	}
+	return transporttest.Harness{
+		Features: transporttest.Features{DelayedNak: true, Persistent: true},
+		NewTopic: func(tb testing.TB) string {
+			topic := testdb.Name("k_")
+			for _, name := range append([]string{topic}, idemkafka.RetryTopics(topic, kafkaTiers)...) {
+				if err := c.CreateTopic(name, 2, nil); err != nil {
+					tb.Fatalf("create topic %s: %v", name, err)
+				}
+			}
+			return topic
+		},
+		Source: func(tb testing.TB, topic, name string, lease time.Duration) idem.Source {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			src, err := idemkafka.NewSource(ctx, idemkafka.SourceConfig{
+				Topic: topic, Group: topic + "." + name, ClientOptions: opts, Lease: lease,
+				RetryTiers: kafkaTiers, CommitInterval: 20 * time.Millisecond, RevokeWait: time.Second,
+			})
+			if err != nil {
+				tb.Fatalf("source on %s: %v", topic, err)
+			}
+			tb.Cleanup(func() { _ = src.Close() })
+			return src
+		},
+		Sink: func(tb testing.TB) idem.Sink {
+			cl, err := kgo.NewClient(opts...)
+			if err != nil {
+				tb.Fatalf("producer: %v", err)
+			}
+			tb.Cleanup(cl.Close)
+			sink, err := idemkafka.NewSink(cl, idemkafka.SinkConfig{})
+			if err != nil {
+				tb.Fatal(err)
+			}
+			return sink
+		},
+	}
+}
+
+func TestRuntimeSQLiteKafka(t *testing.T) {
+	t.Parallel()
+	consumertest.Exercise(t, func(tb testing.TB) (storetest.Bundle[*sql.Tx], transporttest.Harness) {
+		_, b := testdb.SQLite(tb)
+		return b, kafkaHarness(tb)
+	})
+}
+
+func TestRuntimeBatchedSQLiteKafka(t *testing.T) {
+	t.Parallel()
+	consumertest.Exercise(t, func(tb testing.TB) (storetest.Bundle[*sql.Tx], transporttest.Harness) {
+		_, b := testdb.SQLite(tb)
+		return b, kafkaHarness(tb)
+	}, consumertest.Batched(10))
+}
