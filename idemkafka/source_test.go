@@ -2,6 +2,7 @@ package idemkafka_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -18,7 +19,7 @@ import (
 // commitLog records every offset commit the cluster receives, in the order it handles them.
 type commitLog struct {
 	mu      sync.Mutex
-	commits map[string][]int64 // "topic/partition" → committed offsets in arrival order
+	commits map[string][]int64 // "topic (or topic id)/partition" → committed offsets in arrival order
 }
 
 // watchCommits makes c report every OffsetCommit request to the returned log.
@@ -30,7 +31,8 @@ func watchCommits(c *kfake.Cluster) *commitLog {
 		l.mu.Lock()
 		for _, t := range r.Topics {
 			for _, p := range t.Partitions {
-				k := fmt.Sprintf("%s/%d", t.Topic, p.Partition)
+				// Newer requests name the topic by its id only.
+				k := fmt.Sprintf("%s%x/%d", t.Topic, t.TopicID, p.Partition)
 				l.commits[k] = append(l.commits[k], p.Offset)
 			}
 		}
@@ -158,6 +160,96 @@ func TestRebalance(t *testing.T) {
 		}
 	}
 	mu.Unlock()
+	require.NoError(t, b.Close())
+	commits.requireForward(t)
+	var total int64
+	for p := int32(0); p < 4; p++ {
+		total += committed(c, group, topic, p)
+	}
+	require.Equal(t, int64(n), total, "committed offsets over all partitions, after everything was acked")
+}
+
+// TestRebalanceJoin: a member holds unsettled records of every partition when a second member
+// joins and takes some partitions away. The first member's records of the revoked partitions can
+// no longer be acked (ErrRevoked) and go to the newcomer, those of the partitions it kept ack as
+// usual, every record is acked by someone, and no committed offset moves backwards.
+func TestRebalanceJoin(t *testing.T) {
+	t.Parallel()
+	c := cluster(t)
+	commits := watchCommits(c)
+	topic := newTopic(t, c, 4)
+	const n, held = 200, 100
+	msgs := make([]idem.Message, n)
+	for i := range msgs {
+		msgs[i] = idem.Message{EventID: fmt.Sprintf("evt-%03d", i), Payload: []byte{byte(i)}}
+	}
+	require.NoError(t, newSink(t, c).Publish(ctxT(t, 20*time.Second), topic, msgs...))
+	group := topic + ".join"
+	unordered := func(cfg *idemkafka.SourceConfig) {
+		cfg.Order = idemkafka.OrderNone
+		cfg.RevokeWait = 200 * time.Millisecond
+	}
+	a := openSource(t, c, topic, group, 30*time.Second, unordered)
+	var hold []idem.Delivery
+	for len(hold) < held {
+		ds, err := a.Receive(ctxT(t, 5*time.Second), held-len(hold))
+		require.NoError(t, err)
+		hold = append(hold, ds...)
+	}
+	b := openSource(t, c, topic, group, 30*time.Second, unordered)
+
+	var mu sync.Mutex
+	acked := make(map[string]int)
+	ackAll := func(ctx context.Context, src idem.Source) {
+		for ctx.Err() == nil {
+			ds, err := src.Receive(ctx, 10)
+			if err != nil {
+				return
+			}
+			for _, d := range ds {
+				if d.Ack(ctx) == nil {
+					mu.Lock()
+					acked[d.Message().EventID]++
+					mu.Unlock()
+				}
+			}
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() { ackAll(ctx, b) })
+	// b is in the group once openSource returned; wait until a gave some partitions up.
+	var revoked, kept int
+	require.Eventually(t, func() bool {
+		gi := c.GroupInfo(group)
+		return gi != nil && len(gi.Members) == 2 && gi.Members[0].NumAssigned() > 0 && gi.Members[1].NumAssigned() > 0
+	}, 10*time.Second, 10*time.Millisecond, "the second member never got partitions")
+	for _, d := range hold {
+		err := d.Ack(ctx)
+		switch {
+		case err == nil:
+			kept++
+			mu.Lock()
+			acked[d.Message().EventID]++
+			mu.Unlock()
+		case errors.Is(err, idemkafka.ErrRevoked):
+			revoked++
+		default:
+			t.Fatalf("Ack of a held delivery: %v", err)
+		}
+	}
+	require.Positive(t, revoked, "no held record was in a revoked partition")
+	require.Positive(t, kept, "every held record was in a revoked partition")
+	wg.Go(func() { ackAll(ctx, a) })
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(acked) == n
+	}, 20*time.Second, 20*time.Millisecond, "not every record was acked")
+	cancel()
+	wg.Wait()
+	require.NoError(t, a.Close())
 	require.NoError(t, b.Close())
 	commits.requireForward(t)
 	var total int64
