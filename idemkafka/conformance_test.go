@@ -125,3 +125,8 @@ func TestConformance(t *testing.T) {
 func BenchmarkPublishReceive(b *testing.B) {
 	transporttest.Benchmark(b, harness(cluster(b)))
 }
+
+func TestHandover(t *testing.T) {
+	t.Parallel()
+	transporttest.ExerciseHandover(t, harness(cluster(t)))
+}
