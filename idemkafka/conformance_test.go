@@ -96,15 +96,18 @@ func newSink(tb testing.TB, c *kfake.Cluster) *idemkafka.Sink {
 }
 
 // harness runs the shared suite over one kfake cluster: a topic (with retry topics) per check,
-// a consumer group per source name.
-func harness(c *kfake.Cluster) transporttest.Harness {
+// a consumer group per source name. The suite holds several unsettled messages of one key at
+// once (KeyReuseReachesConsumer), so its sources deliver in OrderNone; ordered delivery is
+// checked by this package's own tests.
+func harness(c *kfake.Cluster) transporttest.Harness { return harnessOrdered(c, idemkafka.OrderNone) }
+
+// harnessOrdered is harness with sources delivering in order.
+func harnessOrdered(c *kfake.Cluster, order idemkafka.Order) transporttest.Harness {
 	return transporttest.Harness{
 		Features: transporttest.Features{DelayedNak: true, Persistent: true},
 		NewTopic: func(tb testing.TB) string { return newTopic(tb, c, testPartitions) },
 		Source: func(tb testing.TB, topic, name string, lease time.Duration) idem.Source {
-			// The suite holds several unsettled messages of one key at once (KeyReuseReachesConsumer);
-			// ordered delivery is checked by this package's own tests.
-			return openSource(tb, c, topic, topic+"."+name, lease, func(cfg *idemkafka.SourceConfig) { cfg.Order = idemkafka.OrderNone })
+			return openSource(tb, c, topic, topic+"."+name, lease, func(cfg *idemkafka.SourceConfig) { cfg.Order = order })
 		},
 		Sink: func(tb testing.TB) idem.Sink { return newSink(tb, c) },
 		// Test topics store records up to testMaxMessageBytes (max.message.bytes).
@@ -123,7 +126,11 @@ func TestConformance(t *testing.T) {
 }
 
 func BenchmarkPublishReceive(b *testing.B) {
-	transporttest.Benchmark(b, harness(cluster(b)))
+	for _, order := range []idemkafka.Order{idemkafka.OrderKey, idemkafka.OrderNone} {
+		b.Run(order.String(), func(b *testing.B) {
+			transporttest.Benchmark(b, harnessOrdered(cluster(b), order))
+		})
+	}
 }
 
 func TestHandover(t *testing.T) {

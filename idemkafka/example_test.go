@@ -41,7 +41,7 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	// The retry topics payments.retry.<tier> must exist, like the topic itself.
+	// The retry topics (idemkafka.RetryTopics: payments.retry.1000ms, …) must exist, like the topic.
 	src, err := idemkafka.NewSource(ctx, idemkafka.SourceConfig{
 		Topic:         "payments",
 		Group:         "ledger",
