@@ -32,6 +32,9 @@ var (
 // pollMax is how many records one poll of the client returns at most.
 const pollMax = 1000
 
+// fetchBackoff is the pause after a poll that returned only errors.
+const fetchBackoff = 250 * time.Millisecond
+
 // commitTimeout bounds one offset commit.
 const commitTimeout = 10 * time.Second
 
@@ -336,10 +339,12 @@ func (s *Source) poll() {
 			s.cl.AllowRebalance()
 			return
 		}
+		failed := false
 		fs.EachError(func(topic string, p int32, err error) {
 			if errors.Is(err, context.Canceled) {
 				return
 			}
+			failed = true
 			s.cfg.Logger.LogAttrs(s.ctx, slog.LevelWarn, "idemkafka: fetch failed",
 				slog.String("queue", s.name), slog.String("topic", topic), slog.Int("partition", int(p)), slog.String("error", err.Error()))
 		})
@@ -362,6 +367,13 @@ func (s *Source) poll() {
 		s.signal()
 		s.mu.Unlock()
 		s.cl.AllowRebalance()
+		if failed && fs.NumRecords() == 0 {
+			// A failing cluster answers at once; do not spin on it.
+			select {
+			case <-time.After(fetchBackoff):
+			case <-s.ctx.Done():
+			}
+		}
 	}
 }
 
