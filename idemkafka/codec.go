@@ -17,7 +17,8 @@ import (
 // or value is refused; a header repeated on a record decodes to its first value.
 const (
 	// HeaderEventID carries Message.EventID. A record without it (from a producer that does not
-	// know idem) takes the id DerivedEventID gives its position in the log.
+	// know idem) decodes with EventID "" unless SourceConfig.EventIDOf derives one; the consumer
+	// dead-letters a message without id as invalid_payload.
 	HeaderEventID = "Idem-Event-Id"
 	// HeaderTenant carries Message.Tenant.
 	HeaderTenant = "Idem-Tenant"
@@ -110,9 +111,10 @@ type Decoded struct {
 }
 
 // DecodeRecord reads the idem.Message a record carries (see EncodeRecord). It is pure, so it
-// can be fuzzed. A record without Idem-Event-Id gets DerivedEventID; a malformed mapped header
-// makes Err wrap idem.ErrInvalidPayload, with the rest of the message still decoded. The value
-// is used as the payload without copying.
+// can be fuzzed. A missing Idem-Event-Id is not an error: the message decodes with EventID "",
+// which the consumer dead-letters as invalid_payload. A malformed mapped header makes Err wrap
+// idem.ErrInvalidPayload, with the rest of the message still decoded. The value is used as the
+// payload without copying.
 func DecodeRecord(r *kgo.Record) Decoded {
 	m := idem.Message{Payload: r.Value, Attempt: 1, PublishedAt: r.Timestamp}
 	var d Decoded
@@ -146,9 +148,6 @@ func DecodeRecord(r *kgo.Record) Decoded {
 			}
 			m.Headers[h.Key] = v
 		}
-	}
-	if !seen[HeaderEventID] {
-		m.EventID = DerivedEventID(r.Topic, r.Partition, r.Offset)
 	}
 	fail := func(format string, args ...any) {
 		if d.Err == nil {
@@ -198,14 +197,6 @@ func DecodeRecord(r *kgo.Record) Decoded {
 	}
 	d.Message = m
 	return d
-}
-
-// DerivedEventID is the event id of a record published without Idem-Event-Id (by a producer
-// that does not know idem): "kafka:<topic>/<partition>/<offset>". It is deterministic, so every
-// redelivery of the record has the same id; a producer that sends the same event twice makes two
-// records and so two ids, which is why idem's own Sink always sets the header.
-func DerivedEventID(topic string, partition int32, offset int64) string {
-	return "kafka:" + topic + "/" + strconv.FormatInt(int64(partition), 10) + "/" + strconv.FormatInt(offset, 10)
 }
 
 // parseTime parses an RFC 3339 time within the years RFC 3339 can write, in UTC.

@@ -99,6 +99,12 @@ type SourceConfig struct {
 	// StartAtEnd makes a group without committed offsets start at the end of the topic; the
 	// default starts at the beginning, so nothing published before the group existed is missed.
 	StartAtEnd bool
+	// EventIDOf, when set, gives the event id of a record that carries no Idem-Event-Id (from a
+	// producer that does not know idem). Derive it from the fields that define the event (for
+	// example provider, payment id and status in the payload), never from the record's offset:
+	// the same event published twice must get the same id. Nil leaves such records without id,
+	// and the consumer dead-letters them as invalid_payload.
+	EventIDOf func(r *kgo.Record) string
 	// Logger receives fetch errors and failed commits (default slog.Default()).
 	Logger *slog.Logger
 }

@@ -6,7 +6,7 @@
 // The wire mapping between an [idem.Message] and a Kafka record is fixed, so that any producer
 // can publish events idem consumes:
 //
-//	EventID     ↔ Idem-Event-Id      (a record without it gets DerivedEventID: topic/partition/offset)
+//	EventID     ↔ Idem-Event-Id      (without it: SourceConfig.EventIDOf, else "" and a dead letter)
 //	Tenant      ↔ Idem-Tenant
 //	Type        ↔ Idem-Type
 //	OccurredAt  ↔ Idem-Occurred-At   (RFC 3339 with nanoseconds, UTC)

@@ -359,6 +359,9 @@ func (s *Source) poll() {
 					continue // already buffered
 				}
 				d := DecodeRecord(r)
+				if d.Message.EventID == "" && d.Err == nil && s.cfg.EventIDOf != nil && !hasHeader(r, HeaderEventID) {
+					d.Message.EventID = s.cfg.EventIDOf(r)
+				}
 				p.recs = append(p.recs, &entry{offset: r.Offset, key: r.Key, msg: d.Message, attempt: d.Message.Attempt, retryAt: d.RetryAt})
 				p.next = r.Offset + 1
 				s.buffered++
@@ -750,4 +753,14 @@ func (d *delivery) Nak(ctx context.Context, delay time.Duration) error {
 	}
 	s.settle(d)
 	return nil
+}
+
+// hasHeader reports whether r carries header k.
+func hasHeader(r *kgo.Record, k string) bool {
+	for _, h := range r.Headers {
+		if h.Key == k {
+			return true
+		}
+	}
+	return false
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/idemkit/idem"
@@ -462,4 +463,42 @@ func TestRetryTier(t *testing.T) {
 		require.Equal(t, tc.want, idemkafka.RetryTier(tiers, tc.delay), "delay %v", tc.delay)
 	}
 	require.Equal(t, "orders.retry.1500ms", idemkafka.RetryTopic("orders", 1500*time.Millisecond))
+}
+
+// TestEventIDOf: a record from a producer that does not know idem has no event id, unless
+// SourceConfig.EventIDOf derives one; a record with Idem-Event-Id keeps its own.
+func TestEventIDOf(t *testing.T) {
+	t.Parallel()
+	c := cluster(t)
+	topic := newTopic(t, c, 1)
+	cl, err := kgo.NewClient(clientOptions(c)...)
+	require.NoError(t, err)
+	defer cl.Close()
+	require.NoError(t, cl.ProduceSync(ctxT(t, 10*time.Second),
+		&kgo.Record{Topic: topic, Value: []byte("pay-7:captured")},
+		&kgo.Record{Topic: topic, Value: []byte("x"), Headers: []kgo.RecordHeader{{Key: idemkafka.HeaderEventID, Value: []byte("own")}}},
+	).FirstErr())
+	cases := []struct {
+		name string
+		of   func(r *kgo.Record) string
+		want []string
+	}{
+		{"without EventIDOf", nil, []string{"", "own"}},
+		{"with EventIDOf", func(r *kgo.Record) string { return "foreign:" + string(r.Value) }, []string{"foreign:pay-7:captured", "own"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			src := openSource(t, c, topic, topic+"."+tc.name, 10*time.Second, func(cfg *idemkafka.SourceConfig) {
+				cfg.EventIDOf = tc.of
+				cfg.Order = idemkafka.OrderNone
+			})
+			var got []string
+			for len(got) < 2 {
+				ds, err := src.Receive(ctxT(t, 5*time.Second), 2)
+				require.NoError(t, err)
+				got = append(got, eventIDs(ds)...)
+			}
+			require.Equal(t, tc.want, got)
+		})
+	}
 }
