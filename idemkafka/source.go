@@ -85,9 +85,10 @@ type partition struct {
 // in order and commits only up to the first record not yet settled (acked, terminated, or nak'ed
 // into a retry topic), so a crash redelivers every unsettled record and never skips one.
 type Source struct {
-	cfg  SourceConfig
-	name string
-	cl   *kgo.Client
+	cfg    SourceConfig
+	name   string
+	cl     *kgo.Client
+	window time.Duration
 
 	mu       sync.Mutex
 	parts    map[topicPartition]*partition
@@ -152,6 +153,7 @@ func NewSource(ctx context.Context, cfg SourceConfig) (*Source, error) {
 		return nil, fmt.Errorf("idemkafka: source %s: client: %w", s.name, err)
 	}
 	s.cl = cl
+	s.window = readWindow(ctx, cl, topics, cfg.RetryTiers)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.wg.Add(2)
 	go s.poll()

@@ -502,3 +502,56 @@ func TestEventIDOf(t *testing.T) {
 		})
 	}
 }
+
+func TestRedeliveryWindow(t *testing.T) {
+	t.Parallel()
+	c := cluster(t)
+	cases := []struct {
+		name   string
+		config map[string]string
+		want   time.Duration
+	}{
+		// The retry topics keep the default week; the longest retention counts.
+		{"retention", map[string]string{"retention.ms": "3600000"}, 7*24*time.Hour + testTiers[len(testTiers)-1]},
+		{"longer than the retry topics", map[string]string{"retention.ms": "864000000"}, 10*24*time.Hour + testTiers[len(testTiers)-1]},
+		{"kept forever", map[string]string{"retention.ms": "-1"}, idemkafka.RedeliveryWindowUnbounded},
+		{"compacted", map[string]string{"cleanup.policy": "compact"}, idemkafka.RedeliveryWindowUnbounded},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			topic := newTopic(t, c, 1)
+			for k, v := range tc.config {
+				require.NoError(t, alterTopic(c, topic, k, v))
+			}
+			src := openSource(t, c, topic, topic+".window", time.Second)
+			require.Equal(t, tc.want, src.RedeliveryWindow())
+		})
+	}
+}
+
+// alterTopic sets one config of topic.
+func alterTopic(c *kfake.Cluster, topic, k, v string) error {
+	cl, err := kgo.NewClient(clientOptions(c)...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	r := kmsg.NewIncrementalAlterConfigsRequestResource()
+	r.ResourceType = kmsg.ConfigResourceTypeTopic
+	r.ResourceName = topic
+	cfg := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+	cfg.Name, cfg.Value = k, kmsg.StringPtr(v)
+	r.Configs = append(r.Configs, cfg)
+	req.Resources = append(req.Resources, r)
+	resp, err := req.RequestWith(context.Background(), cl)
+	if err != nil {
+		return err
+	}
+	for _, res := range resp.Resources {
+		if res.ErrorCode != 0 {
+			return fmt.Errorf("alter %s %s=%s: error code %d", topic, k, v, res.ErrorCode)
+		}
+	}
+	return nil
+}
