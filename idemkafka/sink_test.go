@@ -2,7 +2,9 @@ package idemkafka_test
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,4 +95,51 @@ func TestSinkCancelled(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.ErrorContains(t, err, "not sent")
 	require.NoError(t, sink.Publish(context.Background(), topic))
+}
+
+// TestSinkStopsKeyAtFailure: when the cluster refuses a record, no record of the same key after
+// it is stored (the key has no gap followed by a later record), the error names the refused one,
+// and exactly the events it does not name were stored.
+func TestSinkStopsKeyAtFailure(t *testing.T) {
+	t.Parallel()
+	c := cluster(t)
+	topic := newTopic(t, c, 1)
+	sink := newSink(t, c)
+	big := make([]byte, 2*testMaxMessageBytes)
+	_, _ = rand.Read(big)
+	key := func(k, id string, payload []byte) idem.Message {
+		return idem.Message{EventID: id, Payload: payload, Headers: map[string]string{idemkafka.HeaderKey: k}}
+	}
+	ids := []string{"a1", "a2", "a3", "a4"}
+	perr := sink.Publish(ctxT(t, 10*time.Second), topic,
+		key("a", "a1", []byte("1")), key("a", "a2", big), key("a", "a3", []byte("3")), key("a", "a4", []byte("4")))
+	require.Error(t, perr)
+	named := map[string]bool{}
+	for _, id := range ids {
+		named[id] = strings.Contains(perr.Error(), "event "+id+" ")
+	}
+	require.True(t, named["a2"], "the refused event is not named: %v", perr)
+
+	cl, err := kgo.NewClient(append(clientOptions(c), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	require.NoError(t, err)
+	defer cl.Close()
+	require.NoError(t, sink.Publish(ctxT(t, 10*time.Second), topic, key("a", "end", []byte("e"))))
+	var got []string
+	ctx := ctxT(t, 10*time.Second)
+	for len(got) == 0 || got[len(got)-1] != "end" {
+		fs := cl.PollFetches(ctx)
+		require.NoError(t, ctx.Err(), "stored so far: %v", got)
+		fs.EachRecord(func(r *kgo.Record) { got = append(got, idemkafka.DecodeRecord(r).Message.EventID) })
+	}
+	var want []string
+	for _, id := range ids {
+		if named[id] {
+			break // nothing of the key after a failure
+		}
+		want = append(want, id)
+	}
+	for _, id := range ids[len(want):] {
+		require.True(t, named[id], "event %s follows a failed one of its key but was not reported failed", id)
+	}
+	require.Equal(t, append(want, "end"), got, "stored records of the key (error: %v)", perr)
 }
