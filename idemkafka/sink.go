@@ -53,8 +53,9 @@ func NewSink(cl *kgo.Client, cfg SinkConfig) (*Sink, error) {
 // Publish produces msgs to topic (see EncodeRecord for the mapping, SinkConfig.Key for the key)
 // and returns once Kafka acknowledged every record. Records go out in call order, and the
 // idempotent producer keeps that order within a partition: when a record fails, kgo fails the
-// records after it in the same partition too, so a key never has a gap followed by a later
-// record. The error then names each failed event; events not named were stored. Records of
+// records after it in the same partition too (and those sent in one batch with it), so a key
+// never has a gap followed by a later record. The error then names each failed event; events
+// not named were stored. Records of
 // other partitions are independent; a caller that needs two records in order publishes them
 // with the same key, or in separate calls.
 func (s *Sink) Publish(ctx context.Context, topic string, msgs ...idem.Message) error {
