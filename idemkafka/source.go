@@ -22,11 +22,12 @@ var (
 	ErrClosed = errors.New("idemkafka: source closed")
 	// ErrRevoked is returned when settling or extending a delivery whose partition a rebalance
 	// took away: its offset is no longer this worker's to commit. The new owner delivers the
-	// record again, and the consumer's claim makes that harmless.
-	ErrRevoked = errors.New("idemkafka: partition revoked")
+	// record again, and the consumer's claim makes that harmless. It wraps idem.ErrLeaseLost, so
+	// a failed Extend rolls the handler back.
+	ErrRevoked = fmt.Errorf("idemkafka: partition revoked: %w", idem.ErrLeaseLost)
 	// ErrLeaseExpired is returned when settling or extending a delivery whose lease ran out and
-	// whose record was handed out again as the next attempt.
-	ErrLeaseExpired = errors.New("idemkafka: lease expired")
+	// whose record was handed out again as the next attempt. It wraps idem.ErrLeaseLost.
+	ErrLeaseExpired = fmt.Errorf("idemkafka: lease expired: %w", idem.ErrLeaseLost)
 )
 
 // pollMax is how many records one poll of the client returns at most.

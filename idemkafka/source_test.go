@@ -555,3 +555,40 @@ func alterTopic(c *kfake.Cluster, topic, k, v string) error {
 	}
 	return nil
 }
+
+// TestExpiredLeaseIsFenced: a delivery whose lease ran out and whose record went out again can
+// no longer ack, extend, nak or terminate it (errors wrapping idem.ErrLeaseLost), none of those
+// moves the record, and the new holder's ack settles it.
+func TestExpiredLeaseIsFenced(t *testing.T) {
+	t.Parallel()
+	c := cluster(t)
+	topic := newTopic(t, c, 1)
+	require.NoError(t, newSink(t, c).Publish(ctxT(t, 10*time.Second), topic, idem.Message{EventID: "evt-fenced", Payload: []byte("p")}))
+	group := topic + ".fenced"
+	src := openSource(t, c, topic, group, 300*time.Millisecond)
+	stale := receiveOne(t, src, 5*time.Second)
+	time.Sleep(300 * time.Millisecond)
+	taken := receiveOne(t, src, 5*time.Second)
+	require.Equal(t, 2, taken.Message().Attempt)
+	calls := []struct {
+		name string
+		fn   func() error
+	}{
+		{"Ack", func() error { return stale.Ack(context.Background()) }},
+		{"Extend", func() error { return stale.Extend(context.Background()) }},
+		{"Nak(0)", func() error { return stale.Nak(context.Background(), 0) }},
+		{"Nak(delay)", func() error { return stale.Nak(context.Background(), time.Second) }},
+		{"Term", func() error { return stale.Term(context.Background()) }},
+	}
+	for _, call := range calls {
+		err := call.fn()
+		require.ErrorIs(t, err, idem.ErrLeaseLost, call.name)
+		require.ErrorIs(t, err, idemkafka.ErrLeaseExpired, call.name)
+	}
+	require.NoError(t, taken.Extend(context.Background()))
+	ds, err := src.Receive(ctxT(t, 200*time.Millisecond), 1)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the stale settles moved the record: %v", eventIDs(ds))
+	require.NoError(t, taken.Ack(context.Background()))
+	require.Eventually(t, func() bool { return committed(c, group, topic, 0) == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.ErrorIs(t, taken.Ack(context.Background()), idem.ErrLeaseLost, "a second Ack of a settled record")
+}
