@@ -75,12 +75,14 @@ type SourceConfig struct {
 	// Lease is how long a delivered record stays with one handler before the Source hands it
 	// out again as the next attempt (default LeaseDefault). It is held in this process only.
 	Lease time.Duration
-	// RetryTiers are the delays of the retry topics "<Topic>.retry.<tier>" (see RetryTopic):
+	// RetryTiers are the delays of the group's retry topics "<Topic>.retry.<Group>.<tier>ms"
+	// (see RetryTopic):
 	// Nak(delay) produces a copy to the topic of the largest tier not above delay (the smallest
 	// tier for shorter delays) and the copy is delivered once its own delay has passed. Nil means
 	// RetryTiersDefault; an empty, non-nil slice disables retry topics: a Nak with delay then
 	// holds the record in this process, ahead of the records it holds back (see Order), for the delay. Each retry
-	// topic must exist (RetryTopics lists them); the Source consumes them with Topic.
+	// topic must exist (RetryTopics lists them); the Source consumes them with Topic. With retry
+	// tiers, Topic and Group must make legal topic names.
 	RetryTiers []time.Duration
 	// Order is which records of a partition wait for earlier ones to settle before they are
 	// delivered (default OrderKey). Offsets are committed in order whatever it is.
@@ -154,6 +156,11 @@ func (c SourceConfig) validate() error {
 	if c.Order < OrderKey || c.Order > OrderNone {
 		errs = append(errs, fmt.Errorf("Order is %d, want OrderKey, OrderPartition or OrderNone", c.Order))
 	}
+	if c.Topic != "" && c.Group != "" && len(c.RetryTiers) > 0 {
+		if err := checkTopicName(RetryTopic(c.Topic, c.Group, c.RetryTiers[len(c.RetryTiers)-1])); err != nil {
+			errs = append(errs, fmt.Errorf("retry topic %q: %w", RetryTopic(c.Topic, c.Group, c.RetryTiers[len(c.RetryTiers)-1]), err))
+		}
+	}
 	if c.MaxBuffered < 0 {
 		errs = append(errs, fmt.Errorf("MaxBuffered is %d, want > 0", c.MaxBuffered))
 	}
@@ -169,22 +176,42 @@ func (c SourceConfig) validate() error {
 	return nil
 }
 
-// retrySuffix separates a topic's name from its delay tier in a retry topic's name.
-const retrySuffix = ".retry."
+// retryInfix separates a topic's name from the group and tier in a retry topic's name.
+const retryInfix = ".retry."
 
-// RetryTopic is the name of the retry topic of tier on topic: "<topic>.retry.<ms>ms".
-func RetryTopic(topic string, tier time.Duration) string {
-	return topic + retrySuffix + strconv.FormatInt(tier.Milliseconds(), 10) + "ms"
+// maxTopicName is Kafka's limit on a topic name's length.
+const maxTopicName = 249
+
+// RetryTopic is the name of group's retry topic of tier on topic:
+// "<topic>.retry.<group>.<ms>ms". Retry topics belong to one consumer group: a copy carries
+// that group's attempt count and is meant for that group's handler alone, so another group
+// reading the same topic never sees it.
+func RetryTopic(topic, group string, tier time.Duration) string {
+	return topic + retryInfix + group + "." + strconv.FormatInt(tier.Milliseconds(), 10) + "ms"
 }
 
-// RetryTopics lists the retry topics a Source on topic with the given tiers consumes and
-// produces to; create them with the partitions and replication of topic.
-func RetryTopics(topic string, tiers []time.Duration) []string {
+// RetryTopics lists the retry topics a Source on topic in group with the given tiers consumes
+// and produces to; create them with the partitions and replication of topic.
+func RetryTopics(topic, group string, tiers []time.Duration) []string {
 	out := make([]string, len(tiers))
 	for i, d := range tiers {
-		out[i] = RetryTopic(topic, d)
+		out[i] = RetryTopic(topic, group, d)
 	}
 	return out
+}
+
+// checkTopicName reports why name is not a legal Kafka topic name, or nil.
+func checkTopicName(name string) error {
+	if len(name) > maxTopicName {
+		return fmt.Errorf("%d bytes, more than Kafka's %d", len(name), maxTopicName)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("contains %q; Kafka topic names take only letters, digits, '.', '_' and '-'", c)
+		}
+	}
+	return nil
 }
 
 // RetryTier returns the tier a Nak(delay) goes to: the largest tier not above delay, or the

@@ -47,18 +47,33 @@ func clientOptions(c *kfake.Cluster) []kgo.Opt {
 	}
 }
 
-// newTopic creates a fresh topic and its retry topics.
+// newTopic creates a fresh topic; each Source creates its group's retry topics (openSource).
 func newTopic(tb testing.TB, c *kfake.Cluster, partitions int32) string {
 	tb.Helper()
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	topic := "idem-" + hex.EncodeToString(b[:])
-	cfg := map[string]string{"max.message.bytes": strconv.Itoa(testMaxMessageBytes)}
-	require.NoError(tb, c.CreateTopic(topic, partitions, cfg))
-	for _, rt := range idemkafka.RetryTopics(topic, testTiers) {
-		require.NoError(tb, c.CreateTopic(rt, partitions, cfg))
-	}
+	require.NoError(tb, c.CreateTopic(topic, partitions, map[string]string{"max.message.bytes": strconv.Itoa(testMaxMessageBytes)}))
 	return topic
+}
+
+// createRetryTopics creates group's retry topics of topic, like topic (partitions and configs),
+// unless they exist.
+func createRetryTopics(tb testing.TB, c *kfake.Cluster, topic, group string, tiers []time.Duration) {
+	tb.Helper()
+	cfg := make(map[string]string)
+	if ti := c.TopicInfo(topic); ti != nil {
+		for k, v := range ti.Configs {
+			if v != nil {
+				cfg[k] = *v
+			}
+		}
+	}
+	for _, rt := range idemkafka.RetryTopics(topic, group, tiers) {
+		if err := c.CreateTopic(rt, int32(len(c.PartitionInfos(topic))), cfg); err != nil && c.TopicInfo(rt) == nil {
+			tb.Fatalf("create retry topic %s: %v", rt, err)
+		}
+	}
 }
 
 // openSource opens a Source on topic in group with the test tiers.
@@ -76,6 +91,7 @@ func openSource(tb testing.TB, c *kfake.Cluster, topic, group string, lease time
 	for _, m := range mod {
 		m(&cfg)
 	}
+	createRetryTopics(tb, c, topic, group, cfg.RetryTiers)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	src, err := idemkafka.NewSource(ctx, cfg)

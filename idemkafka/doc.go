@@ -19,9 +19,9 @@
 // which a partition is done. The Source keeps each partition's fetched records in order and
 // commits only the contiguous prefix of settled records (acked, terminated after a dead letter,
 // or nak'ed into a retry topic), so a crash redelivers every unsettled record and never skips
-// one. Nak with a delay produces a copy, with the same event id and the next attempt, to a
-// retry topic of the delay's tier ([RetryTopic]) and settles the original only once Kafka stored
-// the copy. There is no broker-side lease: the lease is how long the Source holds a record for
+// one. Nak with a delay produces a copy, with the same event id and the next attempt, to the
+// group's retry topic of the delay's tier ([RetryTopic]) and settles the original only once
+// Kafka stored the copy. There is no broker-side lease: the lease is how long the Source holds a record for
 // one handler before handing it out again, and a rebalance is what redelivers a record to
 // another worker. A worker that lost its partition can neither settle nor commit it any more
 // ([ErrRevoked]); the consumer's claim makes the new owner's redelivery harmless.

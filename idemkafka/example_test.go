@@ -41,7 +41,8 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	// The retry topics (idemkafka.RetryTopics: payments.retry.1000ms, …) must exist, like the topic.
+	// The group's retry topics (idemkafka.RetryTopics: payments.retry.ledger.1000ms, …) must
+	// exist, like the topic.
 	src, err := idemkafka.NewSource(ctx, idemkafka.SourceConfig{
 		Topic:         "payments",
 		Group:         "ledger",

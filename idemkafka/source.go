@@ -137,7 +137,7 @@ func NewSource(ctx context.Context, cfg SourceConfig) (*Source, error) {
 	if cfg.StartAtEnd {
 		reset = kgo.NewOffset().AtEnd()
 	}
-	topics := append([]string{cfg.Topic}, RetryTopics(cfg.Topic, cfg.RetryTiers)...)
+	topics := append([]string{cfg.Topic}, RetryTopics(cfg.Topic, cfg.Group, cfg.RetryTiers)...)
 	opts := append(slices.Clone(cfg.ClientOptions),
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(topics...),
@@ -732,7 +732,7 @@ func (d *delivery) Nak(ctx context.Context, delay time.Duration) error {
 	s.mu.Unlock()
 
 	tier := RetryTier(s.cfg.RetryTiers, delay)
-	topic := RetryTopic(s.cfg.Topic, tier)
+	topic := RetryTopic(s.cfg.Topic, s.cfg.Group, tier)
 	rec, err := EncodeRecord(topic, d.e.key, d.msg)
 	if err != nil {
 		return fmt.Errorf("idemkafka: nak: retry copy: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -399,7 +400,7 @@ func TestNakRetryTopic(t *testing.T) {
 		}
 	}
 	require.NoError(t, d.Ack(context.Background()))
-	retryTopic := idemkafka.RetryTopic(topic, 500*time.Millisecond)
+	retryTopic := idemkafka.RetryTopic(topic, group, 500*time.Millisecond)
 	require.Eventually(t, func() bool { return committed(c, group, retryTopic, 0) == 2 }, 5*time.Second, 10*time.Millisecond,
 		"both copies in %s settled", retryTopic)
 }
@@ -440,6 +441,8 @@ func TestSourceConfigValidate(t *testing.T) {
 		{"tier below a millisecond", idemkafka.SourceConfig{Topic: "t", Group: "g", RetryTiers: []time.Duration{time.Microsecond}}, "whole number of milliseconds"},
 		{"negative lease", idemkafka.SourceConfig{Topic: "t", Group: "g", Lease: -time.Second}, "Lease"},
 		{"unknown order", idemkafka.SourceConfig{Topic: "t", Group: "g", Order: 7}, "Order is 7"},
+		{"group not fit for a topic name", idemkafka.SourceConfig{Topic: "t", Group: "ledger@v1"}, `contains '@'`},
+		{"retry topic name too long", idemkafka.SourceConfig{Topic: strings.Repeat("t", 240), Group: "g"}, "more than Kafka's 249"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -462,7 +465,7 @@ func TestRetryTier(t *testing.T) {
 	for _, tc := range cases {
 		require.Equal(t, tc.want, idemkafka.RetryTier(tiers, tc.delay), "delay %v", tc.delay)
 	}
-	require.Equal(t, "orders.retry.1500ms", idemkafka.RetryTopic("orders", 1500*time.Millisecond))
+	require.Equal(t, "orders.retry.ledger.1500ms", idemkafka.RetryTopic("orders", "ledger", 1500*time.Millisecond))
 }
 
 // TestEventIDOf: a record from a producer that does not know idem has no event id, unless
@@ -486,9 +489,9 @@ func TestEventIDOf(t *testing.T) {
 		{"without EventIDOf", nil, []string{"", "own"}},
 		{"with EventIDOf", func(r *kgo.Record) string { return "foreign:" + string(r.Value) }, []string{"foreign:pay-7:captured", "own"}},
 	}
-	for _, tc := range cases {
+	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			src := openSource(t, c, topic, topic+"."+tc.name, 10*time.Second, func(cfg *idemkafka.SourceConfig) {
+			src := openSource(t, c, topic, fmt.Sprintf("%s.%d", topic, i), 10*time.Second, func(cfg *idemkafka.SourceConfig) {
 				cfg.EventIDOf = tc.of
 				cfg.Order = idemkafka.OrderNone
 			})
@@ -511,9 +514,9 @@ func TestRedeliveryWindow(t *testing.T) {
 		config map[string]string
 		want   time.Duration
 	}{
-		// The retry topics keep the default week; the longest retention counts.
-		{"retention", map[string]string{"retention.ms": "3600000"}, 7*24*time.Hour + testTiers[len(testTiers)-1]},
-		{"longer than the retry topics", map[string]string{"retention.ms": "864000000"}, 10*24*time.Hour + testTiers[len(testTiers)-1]},
+		// The test's retry topics take the topic's configs (createRetryTopics).
+		{"retention", map[string]string{"retention.ms": "3600000"}, time.Hour + testTiers[len(testTiers)-1]},
+		{"ten days", map[string]string{"retention.ms": "864000000"}, 10*24*time.Hour + testTiers[len(testTiers)-1]},
 		{"kept forever", map[string]string{"retention.ms": "-1"}, idemkafka.RedeliveryWindowUnbounded},
 		{"compacted", map[string]string{"cleanup.policy": "compact"}, idemkafka.RedeliveryWindowUnbounded},
 	}
@@ -591,4 +594,27 @@ func TestExpiredLeaseIsFenced(t *testing.T) {
 	require.NoError(t, taken.Ack(context.Background()))
 	require.Eventually(t, func() bool { return committed(c, group, topic, 0) == 1 }, 5*time.Second, 10*time.Millisecond)
 	require.ErrorIs(t, taken.Ack(context.Background()), idem.ErrLeaseLost, "a second Ack of a settled record")
+}
+
+// TestRetryCopiesStayInTheirGroup: two groups read one topic; a copy one group's nak produced
+// reaches that group only, with its attempt count, and the other group sees the event once.
+func TestRetryCopiesStayInTheirGroup(t *testing.T) {
+	t.Parallel()
+	c := cluster(t)
+	topic := newTopic(t, c, 1)
+	require.NoError(t, newSink(t, c).Publish(ctxT(t, 10*time.Second), topic, idem.Message{EventID: "evt-both", Payload: []byte("p")}))
+	ledger := openSource(t, c, topic, topic+".ledger", 10*time.Second)
+	email := openSource(t, c, topic, topic+".email", 10*time.Second)
+
+	d := receiveOne(t, ledger, 5*time.Second)
+	require.NoError(t, d.Nak(context.Background(), 500*time.Millisecond))
+	d = receiveOne(t, email, 5*time.Second)
+	require.Equal(t, 1, d.Message().Attempt)
+	require.NoError(t, d.Ack(context.Background()))
+
+	d = receiveOne(t, ledger, 5*time.Second)
+	require.Equal(t, 2, d.Message().Attempt, "the ledger group's copy")
+	require.NoError(t, d.Ack(context.Background()))
+	ds, err := email.Receive(ctxT(t, 1500*time.Millisecond), 10)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the email group received %v: another group's retry copy", eventIDs(ds))
 }

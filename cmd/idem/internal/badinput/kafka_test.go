@@ -30,7 +30,7 @@ func kafka(t *testing.T) transport {
 	t.Cleanup(c.Close)
 	opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.FetchMaxWait(200 * time.Millisecond), kgo.ProducerBatchMaxBytes(kafkaMaxMessage)}
 	topic := testdb.Name("bad_")
-	for _, name := range append([]string{topic}, idemkafka.RetryTopics(topic, idemkafka.RetryTiersDefault)...) {
+	for _, name := range append([]string{topic}, idemkafka.RetryTopics(topic, "ledger", idemkafka.RetryTiersDefault)...) {
 		require.NoError(t, c.CreateTopic(name, 2, map[string]string{"max.message.bytes": strconv.Itoa(kafkaMaxMessage)}))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -22,8 +22,8 @@ import (
 var kafkaTiers = []time.Duration{500 * time.Millisecond, 2 * time.Second}
 
 // kafkaHarness runs over an in-process kfake cluster (franz-go's protocol-true fake), so it
-// needs no service: a topic with retry topics per check, a consumer group per source name, the
-// Source's default order (OrderKey).
+// needs no service: a topic per check, a consumer group (with its retry topics) per source
+// name, the Source's default order (OrderKey).
 func kafkaHarness(tb testing.TB) transporttest.Harness {
 	tb.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))
@@ -40,18 +40,22 @@ func kafkaHarness(tb testing.TB) transporttest.Harness {
 		Features: transporttest.Features{DelayedNak: true, Persistent: true},
 		NewTopic: func(tb testing.TB) string {
 			topic := testdb.Name("k_")
-			for _, name := range append([]string{topic}, idemkafka.RetryTopics(topic, kafkaTiers)...) {
-				if err := c.CreateTopic(name, 2, nil); err != nil {
-					tb.Fatalf("create topic %s: %v", name, err)
-				}
+			if err := c.CreateTopic(topic, 2, nil); err != nil {
+				tb.Fatalf("create topic %s: %v", topic, err)
 			}
 			return topic
 		},
 		Source: func(tb testing.TB, topic, name string, lease time.Duration) idem.Source {
+			group := topic + "." + name
+			for _, rt := range idemkafka.RetryTopics(topic, group, kafkaTiers) {
+				if err := c.CreateTopic(rt, 2, nil); err != nil && c.TopicInfo(rt) == nil {
+					tb.Fatalf("create retry topic %s: %v", rt, err)
+				}
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			src, err := idemkafka.NewSource(ctx, idemkafka.SourceConfig{
-				Topic: topic, Group: topic + "." + name, ClientOptions: opts, Lease: lease,
+				Topic: topic, Group: group, ClientOptions: opts, Lease: lease,
 				RetryTiers: kafkaTiers, CommitInterval: 20 * time.Millisecond, RevokeWait: time.Second,
 			})
 			if err != nil {
