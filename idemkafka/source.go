@@ -74,6 +74,7 @@ type partition struct {
 	owned     bool // false once revoked, lost or closed: nothing of it may commit any more
 	revoking  bool // being revoked: nothing more is delivered, in-flight records may settle
 	recs      []*entry
+	leased    int   // how many of recs are stateLeased, so a scan can stop after the last one
 	next      int64 // offset after the last record fetched, -1 before the first
 	settledTo int64 // offset after the settled prefix (what to commit), -1 before the first
 	committed int64 // offset last committed by this Source, -1 before the first
@@ -454,10 +455,12 @@ func (s *Source) collect(now time.Time, max int) ([]idem.Delivery, time.Time) {
 			held[string(e.key)] = true
 			whole = true
 		}
-		for _, e := range p.recs {
+		for i, seen := 0, 0; i < len(p.recs) && seen < p.leased; i++ {
+			e := p.recs[i]
 			if e.state != stateLeased {
 				continue
 			}
+			seen++
 			if now.Before(e.leaseUntil) {
 				hold(e)
 				earliest(e.leaseUntil)
@@ -466,6 +469,8 @@ func (s *Source) collect(now time.Time, max int) ([]idem.Delivery, time.Time) {
 			// The lease ran out without a verdict: the record goes out again as the next attempt.
 			e.state = stateReady
 			e.attempt++
+			p.leased--
+			seen--
 		}
 		order := s.cfg.Order
 		if p.retry {
@@ -494,6 +499,7 @@ func (s *Source) collect(now time.Time, max int) ([]idem.Delivery, time.Time) {
 			s.token++
 			e.token = s.token
 			e.state = stateLeased
+			p.leased++
 			e.leaseUntil = now.Add(s.cfg.Lease)
 			hold(e)
 			msg := e.msg
@@ -523,6 +529,7 @@ func (s *Source) holds(d *delivery) error {
 func (s *Source) settle(d *delivery) {
 	d.e.state = stateSettled
 	p := d.p
+	p.leased--
 	i := 0
 	for i < len(p.recs) && p.recs[i].state == stateSettled {
 		p.settledTo = p.recs[i].offset + 1
@@ -720,6 +727,7 @@ func (d *delivery) Nak(ctx context.Context, delay time.Duration) error {
 	}
 	if delay <= 0 || len(s.cfg.RetryTiers) == 0 {
 		d.e.state = stateReady
+		d.p.leased--
 		d.e.attempt++
 		d.e.retryAt = time.Time{}
 		if delay > 0 {
