@@ -116,7 +116,10 @@ type Source struct {
 	wg     sync.WaitGroup
 }
 
-var _ idem.Source = (*Source)(nil)
+var (
+	_ idem.Source             = (*Source)(nil)
+	_ idem.RedeliveryWindower = (*Source)(nil)
+)
 
 // NewSource starts a kgo client in consumer group cfg.Group on cfg.Topic and its retry topics,
 // and returns once the group assigned this member its partitions (possibly none), or fails when
@@ -155,7 +158,7 @@ func NewSource(ctx context.Context, cfg SourceConfig) (*Source, error) {
 		return nil, fmt.Errorf("idemkafka: source %s: client: %w", s.name, err)
 	}
 	s.cl = cl
-	s.window = readWindow(ctx, cl, topics, cfg.RetryTiers)
+	s.window = readWindow(ctx, cl, topics)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.wg.Add(2)
 	go s.poll()

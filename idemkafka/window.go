@@ -18,13 +18,15 @@ import (
 const RedeliveryWindowUnbounded = 100 * 365 * 24 * time.Hour
 
 // RedeliveryWindow is how long after publishing the topic can deliver the same event again, as
-// NewSource read it: the longest retention.ms of the topic and its retry topics, plus the largest
-// retry tier. A record stays in the log, and an operator can reset the group's offsets to it,
-// for its topic's retention; the consumer's claim retention must cover that.
+// NewSource read it: the longest retention.ms of the topic and its retry topics. A record stays
+// in the log, and an operator can reset the group's offsets to it, for its topic's retention;
+// a retry copy is published within the retry policy's budget, which the consumer's retention
+// check adds on its own. The consumer refuses a source whose window exceeds its
+// RedeliveryWindow (idem.RedeliveryWindower).
 func (s *Source) RedeliveryWindow() time.Duration { return s.window }
 
 // readWindow asks the cluster for the retention of topics and returns the redelivery window.
-func readWindow(ctx context.Context, cl *kgo.Client, topics []string, tiers []time.Duration) time.Duration {
+func readWindow(ctx context.Context, cl *kgo.Client, topics []string) time.Duration {
 	req := kmsg.NewPtrDescribeConfigsRequest()
 	for _, t := range topics {
 		r := kmsg.NewDescribeConfigsRequestResource()
@@ -65,9 +67,6 @@ func readWindow(ctx context.Context, cl *kgo.Client, topics []string, tiers []ti
 			return RedeliveryWindowUnbounded
 		}
 		longest = max(longest, time.Duration(ms)*time.Millisecond)
-	}
-	if len(tiers) > 0 {
-		longest += tiers[len(tiers)-1]
 	}
 	return longest
 }

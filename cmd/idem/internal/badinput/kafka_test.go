@@ -30,8 +30,10 @@ func kafka(t *testing.T) transport {
 	t.Cleanup(c.Close)
 	opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.FetchMaxWait(200 * time.Millisecond), kgo.ProducerBatchMaxBytes(kafkaMaxMessage)}
 	topic := testdb.Name("bad_")
+	// Records are kept 10 minutes, within the consumer's RedeliveryWindow of an hour.
+	cfg := map[string]string{"max.message.bytes": strconv.Itoa(kafkaMaxMessage), "retention.ms": "600000"}
 	for _, name := range append([]string{topic}, idemkafka.RetryTopics(topic, "ledger", idemkafka.RetryTiersDefault)...) {
-		require.NoError(t, c.CreateTopic(name, 2, map[string]string{"max.message.bytes": strconv.Itoa(kafkaMaxMessage)}))
+		require.NoError(t, c.CreateTopic(name, 2, cfg))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"database/sql"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +22,10 @@ import (
 // its naks go to the first tier and come back after their own delay.
 var kafkaTiers = []time.Duration{500 * time.Millisecond, 2 * time.Second}
 
+// kafkaTopicConfig bounds how long the test topics keep records (and so the Source's
+// RedeliveryWindow) within the suite's RedeliveryWindow of an hour, as a real deployment must.
+var kafkaTopicConfig = map[string]string{"retention.ms": "600000"}
+
 // kafkaHarness runs over an in-process kfake cluster (franz-go's protocol-true fake), so it
 // needs no service: a topic per check, a consumer group (with its retry topics) per source
 // name, the Source's default order (OrderKey).
@@ -36,11 +41,17 @@ func kafkaHarness(tb testing.TB) transporttest.Harness {
 		kgo.HeartbeatInterval(100 * time.Millisecond),
 		kgo.FetchMaxWait(200 * time.Millisecond),
 	}
+	// A group member that stops receiving keeps its partitions until it leaves the group. The
+	// suite runs a consumer, stops it and runs another on a source of the same name without
+	// closing the first, which would strand the first one's partitions; so a new source of a
+	// name closes the previous one, as a restarted process leaves the group.
+	var mu sync.Mutex
+	open := make(map[string]*idemkafka.Source)
 	return transporttest.Harness{
 		Features: transporttest.Features{DelayedNak: true, Persistent: true},
 		NewTopic: func(tb testing.TB) string {
 			topic := testdb.Name("k_")
-			if err := c.CreateTopic(topic, 2, nil); err != nil {
+			if err := c.CreateTopic(topic, 2, kafkaTopicConfig); err != nil {
 				tb.Fatalf("create topic %s: %v", topic, err)
 			}
 			return topic
@@ -48,7 +59,7 @@ func kafkaHarness(tb testing.TB) transporttest.Harness {
 		Source: func(tb testing.TB, topic, name string, lease time.Duration) idem.Source {
 			group := topic + "." + name
 			for _, rt := range idemkafka.RetryTopics(topic, group, kafkaTiers) {
-				if err := c.CreateTopic(rt, 2, nil); err != nil && c.TopicInfo(rt) == nil {
+				if err := c.CreateTopic(rt, 2, kafkaTopicConfig); err != nil && c.TopicInfo(rt) == nil {
 					tb.Fatalf("create retry topic %s: %v", rt, err)
 				}
 			}
@@ -62,6 +73,13 @@ func kafkaHarness(tb testing.TB) transporttest.Harness {
 				tb.Fatalf("source on %s: %v", topic, err)
 			}
 			tb.Cleanup(func() { _ = src.Close() })
+			mu.Lock()
+			prev := open[group]
+			open[group] = src
+			mu.Unlock()
+			if prev != nil {
+				_ = prev.Close()
+			}
 			return src
 		},
 		Sink: func(tb testing.TB) idem.Sink {
