@@ -71,6 +71,8 @@ CLIENT_PKGS=(github.com/go-sql-driver/mysql); check idemmysql github.com/go-sql-
 CLIENT_PKGS=(github.com/nats-io/nats.go/jetstream); check idemnats github.com/nats-io/nats.go
 CLIENT_PKGS=(github.com/rabbitmq/amqp091-go); check idemamqp github.com/rabbitmq/amqp091-go
 CLIENT_PKGS=(github.com/redis/go-redis/v9); check idemredis github.com/redis/go-redis/v9
+# kfake (franz-go's in-process cluster) is in the family: idemkafka's tests run against it.
+CLIENT_PKGS=(github.com/twmb/franz-go/pkg/kgo github.com/twmb/franz-go/pkg/kfake); check idemkafka github.com/twmb/franz-go github.com/twmb/franz-go/pkg/kmsg github.com/twmb/franz-go/pkg/kfake
 CLIENT_PKGS=(github.com/prometheus/client_golang/prometheus); check idemprom github.com/prometheus/client_golang
 CLIENT_PKGS=(github.com/santhosh-tekuri/jsonschema/v6 golang.org/x/text/message); check idemschema github.com/santhosh-tekuri/jsonschema/v6 golang.org/x/text
 exit $fail

@@ -38,6 +38,8 @@ require (
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
 	github.com/stretchr/testify v1.12.1
+	github.com/twmb/franz-go v1.22.3
+	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	go.uber.org/goleak v1.3.0
 )
 
@@ -45,7 +47,9 @@ require (
 	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/lithammer/shortuuid/v3 v3.0.7 // indirect
 	github.com/oklog/ulid v1.3.1 // indirect
+	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
+	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 )
 
@@ -56,6 +60,7 @@ require (
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/idemkit/idem/idemkafka v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idemmysql v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/internal/watermillsuite v0.0.0-00010101000000-000000000000
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
@@ -91,3 +96,5 @@ require (
 replace github.com/idemkit/idem/internal/watermillsuite => ../../internal/watermillsuite
 
 replace github.com/idemkit/idem/idemmysql => ../../idemmysql
+
+replace github.com/idemkit/idem/idemkafka => ../../idemkafka
