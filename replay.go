@@ -180,6 +180,10 @@ func (r *Replayer) Replay(ctx context.Context, p ReplayParams) (ReplayResult, er
 			}
 			topic = q
 		}
+		if dl.Reason == ReasonUnauthenticated {
+			return res, fmt.Errorf("idem: replay dead letter %d (event %s): it failed authentication, so its tenant (%q, as claimed) was never verified; it cannot be replayed: discard it, or have its producer send it again, signed",
+				dl.ID, BoundID(dl.Message.EventID), BoundID(dl.Message.Header(HeaderUntrustedTenant)))
+		}
 		msg := dl.Message.Clone()
 		reason := p.Selection.Reason
 		if !r.unedited(dl) {

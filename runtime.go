@@ -409,6 +409,9 @@ func (r *runner[TTx]) deadLetter(workCtx context.Context, stopFetch context.Canc
 	if replaced {
 		fp = identityFingerprint(msg)
 	}
+	if reason == ReasonUnauthenticated {
+		stored, fp = untrustedDeadLetter(stored, fp)
+	}
 	dl := DeadLetter{
 		Consumer:    cfg.Name,
 		Message:     stored,
