@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -260,3 +261,49 @@ func TestRunChecksSourceLimits(t *testing.T) {
 		})
 	}
 }
+
+// TestUnauthenticatedInputIsStoredAsSuch: a forged copy of a legitimate message (same event id,
+// tenant and payload, no valid signature) is dead-lettered without a tenant, the claimed one kept
+// as untrusted text, and never merges into the legitimate message's pending dead letter.
+func TestUnauthenticatedInputIsStoredAsSuch(t *testing.T) {
+	t.Parallel()
+	store := newMemStore()
+	c := memConsumer(t, store, func(cfg *idem.ConsumerConfig[*memTx]) {
+		cfg.Handler = func(context.Context, *memTx, idem.Message) error { return idem.Permanent(errors.New("card declined")) }
+		cfg.Authenticator = idem.AuthenticatorFunc(func(_ context.Context, msg *idem.Message) error {
+			if msg.Header("Sig") != "ok" {
+				return fmt.Errorf("%w: no signature", idem.ErrUnauthenticated)
+			}
+			return nil
+		})
+	})
+	legit := idem.Message{EventID: "evt-1", Tenant: "acme", Payload: []byte(`{"amount":1}`), Headers: map[string]string{"Sig": "ok"}}
+	forged := legit.Clone()
+	delete(forged.Headers, "Sig")
+	src := newMemSource(legit)
+	stop, _, _ := runFor(t, c, src)
+	require.Eventually(t, func() bool { return len(store.dls()) == 1 }, 10*time.Second, 10*time.Millisecond)
+	src.push(forged)
+	require.Eventually(t, func() bool { return len(store.dls()) == 2 }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, stop())
+
+	dls := store.dls()
+	require.Equal(t, idem.ReasonPermanentError, dls[0].Reason, "the legitimate dead letter is untouched")
+	require.Equal(t, "acme", dls[0].Message.Tenant)
+	require.Equal(t, "card declined", dls[0].Error[:len("card declined")])
+	require.Equal(t, idem.ReasonUnauthenticated, dls[1].Reason)
+	require.Empty(t, dls[1].Message.Tenant, "no tenant for what was never verified")
+	require.Equal(t, "acme", dls[1].Message.Header(idem.HeaderUntrustedTenant))
+	require.NotEqual(t, dls[0].Fingerprint, dls[1].Fingerprint)
+
+	// An operator cannot replay it as if it were acme's.
+	_, err := idem.NewReplayer(store, discardSink{}).Replay(context.Background(), idem.ReplayParams{
+		Selection: idem.Selection{IDs: []int64{dls[1].ID}, Actor: "ops", Limit: 1}, Topic: "payments"})
+	require.ErrorContains(t, err, "failed authentication")
+}
+
+// discardSink accepts every publish.
+type discardSink struct{}
+
+func (discardSink) Publish(context.Context, string, ...idem.Message) error { return nil }
+func (discardSink) Close() error                                           { return nil }
