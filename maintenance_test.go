@@ -130,7 +130,7 @@ func TestRunMaintenanceJittersTheFirstRun(t *testing.T) {
 	})
 	src := newMemSource(idem.Message{EventID: "e1", Tenant: "acme", Payload: []byte(`{}`)})
 	stop, _, _ := runFor(t, c, src)
-	require.Eventually(t, func() bool { return src.settledAs("e1") == "ack" }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return src.Settled("e1") == "ack" }, 10*time.Second, 5*time.Millisecond)
 	require.NoError(t, stop())
 	require.Equal(t, int64(time.Hour), r.asked.Load(), "the first delay is drawn from [0, Interval)")
 	require.Zero(t, store.gcStats(), "no collection before the jittered first run")
@@ -145,7 +145,7 @@ func TestRunMaintenanceDisabled(t *testing.T) {
 	})
 	src := newMemSource(idem.Message{EventID: "e1", Tenant: "acme", Payload: []byte(`{}`)})
 	stop, _, _ := runFor(t, c, src)
-	require.Eventually(t, func() bool { return src.settledAs("e1") == "ack" }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return src.Settled("e1") == "ack" }, 10*time.Second, 5*time.Millisecond)
 	time.Sleep(50 * time.Millisecond) // fifty intervals
 	require.NoError(t, stop())
 	require.Zero(t, store.gcStats())

@@ -9,17 +9,16 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// Settlement is how the consumer last settled one event's delivery with a Source.
+// Settlement is the final verdict the consumer gave one event's delivery on a Source. A nak is
+// not one: the Source redelivers the message, and counts the nak (Source.Naks).
 type Settlement string
 
 // The settlements a Source records.
 const (
-	// SettledNone: not settled yet (or never delivered).
+	// SettledNone: no final verdict yet (never delivered, in flight, or nak'ed).
 	SettledNone Settlement = ""
 	// SettledAck: acked after commit (processed or duplicate).
 	SettledAck Settlement = "ack"
-	// SettledNak: handed back for another attempt; the Source redelivers it after the delay.
-	SettledNak Settlement = "nak"
 	// SettledTerm: terminated after a dead letter was written.
 	SettledTerm Settlement = "term"
 )
@@ -34,6 +33,9 @@ type SourceConfig struct {
 	DeliveryLimit int
 	// RedeliveryWindow, when > 0, is reported as an idem.RedeliveryWindower would.
 	RedeliveryWindow time.Duration
+	// FirstAttempt, when set, is what every delivery reports as an idem.FirstAttempter (the
+	// broker's record of the event's first attempt, where the retry budget starts).
+	FirstAttempt time.Time
 }
 
 // Source is an in-memory idem.Source for driving Consumer.Run in unit tests: Push queues a
@@ -51,6 +53,7 @@ type Source struct {
 }
 
 var (
+	_ idem.FirstAttempter     = (*delivery)(nil)
 	_ idem.Source             = (*Source)(nil)
 	_ idem.DeliveryLimiter    = (*Source)(nil)
 	_ idem.RedeliveryWindower = (*Source)(nil)
@@ -138,7 +141,7 @@ func (s *Source) Close() error {
 	return nil
 }
 
-// Settled reports how the delivery of eventID was last settled.
+// Settled reports the final verdict on the delivery of eventID (SettledNone while there is none).
 func (s *Source) Settled(eventID string) Settlement {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -152,7 +155,7 @@ func (s *Source) Naks() int {
 	return s.naks
 }
 
-// Wait blocks until every event in eventIDs has a final settlement (ack or term) or ctx ends,
+// Wait blocks until every event in eventIDs has a final settlement or ctx ends,
 // and returns their settlements in the same order (with ctx's error when it ended first).
 func (s *Source) Wait(ctx context.Context, eventIDs ...string) ([]Settlement, error) {
 	for {
@@ -161,7 +164,7 @@ func (s *Source) Wait(ctx context.Context, eventIDs ...string) ([]Settlement, er
 		final := true
 		for i, id := range eventIDs {
 			out[i] = s.settled[id]
-			final = final && (out[i] == SettledAck || out[i] == SettledTerm)
+			final = final && out[i] != SettledNone
 		}
 		changed := s.changed
 		s.mu.Unlock()
@@ -176,12 +179,14 @@ func (s *Source) Wait(ctx context.Context, eventIDs ...string) ([]Settlement, er
 	}
 }
 
+// settle records a final verdict, or a nak when how is SettledNone.
 func (s *Source) settle(id string, how Settlement) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.settled[id] = how
-	if how == SettledNak {
+	if how == SettledNone {
 		s.naks++
+	} else {
+		s.settled[id] = how
 	}
 	s.notifyLocked()
 }
@@ -206,8 +211,11 @@ func (d *delivery) Term(context.Context) error {
 
 func (d *delivery) Extend(context.Context) error { return nil }
 
+// FirstAttempt makes a delivery an idem.FirstAttempter (zero: the source has no record).
+func (d *delivery) FirstAttempt() time.Time { return d.src.cfg.FirstAttempt }
+
 func (d *delivery) Nak(_ context.Context, delay time.Duration) error {
-	d.src.settle(d.msg.EventID, SettledNak)
+	d.src.settle(d.msg.EventID, SettledNone)
 	m := d.msg
 	m.Attempt++
 	time.AfterFunc(delay, func() { d.src.Push(m) })
