@@ -14,6 +14,13 @@ import (
 	"github.com/idemkit/idem/idemtest"
 )
 
+// The stores satisfy the test kit's interfaces: a handler that takes an idemtest.Enqueuer can be
+// tested with an idemtest.Outbox in front of the real store.
+var (
+	_ idemtest.TxRunner[*sql.Tx] = (*idemsqlite.Store)(nil)
+	_ idemtest.Enqueuer[*sql.Tx] = (*idemsqlite.Store)(nil)
+)
+
 // markPaid is the handler under test: it marks the order of a captured payment paid.
 func markPaid(ctx context.Context, tx *sql.Tx, msg idem.Message) error {
 	var p PaymentCaptured

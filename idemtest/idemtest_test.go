@@ -348,3 +348,52 @@ func TestSourceReportsLimits(t *testing.T) {
 	_, err = src.Receive(context.Background(), 1)
 	require.Error(t, err)
 }
+
+// failEnqueuer fails every enqueue.
+type failEnqueuer struct{ err error }
+
+func (f failEnqueuer) EnqueueTx(context.Context, *memTx, ...idem.Outgoing) error { return f.err }
+
+func TestOutboxRecordsPerTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	boom := errors.New("outbox full")
+	cases := []struct {
+		name    string
+		next    idemtest.Enqueuer[*memTx]
+		wantErr error
+		wantN   int
+	}{
+		{name: "record only", wantN: 2},
+		{name: "failing next records nothing", next: failEnqueuer{boom}, wantErr: boom},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			store := newMemStore()
+			out := &idemtest.Outbox[*memTx]{Next: tc.next}
+			// The handler under test enqueues a follow-up event with the effect.
+			h := func(ctx context.Context, tx *memTx, msg idem.Message) error {
+				return out.EnqueueTx(ctx, tx,
+					idem.Outgoing{EventID: msg.EventID + "-shipped", Topic: "shipping", Payload: []byte(`{}`)},
+					idem.Outgoing{EventID: msg.EventID + "-mailed", Topic: "mail"})
+			}
+			c := newConsumer(t, store, h)
+			msg := idemtest.Message(t, "order.paid", map[string]int{"amount": 1})
+			_, err := idemtest.ProcessRollback(ctx, t, c, store, msg, func(ctx context.Context, tx *memTx, _ idem.Result) {
+				got := out.Enqueued(tx)
+				require.Len(t, got, tc.wantN)
+				if tc.wantN > 0 {
+					require.Equal(t, msg.EventID+"-shipped", got[0].EventID)
+					require.Equal(t, "mail", got[1].Topic)
+				}
+			})
+			if tc.wantErr != nil {
+				require.ErrorIs(t, err, tc.wantErr)
+			} else {
+				require.NoError(t, err)
+			}
+			require.Empty(t, out.Enqueued(&memTx{}), "another transaction saw nothing")
+		})
+	}
+}

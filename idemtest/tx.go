@@ -1,7 +1,8 @@
 // Package idemtest helps users unit-test their idem handlers and consumers, in the spirit of
 // River's rivertest: run a handler or Consumer.ProcessTx in a transaction that is always rolled
-// back (Rollback, ProcessRollback), build messages with sensible defaults (Message), record what
-// was published (Sink), and drive Consumer.Run from memory (Source).
+// back (Rollback, ProcessRollback), build messages with sensible defaults (Message), see what a
+// handler enqueued in its transaction (Outbox), record what was published (Sink), and drive
+// Consumer.Run from memory (Source).
 //
 // It is not a conformance suite: packages storetest, transporttest and consumertest check
 // implementations of idem's interfaces; idemtest is for the code that uses them.
