@@ -77,7 +77,8 @@ type Result struct {
 //
 // Processed and duplicate are successes. Key reuse returns a *KeyReuseError (errors.Is
 // ErrKeyReuse). Any other failure rolls back the claim with the effect, so the next delivery
-// applies the event once.
+// applies the event once. Process opens and commits its own transaction; ProcessTx is its twin
+// in a transaction the caller owns.
 func (c *Consumer[TTx]) Process(ctx context.Context, msg Message) (Result, error) {
 	r := c.process(ctx, msg, nil)
 	return r, r.Err
