@@ -29,7 +29,34 @@ const (
 	DeadLetterFailuresToPauseDefault = 5
 	// GCBatchDefault bounds one garbage-collection batch.
 	GCBatchDefault = 1000
+	// MaintenanceIntervalDefault is how often Run deletes expired claims: claims live for days,
+	// so an hour keeps the table near its steady size at the cost of one indexed delete.
+	MaintenanceIntervalDefault = time.Hour
 )
+
+// MaintenanceConfig configures the claim garbage collection Run does on its own. Every
+// Interval (the first time after a random part of it, so that processes started together do
+// not delete together) Run deletes this consumer's claims older than Retention through
+// Consumer.CollectGarbage. It is safe to run in every process: each delete is a bounded batch of
+// rows already past the horizon, and two processes deleting the same rows delete them once.
+type MaintenanceConfig struct {
+	// Disabled turns self-maintenance off; call Consumer.CollectGarbage on a schedule instead.
+	Disabled bool
+	// Interval is the time between two collections (default MaintenanceIntervalDefault).
+	Interval time.Duration
+	// Batch bounds one delete statement (default GCBatchDefault).
+	Batch int
+}
+
+func (m MaintenanceConfig) withDefaults() MaintenanceConfig {
+	if m.Interval == 0 {
+		m.Interval = MaintenanceIntervalDefault
+	}
+	if m.Batch == 0 {
+		m.Batch = GCBatchDefault
+	}
+	return m
+}
 
 // Handler applies one event's business effect inside tx, the transaction that also holds the
 // event's claim. It must do all its database writes through tx and no external side effects
@@ -120,6 +147,9 @@ type ConsumerConfig[TTx any] struct {
 	MaxPayloadBytes int
 	// Redact configures the masking of secrets in dead-letter error summaries and logs.
 	Redact RedactConfig
+	// Maintenance configures the claim garbage collection Run does by itself (on by default,
+	// hourly).
+	Maintenance MaintenanceConfig
 	// Logger receives one line per settled delivery (default slog.Default()).
 	Logger *slog.Logger
 	// Observer receives one Event per settled delivery, for metrics (package idemprom).
@@ -154,6 +184,7 @@ func (c ConsumerConfig[TTx]) WithDefaults() ConsumerConfig[TTx] {
 	if c.DeadLetterFailuresToPause == 0 {
 		c.DeadLetterFailuresToPause = DeadLetterFailuresToPauseDefault
 	}
+	c.Maintenance = c.Maintenance.withDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -194,6 +225,12 @@ func (c ConsumerConfig[TTx]) Validate() error {
 	}
 	if c.DeadLetterFailuresToPause < 0 {
 		errs = append(errs, fmt.Errorf("DeadLetterFailuresToPause is %d, want > 0", c.DeadLetterFailuresToPause))
+	}
+	if c.Maintenance.Interval < 0 {
+		errs = append(errs, fmt.Errorf("Maintenance.Interval is %v, want > 0", c.Maintenance.Interval))
+	}
+	if c.Maintenance.Batch < 0 {
+		errs = append(errs, fmt.Errorf("Maintenance.Batch is %d, want > 0", c.Maintenance.Batch))
 	}
 	if c.RedeliveryWindow < 0 {
 		errs = append(errs, fmt.Errorf("RedeliveryWindow is %v, want >= 0", c.RedeliveryWindow))

@@ -77,7 +77,8 @@ type Result struct {
 //
 // Processed and duplicate are successes. Key reuse returns a *KeyReuseError (errors.Is
 // ErrKeyReuse). Any other failure rolls back the claim with the effect, so the next delivery
-// applies the event once.
+// applies the event once. Process opens and commits its own transaction; ProcessTx is its twin
+// in a transaction the caller owns.
 func (c *Consumer[TTx]) Process(ctx context.Context, msg Message) (Result, error) {
 	r := c.process(ctx, msg, nil)
 	return r, r.Err
@@ -165,6 +166,34 @@ func (c *Consumer[TTx]) prepare(ctx context.Context, msg Message, now time.Time)
 	return msg, res, true
 }
 
+// ProcessTx runs the full core path of one delivery (identity, size, authentication,
+// validation, retention, fingerprint, claim and handler) inside tx, a transaction the caller
+// began and will end. It is the twin of Process for tests and for callers that own the
+// transaction (package idemtest runs it in a transaction that is always rolled back).
+//
+// The caller decides what happened:
+//   - commit tx after a nil error: the claim and the handler's effect stand together, and a
+//     later delivery of the same event is a duplicate;
+//   - roll back tx: nothing happened, neither claim nor effect, and the next delivery applies
+//     the event as if it were the first;
+//   - after a non-nil error the caller must roll back: tx may hold the claim and part of the
+//     effect of a handler that failed (the key-reuse and checks-before-the-claim failures leave
+//     it untouched, but rolling back is always right).
+//
+// ProcessTx neither retries, nor acks, nor dead-letters, nor extends a lease; Run never uses
+// it (Run's transactions are its own, via Process's path). The returned error equals
+// Result.Err.
+func (c *Consumer[TTx]) ProcessTx(ctx context.Context, tx TTx, msg Message) (Result, error) {
+	now := c.cfg.Now()
+	msg, res, ok := c.prepare(ctx, msg, now)
+	if !ok {
+		return res, res.Err
+	}
+	status, err := c.applyTx(ctx, tx, msg, res, now, nil)
+	res = c.finishResult(ctx, res, status, err)
+	return res, res.Err
+}
+
 // process is Process with an optional in-transaction settle hook (TxAcker).
 func (c *Consumer[TTx]) process(ctx context.Context, msg Message, settle func(ctx context.Context, tx TTx) error) Result {
 	now := c.cfg.Now()
@@ -174,31 +203,38 @@ func (c *Consumer[TTx]) process(ctx context.Context, msg Message, settle func(ct
 	}
 	var status ClaimStatus
 	err := c.store.InTx(ctx, func(ctx context.Context, tx TTx) (err error) {
-		cr, err := c.store.ClaimTx(ctx, tx, ClaimParams{Key: res.Key, Fingerprint: res.Fingerprint, Now: now, Bucket: res.bucket})
-		if err != nil {
-			return err // the store's error names the claim
-		}
-		status = cr.Status
-		switch cr.Status {
-		case ClaimNew:
-			if err := c.runHandler(ctx, tx, msg); err != nil {
-				return err
-			}
-		case ClaimDuplicate:
-			// Nothing to apply; the transaction only settles the delivery (if it can).
-		case ClaimConflict:
-			return &KeyReuseError{Key: res.Key, Claimed: cr.Existing, Received: res.Fingerprint}
-		default:
-			return fmt.Errorf("idem: claim: store returned invalid status %d", cr.Status)
-		}
-		if settle != nil {
-			if err := settle(ctx, tx); err != nil {
-				return fmt.Errorf("idem: settle in transaction: %w", err)
-			}
-		}
-		return nil
+		status, err = c.applyTx(ctx, tx, msg, res, now, settle)
+		return err
 	})
 	return c.finishResult(ctx, res, status, err)
+}
+
+// applyTx claims the prepared message's key in tx, runs the handler on a new claim and, when
+// set, settles the delivery in tx. It returns the claim's status and the error that must roll
+// tx back.
+func (c *Consumer[TTx]) applyTx(ctx context.Context, tx TTx, msg Message, res Result, now time.Time, settle func(ctx context.Context, tx TTx) error) (ClaimStatus, error) {
+	cr, err := c.store.ClaimTx(ctx, tx, ClaimParams{Key: res.Key, Fingerprint: res.Fingerprint, Now: now, Bucket: res.bucket})
+	if err != nil {
+		return 0, err // the store's error names the claim
+	}
+	switch cr.Status {
+	case ClaimNew:
+		if err := c.runHandler(ctx, tx, msg); err != nil {
+			return cr.Status, err
+		}
+	case ClaimDuplicate:
+		// Nothing to apply; the transaction only settles the delivery (if it can).
+	case ClaimConflict:
+		return cr.Status, &KeyReuseError{Key: res.Key, Claimed: cr.Existing, Received: res.Fingerprint}
+	default:
+		return cr.Status, fmt.Errorf("idem: claim: store returned invalid status %d", cr.Status)
+	}
+	if settle != nil {
+		if err := settle(ctx, tx); err != nil {
+			return cr.Status, fmt.Errorf("idem: settle in transaction: %w", err)
+		}
+	}
+	return cr.Status, nil
 }
 
 // finishResult turns the transaction's outcome into the delivery's result.

@@ -3,6 +3,8 @@ package idem
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"math/rand/v2"
 	"time"
 )
 
@@ -38,5 +40,54 @@ func CollectGarbage(ctx context.Context, store ClaimGarbageCollector, consumer s
 		if err := ctx.Err(); err != nil {
 			return total, err
 		}
+	}
+}
+
+// maintain collects this consumer's expired claims every Maintenance.Interval until ctx ends,
+// the first time after a random delay in [0, Interval) so that processes started together
+// spread their deletes. Each collection is logged and reported to a MaintenanceObserver; a
+// failure is retried at the next interval (the rows stay past the horizon, nothing is lost).
+func (c *Consumer[TTx]) maintain(ctx context.Context) {
+	m := c.cfg.Maintenance
+	if m.Disabled {
+		return
+	}
+	var first int64
+	if c.cfg.Rand != nil {
+		first = c.cfg.Rand.Int64N(int64(m.Interval))
+	} else {
+		first = rand.Int64N(int64(m.Interval))
+	}
+	t := time.NewTimer(time.Duration(first))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.collectOnce(ctx)
+		t.Reset(m.Interval)
+	}
+}
+
+// collectOnce runs one collection of maintain and reports it.
+func (c *Consumer[TTx]) collectOnce(ctx context.Context) {
+	n, err := c.CollectGarbage(ctx, c.cfg.Maintenance.Batch)
+	if err != nil && ctx.Err() != nil {
+		return // shutting down: not a failure worth an alert
+	}
+	if o, ok := c.cfg.Observer.(MaintenanceObserver); ok {
+		o.ClaimsCollected(c.cfg.Name, n, err)
+	}
+	attrs := []slog.Attr{slog.String("consumer", c.cfg.Name), slog.Int("deleted", n), slog.Duration("retention", c.cfg.Retention)}
+	switch {
+	case err != nil:
+		c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: claim garbage collection failed",
+			append(attrs, slog.String("error", c.redactor.Text(err.Error())), slog.Duration("retry_in", c.cfg.Maintenance.Interval))...)
+	case n > 0:
+		c.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "idem: expired claims collected", attrs...)
+	default:
+		c.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "idem: expired claims collected", attrs...)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
 )
 
 func memConsumer(t *testing.T, store *memStore, mod func(*idem.ConsumerConfig[*memTx])) *idem.Consumer[*memTx] {
@@ -133,14 +134,14 @@ func TestHostileIdentityDeadLetterIsStored(t *testing.T) {
 		require.Len(t, dl.Message.Headers[idem.HeaderEventIDSHA256], 64)
 		require.False(t, seen[dl.Fingerprint], "dead letter %d: two hostile messages never share a fingerprint", i)
 		seen[dl.Fingerprint] = true
-		require.Equal(t, "term", src.settledAs(msgs[i].EventID), "terminated, not retried")
+		require.Equal(t, idemtest.SettledTerm, src.Settled(msgs[i].EventID), "terminated, not retried")
 	}
 	require.Equal(t, msgs[0].EventID[:idem.BoundIDBytes]+"…", dls[0].Message.EventID)
 	require.Equal(t, dls[0].Message.EventID, dls[1].Message.EventID, "the bounded forms agree…")
 	require.Equal(t, `evt\x00nul`, dls[3].Message.EventID)
 	require.Equal(t, `a\x00b`, dls[3].Message.Headers[`X-Trace\x00`])
 	require.Equal(t, "fine", dls[3].Message.Headers["Ok"])
-	require.Zero(t, src.nakCount())
+	require.Zero(t, src.Naks())
 	require.Less(t, logs.Len(), 16<<10, "no log line carries a whole hostile identity")
 }
 

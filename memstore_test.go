@@ -18,24 +18,31 @@ import (
 type memStore struct {
 	mu          sync.Mutex
 	claims      map[idem.Key]idem.Fingerprint
+	claimedAt   map[idem.Key]time.Time
 	deadLetters []idem.DeadLetter
 	// failDeadLetters makes InsertDeadLetter fail while it holds.
 	failDeadLetters bool
 	dlCalls         int
+	// gcCalls counts DeleteExpiredClaims calls; failGC makes them fail.
+	gcCalls int
+	failGC  error
 }
 
 type memTx struct {
-	claims map[idem.Key]idem.Fingerprint
+	claims    map[idem.Key]idem.Fingerprint
+	claimedAt map[idem.Key]time.Time
 }
 
 var _ idem.Store[*memTx] = (*memStore)(nil)
 
-func newMemStore() *memStore { return &memStore{claims: map[idem.Key]idem.Fingerprint{}} }
+func newMemStore() *memStore {
+	return &memStore{claims: map[idem.Key]idem.Fingerprint{}, claimedAt: map[idem.Key]time.Time{}}
+}
 
 func (s *memStore) Dialect() string { return "memory" }
 
 func (s *memStore) InTx(ctx context.Context, fn func(ctx context.Context, tx *memTx) error) error {
-	tx := &memTx{claims: map[idem.Key]idem.Fingerprint{}}
+	tx := &memTx{claims: map[idem.Key]idem.Fingerprint{}, claimedAt: map[idem.Key]time.Time{}}
 	if err := fn(ctx, tx); err != nil {
 		return err
 	}
@@ -43,6 +50,7 @@ func (s *memStore) InTx(ctx context.Context, fn func(ctx context.Context, tx *me
 	defer s.mu.Unlock()
 	for k, fp := range tx.claims {
 		s.claims[k] = fp
+		s.claimedAt[k] = tx.claimedAt[k]
 	}
 	return nil
 }
@@ -60,6 +68,7 @@ func (s *memStore) ClaimTx(ctx context.Context, tx *memTx, p idem.ClaimParams) (
 		return idem.ClaimResult{Status: idem.ClaimConflict, Existing: fp}, nil
 	}
 	tx.claims[p.Key] = p.Fingerprint
+	tx.claimedAt[p.Key] = p.Now
 	return idem.ClaimResult{Status: idem.ClaimNew}, nil
 }
 
@@ -70,8 +79,53 @@ func (s *memStore) claimed(k idem.Key) bool {
 	return ok
 }
 
-func (s *memStore) DeleteExpiredClaims(context.Context, idem.DeleteExpiredClaimsParams) (int, error) {
-	return 0, nil
+// DeleteExpiredClaims deletes up to p.Limit claims of p.Consumer (all when empty) made before
+// p.Before, as the SQL stores do.
+func (s *memStore) DeleteExpiredClaims(_ context.Context, p idem.DeleteExpiredClaimsParams) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gcCalls++
+	if s.failGC != nil {
+		return 0, s.failGC
+	}
+	n := 0
+	for k, at := range s.claimedAt {
+		if n == p.Limit {
+			break
+		}
+		if (p.Consumer == "" || k.Consumer == p.Consumer) && at.Before(p.Before) {
+			delete(s.claims, k)
+			delete(s.claimedAt, k)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// addClaim stores a committed claim made at at.
+func (s *memStore) addClaim(k idem.Key, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.claims[k] = idem.Fingerprint{1}
+	s.claimedAt[k] = at
+}
+
+func (s *memStore) claimCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.claims)
+}
+
+func (s *memStore) gcStats() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gcCalls
+}
+
+func (s *memStore) setFailGC(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failGC = err
 }
 
 func (s *memStore) ClassifyError(error) idem.Class { return idem.ClassUnknown }

@@ -56,3 +56,10 @@ type Observer interface {
 	// cannot be written).
 	Paused(consumer string)
 }
+
+// MaintenanceObserver is an Observer that also hears of Run's self-maintenance: it is called
+// after each claim garbage collection with how many claims were deleted and the error, if the
+// collection failed. Run discovers it by type assertion, so existing Observers need not change.
+type MaintenanceObserver interface {
+	ClaimsCollected(consumer string, deleted int, err error)
+}

@@ -30,6 +30,10 @@ const (
 // and then terminates the delivery. On shutdown Run stops fetching, lets in-flight deliveries
 // finish within ShutdownTimeout, and naks what is left.
 //
+// Unless Maintenance.Disabled, Run also deletes this consumer's expired claims every
+// Maintenance.Interval while it fetches (see MaintenanceConfig), so no separate garbage-collection
+// job is needed.
+//
 // Before it fetches, Run refuses a retention that does not cover the source's lease and the
 // retry policy (CheckRetention) and a source whose delivery limit or redelivery window the
 // consumer cannot keep its promise over (CheckSourceLimits).
@@ -68,6 +72,11 @@ func (r *runner[TTx]) run(ctx context.Context) error {
 	r.fetchCtx = fetchCtx
 	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWork()
+
+	// Self-maintenance runs while Run fetches and is over before Run returns.
+	maintained := make(chan struct{})
+	go func() { defer close(maintained); r.c.maintain(fetchCtx) }()
+	defer func() { stopFetch(); <-maintained }()
 
 	// In per-event mode each slot is one delivery; in batch mode each slot is one batch.
 	deliveries := make(chan []Delivery)

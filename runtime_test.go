@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/retry"
 )
 
@@ -105,15 +106,15 @@ func TestDeadLetterWriteFailureKeepsMessageAndPauses(t *testing.T) {
 	require.Equal(t, 1, rec.count(idem.OutcomeAbandoned), "then the delivery is given back without a verdict")
 	require.Zero(t, rec.count(idem.OutcomeRetried), "no nak with a retry delay")
 	require.Equal(t, 1, rec.pauses())
-	require.Equal(t, "", src.settledAs("evt-1"), "neither acked nor terminated")
-	require.Equal(t, 1, src.nakCount(), "given back once")
+	require.Equal(t, idemtest.SettledNone, src.Settled("evt-1"), "neither acked nor terminated")
+	require.Equal(t, 1, src.Naks(), "given back once")
 	require.Empty(t, store.dls())
 	require.Contains(t, logs.String(), "dead letters cannot be written")
 
 	// The store comes back: a resumed consumer writes the dead letter and terminates.
 	store.setFailDeadLetters(false)
 	stop, _, _ := runFor(t, c, src)
-	require.Eventually(t, func() bool { return src.settledAs("evt-1") == "term" }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return src.Settled("evt-1") == "term" }, 10*time.Second, 10*time.Millisecond)
 	require.NoError(t, stop())
 	require.Len(t, store.dls(), 1)
 	require.Equal(t, idem.ReasonPermanentError, store.dls()[0].Reason)
@@ -134,10 +135,10 @@ func TestDeadLetterWriteRecoversWithinTheRetries(t *testing.T) {
 	stop, _, _ := runFor(t, c, src)
 	require.Eventually(t, func() bool { return rec.count(idem.OutcomeDeadLetterFailed) >= 2 }, 10*time.Second, 5*time.Millisecond)
 	store.setFailDeadLetters(false)
-	require.Eventually(t, func() bool { return src.settledAs("evt-1") == "term" }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return src.Settled("evt-1") == "term" }, 10*time.Second, 10*time.Millisecond)
 	require.NoError(t, stop())
 	require.Zero(t, rec.pauses())
-	require.Zero(t, src.nakCount(), "kept, not nak'ed, while the write was retried")
+	require.Zero(t, src.Naks(), "kept, not nak'ed, while the write was retried")
 	require.Len(t, store.dls(), 1)
 }
 
@@ -162,20 +163,19 @@ func TestRetryBudgetCountsFromTheFirstAttempt(t *testing.T) {
 	old := time.Now().Add(-time.Hour) // far beyond MaxElapsed, within Retention
 	src := newMemSource(idem.Message{EventID: "evt-old", Payload: []byte(`{}`), PublishedAt: old})
 	stop, _, _ := runFor(t, c, src)
-	require.Eventually(t, func() bool { return src.settledAs("evt-old") != "" }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return src.Settled("evt-old") != "" }, 10*time.Second, 5*time.Millisecond)
 	require.NoError(t, stop())
-	require.Equal(t, "ack", src.settledAs("evt-old"), "retried and processed, not retries_exhausted")
+	require.Equal(t, idemtest.SettledAck, src.Settled("evt-old"), "retried and processed, not retries_exhausted")
 	require.Empty(t, store.dls())
 	require.Equal(t, 1, rec.count(idem.OutcomeRetried))
 
 	// A transport that knows the first delivery was long ago (FirstAttempter) is believed.
-	src = newMemSource()
-	src.firstAttempt = time.Now().Add(-2 * time.Minute)
-	src.push(idem.Message{EventID: "evt-known", Payload: []byte(`{}`)})
+	src = idemtest.NewSource(idemtest.SourceConfig{Name: "mem", FirstAttempt: time.Now().Add(-2 * time.Minute)})
+	src.Push(idem.Message{EventID: "evt-known", Payload: []byte(`{}`)})
 	stop, _, _ = runFor(t, c, src)
-	require.Eventually(t, func() bool { return src.settledAs("evt-known") != "" }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return src.Settled("evt-known") != "" }, 10*time.Second, 5*time.Millisecond)
 	require.NoError(t, stop())
-	require.Equal(t, "term", src.settledAs("evt-known"))
+	require.Equal(t, idemtest.SettledTerm, src.Settled("evt-known"))
 	require.Len(t, store.dls(), 1)
 	require.Equal(t, idem.ReasonRetriesExhausted, store.dls()[0].Reason)
 }
@@ -213,9 +213,9 @@ func TestDeliveriesWithoutVerdictDoNotSpendTheBudget(t *testing.T) {
 	}
 	require.Equal(t, 2, rec.count(idem.OutcomeAbandoned))
 	stop, _, _ := runFor(t, c, src)
-	require.Eventually(t, func() bool { return src.settledAs("evt-1") != "" }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return src.Settled("evt-1") != "" }, 10*time.Second, 5*time.Millisecond)
 	require.NoError(t, stop())
-	require.Equal(t, "ack", src.settledAs("evt-1"), "the delivery on broker attempt 3 was attempt 1 of the budget")
+	require.Equal(t, idemtest.SettledAck, src.Settled("evt-1"), "the delivery on broker attempt 3 was attempt 1 of the budget")
 	require.Empty(t, store.dls())
 	require.EqualValues(t, 4, calls.Load())
 }
@@ -244,8 +244,7 @@ func TestRunChecksSourceLimits(t *testing.T) {
 				cfg.Retry = policy
 				cfg.RedeliveryWindow = 24 * time.Hour
 			})
-			src := newMemSource()
-			src.limit, src.window = tc.limit, tc.window
+			src := idemtest.NewSource(idemtest.SourceConfig{Name: "mem", DeliveryLimit: tc.limit, RedeliveryWindow: tc.window})
 			require.Equal(t, len(tc.want) == 0, idem.CheckSourceLimits(src, policy, 24*time.Hour) == nil)
 			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 			defer cancel()
