@@ -282,7 +282,7 @@ func TestUnauthenticatedInputIsStoredAsSuch(t *testing.T) {
 	src := newMemSource(legit)
 	stop, _, _ := runFor(t, c, src)
 	require.Eventually(t, func() bool { return len(store.dls()) == 1 }, 10*time.Second, 10*time.Millisecond)
-	src.push(forged)
+	src.Push(forged)
 	require.Eventually(t, func() bool { return len(store.dls()) == 2 }, 10*time.Second, 10*time.Millisecond)
 	require.NoError(t, stop())
 
