@@ -57,7 +57,8 @@ const dlColumns = `id, consumer, tenant, event_id, type, payload, headers, publi
 	fingerprint, reason, error, attempts, first_failed_at, last_failed_at, status, source, recovered_at`
 
 // queueColumns are the queue columns in the order QueueFetch reads them.
-const queueColumns = `id, token, attempts, event_id, tenant, type, payload, headers, occurred_at, enqueued_at`
+const queueColumns = `id, token, attempts, event_id, tenant, type, payload, headers, occurred_at, enqueued_at,
+	first_fetched_at`
 
 // outboxColumns are the outbox columns in the order OutboxFetch reads them.
 const outboxColumns = `id, partition_id, event_id, tenant, topic, ordering_key, type, payload, headers,
@@ -108,7 +109,9 @@ func buildQueries(prefix string) queries {
 		queueLock: p(`SELECT id FROM {p}queue
 			WHERE queue = ? AND available_at <= ? AND (lease_until IS NULL OR lease_until <= ?)
 			ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`),
-		queueLease: p(`UPDATE {p}queue SET lease_until = ?, token = token + 1, attempts = attempts + 1
+		// first_fetched_at keeps the first fetch's time: the retry budget counts from it.
+		queueLease: p(`UPDATE {p}queue SET lease_until = ?, token = token + 1, attempts = attempts + 1,
+				first_fetched_at = COALESCE(first_fetched_at, ?)
 			WHERE id IN `),
 		queueRead: p(`SELECT ` + queueColumns + ` FROM {p}queue WHERE id IN `),
 		// A nak clears lease_until, so the token of a nak'ed job no longer acks or naks it.

@@ -56,8 +56,8 @@ func (s *Store) QueuePublishTx(ctx context.Context, tx *sql.Tx, queue string, ms
 // not leased (lease_until NULL or past), lowest id first, in one READ COMMITTED transaction (no
 // gap locks, so publishers never wait for a fetch): SELECT … FOR UPDATE SKIP LOCKED picks and
 // locks the rows (concurrent fetchers skip them instead of
-// waiting), an UPDATE sets lease_until = p.Now+p.Lease and increments token and attempts, and
-// a SELECT reads them back.
+// waiting), an UPDATE sets lease_until = p.Now+p.Lease, increments token and attempts and records
+// p.Now as the first fetch unless one is recorded, and a SELECT reads them back.
 func (s *Store) QueueFetch(ctx context.Context, p idem.QueueFetchParams) ([]idem.QueueJob, error) {
 	if p.Max <= 0 {
 		return nil, nil
@@ -92,7 +92,7 @@ func (s *Store) QueueFetch(ctx context.Context, p idem.QueueFetchParams) ([]idem
 			return nil
 		}
 		in := inList(len(ids))
-		if _, err := tx.ExecContext(ctx, s.q.queueLease+in, int64Args([]any{now.Add(p.Lease).UnixMicro()}, ids)...); err != nil {
+		if _, err := tx.ExecContext(ctx, s.q.queueLease+in, int64Args([]any{now.Add(p.Lease).UnixMicro(), now.UnixMicro()}, ids)...); err != nil {
 			return err
 		}
 		rows, err = tx.QueryContext(ctx, s.q.queueRead+in+" ORDER BY id", int64Args(nil, ids)...)
@@ -106,10 +106,11 @@ func (s *Store) QueueFetch(ctx context.Context, p idem.QueueFetchParams) ([]idem
 				headers  string
 				occurred sql.NullInt64
 				enqueued int64
+				first    sql.NullInt64
 				m        = &j.Message
 			)
 			if err := rows.Scan(&j.ID, &j.Token, &m.Attempt, &m.EventID, &m.Tenant, &m.Type, &m.Payload,
-				&headers, &occurred, &enqueued); err != nil {
+				&headers, &occurred, &enqueued, &first); err != nil {
 				return err
 			}
 			if m.Headers, err = decodeHeaders(headers); err != nil {
@@ -117,6 +118,7 @@ func (s *Store) QueueFetch(ctx context.Context, p idem.QueueFetchParams) ([]idem
 			}
 			m.OccurredAt = fromNullMicros(occurred)
 			m.PublishedAt = fromMicros(enqueued)
+			j.FirstFetchedAt = fromNullMicros(first)
 			jobs = append(jobs, j)
 		}
 		return rows.Err()
@@ -191,11 +193,16 @@ func (s *Store) QueueExtend(ctx context.Context, id, token int64, lease time.Dur
 
 // QueueRelease gives back job id that a fetch leased but nobody received (the receive's context
 // ended as the fetch committed): it ends the lease and takes back the attempt the fetch counted,
-// so the job is available at once, as if never fetched. It is fenced by token like QueueNak; a
+// so the job is available at once, as if never fetched. A job whose attempts go back to 0 also
+// loses its first-fetch time: it never really ran, so its retry budget has not started
+// (first_fetched_at is assigned before attempts: MySQL assigns left to right, each seeing the
+// previous ones). It is fenced by token like QueueNak; a
 // lease no longer held is an error wrapping idem.ErrLeaseLost.
 func (s *Store) QueueRelease(ctx context.Context, id, token int64) error {
 	res, err := s.db.ExecContext(ctx, s.sub(`UPDATE {{prefix}}queue
-		SET lease_until = NULL, attempts = GREATEST(attempts - 1, 0)
+		SET lease_until = NULL,
+			first_fetched_at = CASE WHEN attempts <= 1 THEN NULL ELSE first_fetched_at END,
+			attempts = GREATEST(attempts - 1, 0)
 		WHERE id = ? AND token = ? AND lease_until IS NOT NULL`), id, token)
 	if err != nil {
 		return fmt.Errorf("idemmysql: release queue job %d: %w", id, err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemmysql"
+	"github.com/idemkit/idem/storetest"
 )
 
 func msgs(ids ...string) []idem.Message {
@@ -327,4 +328,11 @@ func TestQueueWait(t *testing.T) {
 			t.Fatal("QueueWait was not woken")
 		}
 	})
+}
+
+// TestQueueFirstFetch runs the first-fetch conformance check: the time the retry budget counts
+// from survives naks, lost leases and releases of a later attempt.
+func TestQueueFirstFetch(t *testing.T) {
+	t.Parallel()
+	storetest.ExerciseQueueFirstFetch(t, factoryFor(idemmysql.Config{}))
 }

@@ -130,13 +130,16 @@ func buildQueries(schema, prefix string, partitioned bool) queries {
 		queueNotify: `SELECT pg_notify($1, $2)`,
 		// ARRAY(…) runs the locking subquery once, as an init plan; SKIP LOCKED lets
 		// concurrent fetchers take different rows instead of queueing on the same ones.
-		queueFetch: `UPDATE {{queue}} SET lease_until = $3, token = token + 1, attempts = attempts + 1
+		// first_fetched_at keeps the first fetch's time: the retry budget counts from it.
+		queueFetch: `UPDATE {{queue}} SET lease_until = $3, token = token + 1, attempts = attempts + 1,
+				first_fetched_at = COALESCE(first_fetched_at, $2)
 			WHERE id = ANY (ARRAY (
 				SELECT id FROM {{queue}}
 				WHERE queue = $1 AND available_at <= $2 AND (lease_until IS NULL OR lease_until <= $2)
 				ORDER BY id LIMIT $4
 				FOR UPDATE SKIP LOCKED))
-			RETURNING id, token, attempts, event_id, tenant, type, payload, headers, occurred_at, enqueued_at`,
+			RETURNING id, token, attempts, event_id, tenant, type, payload, headers, occurred_at, enqueued_at,
+				first_fetched_at`,
 		// A nak clears lease_until, so the token of a nak'ed job no longer acks or naks it.
 		queueAck: `DELETE FROM {{queue}} WHERE id = $1 AND token = $2 AND lease_until IS NOT NULL`,
 		queueNak: `UPDATE {{queue}} SET available_at = $3, lease_until = NULL, last_error = $4

@@ -57,7 +57,8 @@ func (s *Store) QueuePublishTx(ctx context.Context, tx pgx.Tx, queue string, msg
 
 // QueueFetch leases up to p.Max available jobs of p.Queue (available_at <= now, lease never
 // taken or expired), oldest id first, until now+p.Lease. It increments each job's fencing token
-// and attempt count in the same statement; FOR UPDATE SKIP LOCKED lets concurrent workers take
+// and attempt count, and records now as the job's first fetch unless one is recorded, in the same
+// statement; FOR UPDATE SKIP LOCKED lets concurrent workers take
 // different jobs without waiting on each other.
 func (s *Store) QueueFetch(ctx context.Context, p idem.QueueFetchParams) ([]idem.QueueJob, error) {
 	switch {
@@ -78,10 +79,11 @@ func (s *Store) QueueFetch(ctx context.Context, p idem.QueueFetchParams) ([]idem
 			j        idem.QueueJob
 			headers  []byte
 			occurred pgtype.Timestamptz
+			first    pgtype.Timestamptz
 		)
 		m := &j.Message
 		if err := r.Scan(&j.ID, &j.Token, &m.Attempt, &m.EventID, &m.Tenant, &m.Type, &m.Payload,
-			&headers, &occurred, &m.PublishedAt); err != nil {
+			&headers, &occurred, &m.PublishedAt, &first); err != nil {
 			return j, err
 		}
 		var err error
@@ -90,6 +92,7 @@ func (s *Store) QueueFetch(ctx context.Context, p idem.QueueFetchParams) ([]idem
 		}
 		m.OccurredAt = timeOf(occurred)
 		m.PublishedAt = m.PublishedAt.UTC()
+		j.FirstFetchedAt = timeOf(first)
 		return j, nil
 	})
 	if err != nil {

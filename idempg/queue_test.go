@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/storetest"
 )
 
 // msg returns a queue message with every field the queue table keeps.
@@ -404,4 +405,11 @@ func TestListenerReconnects(t *testing.T) {
 			require.NoError(t, store.QueuePublish(ctx, "q", msg(fmt.Sprintf("e%d", i))))
 		}
 	}
+}
+
+// TestQueueFirstFetch runs the first-fetch conformance check: the time the retry budget counts
+// from survives naks, lost leases and releases of a later attempt.
+func TestQueueFirstFetch(t *testing.T) {
+	t.Parallel()
+	storetest.ExerciseQueueFirstFetch(t, factory)
 }

@@ -53,7 +53,8 @@ const dlColumns = `id, consumer, tenant, event_id, type, payload, headers, publi
 	fingerprint, reason, error, attempts, first_failed_at, last_failed_at, status, source, recovered_at`
 
 // queueReturning are the queue columns in the order QueueFetch reads them.
-const queueReturning = `id, token, attempts, event_id, tenant, type, payload, headers, occurred_at, enqueued_at`
+const queueReturning = `id, token, attempts, event_id, tenant, type, payload, headers, occurred_at, enqueued_at,
+	first_fetched_at`
 
 // outboxColumns are the outbox columns in the order scanOutbox reads them.
 const outboxColumns = `id, "partition", event_id, tenant, topic, ordering_key, type, payload, headers,
@@ -100,7 +101,9 @@ func buildQueries(prefix string) queries {
 
 		queueInsert: p(`INSERT INTO {p}queue (queue, event_id, tenant, type, payload, headers, occurred_at,
 			enqueued_at, available_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-		queueFetch: p(`UPDATE {p}queue SET lease_until = ?1, token = token + 1, attempts = attempts + 1
+		// first_fetched_at keeps the first fetch's time: the retry budget counts from it.
+		queueFetch: p(`UPDATE {p}queue SET lease_until = ?1, token = token + 1, attempts = attempts + 1,
+				first_fetched_at = coalesce(first_fetched_at, ?3)
 			WHERE id IN (SELECT id FROM {p}queue
 				WHERE queue = ?2 AND available_at <= ?3 AND (lease_until IS NULL OR lease_until <= ?3)
 				ORDER BY id LIMIT ?4)
@@ -112,7 +115,10 @@ func buildQueries(prefix string) queries {
 			WHERE id = ?2 AND token = ?3 AND lease_until > ?4`),
 		queueExtendHeld: p(`UPDATE {p}queue SET lease_until = max(lease_until, ?1)
 			WHERE id = ?2 AND token = ?3 AND lease_until IS NOT NULL`),
-		queueRelease: p(`UPDATE {p}queue SET lease_until = NULL, attempts = max(attempts - 1, 0)
+		// A job whose attempts go back to 0 never really ran: its retry budget has not started.
+		queueRelease: p(`UPDATE {p}queue SET lease_until = NULL,
+				first_fetched_at = CASE WHEN attempts <= 1 THEN NULL ELSE first_fetched_at END,
+				attempts = max(attempts - 1, 0)
 			WHERE id = ? AND token = ? AND lease_until IS NOT NULL`),
 		queueStats: p(`SELECT count(*), min(enqueued_at) FROM {p}queue WHERE queue = ?`),
 

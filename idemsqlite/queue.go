@@ -53,7 +53,8 @@ func (s *Store) QueuePublishTx(ctx context.Context, tx *sql.Tx, queue string, ms
 
 // QueueFetch leases up to p.Max jobs of p.Queue that are available (available_at <= p.Now) and
 // not leased (lease_until NULL or past), lowest id first, in one UPDATE … RETURNING: each gets
-// lease_until = p.Now+p.Lease and its token and attempts incremented. SQLite's single writer
+// lease_until = p.Now+p.Lease, its token and attempts incremented, and p.Now as its first fetch
+// unless one is recorded. SQLite's single writer
 // makes the statement atomic, so no other fetch can lease the same job.
 func (s *Store) QueueFetch(ctx context.Context, p idem.QueueFetchParams) ([]idem.QueueJob, error) {
 	if p.Max <= 0 {
@@ -73,10 +74,11 @@ func (s *Store) QueueFetch(ctx context.Context, p idem.QueueFetchParams) ([]idem
 			headers  string
 			occurred sql.NullInt64
 			enqueued int64
+			first    sql.NullInt64
 			m        = &j.Message
 		)
 		if err := rows.Scan(&j.ID, &j.Token, &m.Attempt, &m.EventID, &m.Tenant, &m.Type, &m.Payload,
-			&headers, &occurred, &enqueued); err != nil {
+			&headers, &occurred, &enqueued, &first); err != nil {
 			return err
 		}
 		var err error
@@ -85,6 +87,7 @@ func (s *Store) QueueFetch(ctx context.Context, p idem.QueueFetchParams) ([]idem
 		}
 		m.OccurredAt = fromNullMicros(occurred)
 		m.PublishedAt = fromMicros(enqueued)
+		j.FirstFetchedAt = fromNullMicros(first)
 		jobs = append(jobs, j)
 		return nil
 	}
