@@ -27,8 +27,9 @@ type SourceConfig struct {
 	// Subscription is the subscription to pull from: its id in the client's project, or its
 	// full name (projects/<p>/subscriptions/<s>). It must exist.
 	Subscription string
-	// Lease is the ack deadline each delivery gets when received and at each Extend, in whole
-	// seconds from 1 s to 600 s (Pub/Sub's bounds); default LeaseDefault.
+	// Lease is the ack deadline each delivery gets when received and at each Extend, up to
+	// 600 s (Pub/Sub's bound); default LeaseDefault. Pub/Sub counts ack deadlines in whole
+	// seconds, so a fraction is rounded up, and the Source reports the rounded lease.
 	Lease time.Duration
 	// MaxOutstanding is flow control: the most deliveries the source holds unsettled at once.
 	// Receive pulls no more than the room left, and waits for a settle when there is none.
@@ -47,6 +48,9 @@ func (c SourceConfig) WithDefaults() SourceConfig {
 	if c.MaxOutstanding == 0 {
 		c.MaxOutstanding = MaxOutstandingDefault
 	}
+	if c.Lease > 0 && c.Lease <= LeaseMax {
+		c.Lease = time.Duration(seconds(c.Lease)) * time.Second
+	}
 	if c.PullWait == 0 {
 		c.PullWait = PullWaitDefault
 	}
@@ -58,8 +62,8 @@ func (c SourceConfig) validate() error {
 	switch {
 	case c.Subscription == "":
 		return errors.New("SourceConfig.Subscription is empty")
-	case c.Lease < time.Second || c.Lease > LeaseMax || c.Lease%time.Second != 0:
-		return fmt.Errorf("SourceConfig.Lease is %v; Pub/Sub ack deadlines are whole seconds from 1s to %v", c.Lease, LeaseMax)
+	case c.Lease <= 0 || c.Lease > LeaseMax:
+		return fmt.Errorf("SourceConfig.Lease is %v; Pub/Sub ack deadlines are from 1s to %v", c.Lease, LeaseMax)
 	case c.MaxOutstanding < 1:
 		return fmt.Errorf("SourceConfig.MaxOutstanding is %d, want at least 1", c.MaxOutstanding)
 	case c.PullWait <= 0:

@@ -36,22 +36,24 @@ func TestNewSourceConfig(t *testing.T) {
 	topic := newTopic(t, c, false)
 	sub := "projects/" + project + "/subscriptions/" + topic + ".lease"
 	cases := []struct {
-		name string
-		cfg  idempubsub.SourceConfig
-		want string
+		name  string
+		cfg   idempubsub.SourceConfig
+		want  string
+		lease time.Duration
 	}{
-		{"no subscription", idempubsub.SourceConfig{}, "Subscription is empty"},
-		{"sub-second lease", idempubsub.SourceConfig{Subscription: sub, Lease: 1500 * time.Millisecond}, "whole seconds"},
-		{"lease over 600s", idempubsub.SourceConfig{Subscription: sub, Lease: 601 * time.Second}, "whole seconds"},
-		{"negative flow control", idempubsub.SourceConfig{Subscription: sub, MaxOutstanding: -1}, "MaxOutstanding"},
-		{"missing subscription", idempubsub.SourceConfig{Subscription: "nope"}, "subscriptions/nope"},
-		{"ok", idempubsub.SourceConfig{Subscription: sub}, ""},
+		{"no subscription", idempubsub.SourceConfig{}, "Subscription is empty", 0},
+		{"negative lease", idempubsub.SourceConfig{Subscription: sub, Lease: -time.Second}, "ack deadlines", 0},
+		{"lease over 600s", idempubsub.SourceConfig{Subscription: sub, Lease: 601 * time.Second}, "ack deadlines", 0},
+		{"negative flow control", idempubsub.SourceConfig{Subscription: sub, MaxOutstanding: -1}, "MaxOutstanding", 0},
+		{"missing subscription", idempubsub.SourceConfig{Subscription: "nope"}, "subscriptions/nope", 0},
+		{"default lease", idempubsub.SourceConfig{Subscription: sub}, "", idempubsub.LeaseDefault},
+		{"fraction rounded up", idempubsub.SourceConfig{Subscription: sub, Lease: 1500 * time.Millisecond}, "", 2 * time.Second},
 	}
 	for _, tc := range cases {
 		src, err := idempubsub.NewSource(context.Background(), c, tc.cfg)
 		if tc.want == "" {
 			require.NoError(t, err, tc.name)
-			assert.Equal(t, idempubsub.LeaseDefault, src.Lease(), tc.name)
+			assert.Equal(t, tc.lease, src.Lease(), tc.name)
 			assert.Equal(t, 10*time.Minute, src.RedeliveryWindow(), tc.name)
 			assert.Equal(t, 0, src.DeliveryLimit(), tc.name)
 			continue
