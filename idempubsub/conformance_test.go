@@ -132,3 +132,11 @@ func TestConformance(t *testing.T) {
 func BenchmarkPublishReceive(b *testing.B) {
 	transporttest.Benchmark(b, harness(fake(b), "bench"))
 }
+
+// TestHandover: two sources on one subscription share its messages; one closing with
+// deliveries held loses none (they return after its ack deadline), and its Ack after Close
+// still settles (the client stays open).
+func TestHandover(t *testing.T) {
+	t.Parallel()
+	transporttest.ExerciseHandover(t, harness(fake(t)))
+}
