@@ -1,0 +1,115 @@
+package e2e_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"cloud.google.com/go/pubsub/v2/pstest"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/internal/testdb"
+	"github.com/idemkit/idem/consumertest"
+	"github.com/idemkit/idem/idempubsub"
+	"github.com/idemkit/idem/storetest"
+	"github.com/idemkit/idem/transporttest"
+)
+
+const pubsubProject = "idem-e2e"
+
+// pubsubNames are the durable consumer names consumertest opens sources under. A subscription
+// receives only what is published after it exists, as in a deployment that creates its
+// subscriptions before producers publish, so each topic gets them when it is created.
+var pubsubNames = []string{"ledger"}
+
+// pubsubHarness runs over an in-process pstest server (the client library's fake), so it needs
+// no service: a topic per check, a subscription per source name, without message ordering (the
+// suite's checks hold several messages of one key at once). Subscriptions keep messages 10
+// minutes, so the Source's RedeliveryWindow stays within the consumer's.
+func pubsubHarness(tb testing.TB) transporttest.Harness {
+	tb.Helper()
+	srv := pstest.NewServer()
+	tb.Cleanup(func() { _ = srv.Close() })
+	conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		tb.Fatalf("pstest connection: %v", err)
+	}
+	tb.Cleanup(func() { _ = conn.Close() })
+	client, err := pubsub.NewClient(context.Background(), pubsubProject, option.WithGRPCConn(conn))
+	if err != nil {
+		tb.Fatalf("pubsub client: %v", err)
+	}
+	tb.Cleanup(func() { _ = client.Close() })
+	subscribe := func(tb testing.TB, topic, name string) string {
+		sub := "projects/" + pubsubProject + "/subscriptions/" + topic + "." + name
+		_, err := client.SubscriptionAdminClient.CreateSubscription(context.Background(), &pubsubpb.Subscription{
+			Name:                     sub,
+			Topic:                    "projects/" + pubsubProject + "/topics/" + topic,
+			AckDeadlineSeconds:       10,
+			MessageRetentionDuration: durationpb.New(10 * time.Minute),
+		})
+		if err != nil && status.Code(err) != codes.AlreadyExists {
+			tb.Fatalf("create subscription %s: %v", sub, err)
+		}
+		return sub
+	}
+	return transporttest.Harness{
+		Features: transporttest.Features{DelayedNak: true, Persistent: true},
+		NewTopic: func(tb testing.TB) string {
+			topic := testdb.Name("ps_")
+			_, err := client.TopicAdminClient.CreateTopic(context.Background(), &pubsubpb.Topic{Name: "projects/" + pubsubProject + "/topics/" + topic})
+			if err != nil {
+				tb.Fatalf("create topic %s: %v", topic, err)
+			}
+			for _, n := range pubsubNames {
+				subscribe(tb, topic, n)
+			}
+			return topic
+		},
+		Source: func(tb testing.TB, topic, name string, lease time.Duration) idem.Source {
+			src, err := idempubsub.NewSource(context.Background(), client, idempubsub.SourceConfig{
+				Subscription: subscribe(tb, topic, name), Lease: lease, PullWait: 2 * time.Second,
+			})
+			if err != nil {
+				tb.Fatalf("source on %s: %v", topic, err)
+			}
+			tb.Cleanup(func() { _ = src.Close() })
+			return src
+		},
+		Sink: func(tb testing.TB) idem.Sink {
+			settings := pubsub.DefaultPublishSettings
+			settings.DelayThreshold = time.Millisecond
+			sink, err := idempubsub.NewSink(client, idempubsub.SinkConfig{Settings: &settings})
+			if err != nil {
+				tb.Fatal(err)
+			}
+			tb.Cleanup(func() { _ = sink.Close() })
+			return sink
+		},
+	}
+}
+
+func TestRuntimeSQLitePubSub(t *testing.T) {
+	t.Parallel()
+	consumertest.Exercise(t, func(tb testing.TB) (storetest.Bundle[*sql.Tx], transporttest.Harness) {
+		_, b := testdb.SQLite(tb)
+		return b, pubsubHarness(tb)
+	})
+}
+
+func TestRuntimeBatchedSQLitePubSub(t *testing.T) {
+	t.Parallel()
+	consumertest.Exercise(t, func(tb testing.TB) (storetest.Bundle[*sql.Tx], transporttest.Harness) {
+		_, b := testdb.SQLite(tb)
+		return b, pubsubHarness(tb)
+	}, consumertest.Batched(10))
+}
