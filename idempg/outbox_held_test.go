@@ -1,14 +1,8 @@
 package idempg_test
 
 import (
-	"context"
 	"testing"
-	"time"
 
-	"github.com/stretchr/testify/require"
-
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/storetest"
 )
 
@@ -19,25 +13,9 @@ func TestOutboxHeldRows(t *testing.T) {
 	storetest.ExerciseOutboxHeldRows(t, factory)
 }
 
-// TestQueueRelease: a job given back by a Receive that ended is available at once and its
-// attempt is not counted; a stale token cannot release it.
+// TestQueueRelease runs the conformance check of a job given back by a Receive that ended
+// (storetest.ExerciseQueueRelease).
 func TestQueueRelease(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	store := newStore(t, idempg.Config{})
-	require.NoError(t, store.QueuePublish(ctx, "q", idem.Message{EventID: "e1", Payload: []byte("p")}))
-	fetch := func() []idem.QueueJob {
-		jobs, err := store.QueueFetch(ctx, idem.QueueFetchParams{Queue: "q", Max: 10, Lease: time.Hour, Now: time.Now()})
-		require.NoError(t, err)
-		return jobs
-	}
-	jobs := fetch()
-	require.Len(t, jobs, 1)
-	require.Equal(t, 1, jobs[0].Message.Attempt)
-	require.NoError(t, store.QueueRelease(ctx, jobs[0].ID, jobs[0].Token))
-	require.ErrorIs(t, store.QueueRelease(ctx, jobs[0].ID, jobs[0].Token), idem.ErrLeaseLost, "already released")
-	again := fetch()
-	require.Len(t, again, 1, "available at once, not after the lease")
-	require.Equal(t, 1, again[0].Message.Attempt, "the given-back fetch spent no attempt")
-	require.ErrorIs(t, store.QueueRelease(ctx, jobs[0].ID, jobs[0].Token), idem.ErrLeaseLost, "stale token")
+	storetest.ExerciseQueueRelease(t, factory)
 }
