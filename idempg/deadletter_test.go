@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/storetest"
 )
 
 func deadLetter(consumer, tenant, eventID string, reason idem.Reason, at time.Time) idem.DeadLetter {
@@ -234,4 +235,11 @@ func TestListDeadLettersAndStats(t *testing.T) {
 	require.EqualValues(t, 3, st.Pending)
 	require.True(t, st.OldestPending.Equal(t0))
 	require.Equal(t, map[idem.Reason]int64{idem.ReasonPermanentError: 2, idem.ReasonKeyReuse: 1}, st.ByReason)
+}
+
+// TestDeadLetterConformance runs the dead letter checks every store passes
+// (storetest.ExerciseDeadLetters) besides the PostgreSQL ones above.
+func TestDeadLetterConformance(t *testing.T) {
+	t.Parallel()
+	storetest.ExerciseDeadLetters(t, factory)
 }

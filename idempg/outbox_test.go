@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/storetest"
 )
 
 const testPartitions = 4
@@ -328,4 +329,11 @@ func TestLeases(t *testing.T) {
 		}
 		require.Len(t, wins, 1, "winners: %v", wins)
 	})
+}
+
+// TestLeaseConformance runs the lease checks every store passes (storetest.ExerciseLeases)
+// besides the PostgreSQL ones above.
+func TestLeaseConformance(t *testing.T) {
+	t.Parallel()
+	storetest.ExerciseLeases(t, factory)
 }

@@ -1,0 +1,401 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem"
+)
+
+// QueueConfig is what the queue checks ask of a store they open.
+type QueueConfig struct {
+	// PollInterval is how often QueueWait polls when nothing wakes it; 0 is the default.
+	PollInterval time.Duration
+}
+
+// QueueBundle is one isolated store for the queue checks, plus the few hooks only the store's
+// SQL can do.
+type QueueBundle[TTx any] struct {
+	// Store is migrated and private to the test; it must be an idem.QueueStore and an
+	// idem.QueueTxStore[TTx].
+	Store idem.Store[TTx]
+	// LastError reads the last error the queue table recorded for job id. Optional: the nak
+	// check does not read it back without it.
+	LastError func(ctx context.Context, id int64) (string, error)
+	// BeginTx begins a transaction outside the store (the caller's own) and returns it with its
+	// commit. Optional: the check that a publish in it wakes a waiter is skipped without it.
+	BeginTx func(ctx context.Context) (tx TTx, commit func() error, err error)
+}
+
+// QueueFactory builds a fresh QueueBundle with cfg for one test; cleanup goes through tb.Cleanup.
+type QueueFactory[TTx any] func(tb testing.TB, cfg QueueConfig) QueueBundle[TTx]
+
+// ExerciseQueue checks a job queue through idem.QueueStore and idem.QueueTxStore: fetch order,
+// leases and their tokens fencing acks, naks and extends, nak delays, publish and ack inside a
+// transaction, ids never reused, and QueueWait woken by a committed publish only. A store that is
+// no queue store is skipped.
+func ExerciseQueue[TTx any](t *testing.T, factory QueueFactory[TTx]) {
+	t.Helper()
+	t.Run("Fetch", func(t *testing.T) { checkQueueFetch(t, factory) })
+	t.Run("Fencing", func(t *testing.T) { checkQueueFencing(t, factory) })
+	t.Run("ExtendExpired", func(t *testing.T) { checkQueueExtendExpired(t, factory) })
+	t.Run("Nak", func(t *testing.T) { checkQueueNak(t, factory) })
+	t.Run("PublishTx", func(t *testing.T) { checkQueuePublishTx(t, factory) })
+	t.Run("AckTx", func(t *testing.T) { checkQueueAckTx(t, factory) })
+	t.Run("IDsNotReused", func(t *testing.T) { checkQueueIDsNotReused(t, factory) })
+	t.Run("Wait", func(t *testing.T) { checkQueueWait(t, factory) })
+}
+
+// queueTxStore is a store with a queue.
+type queueTxStore[TTx any] interface {
+	idem.Store[TTx]
+	idem.QueueStore
+	idem.QueueTxStore[TTx]
+}
+
+// openedQueue is an opened QueueBundle with its store as a queue.
+type openedQueue[TTx any] struct {
+	QueueBundle[TTx]
+	ctx   context.Context
+	store queueTxStore[TTx]
+}
+
+// openQueue opens a bundle with cfg, skipping the test when its store has no queue.
+func openQueue[TTx any](t *testing.T, f QueueFactory[TTx], cfg QueueConfig) *openedQueue[TTx] {
+	t.Helper()
+	b := f(t, cfg)
+	s, ok := b.Store.(queueTxStore[TTx])
+	if !ok {
+		t.Skip("the store has no queue (not an idem.QueueStore and idem.QueueTxStore)")
+	}
+	return &openedQueue[TTx]{QueueBundle: b, ctx: context.Background(), store: s}
+}
+
+// queueMessages builds one message per event id, with distinct payloads.
+func queueMessages(ids ...string) []idem.Message {
+	out := make([]idem.Message, len(ids))
+	for i, id := range ids {
+		out[i] = idem.Message{EventID: id, Tenant: "acme", Type: "t", Payload: []byte(`{"n":` + fmt.Sprint(i) + `}`)}
+	}
+	return out
+}
+
+// jobEventIDs lists the event ids of jobs, in order.
+func jobEventIDs(jobs []idem.QueueJob) []string {
+	out := make([]string, len(jobs))
+	for i, j := range jobs {
+		out[i] = j.Message.EventID
+	}
+	return out
+}
+
+func checkQueueFetch[TTx any](t *testing.T, f QueueFactory[TTx]) {
+	t.Parallel()
+	b := openQueue(t, f, QueueConfig{})
+	occurred := utcNow().Add(-time.Minute)
+	in := idem.Message{EventID: "e1", Tenant: "acme", Type: "payment.captured", Payload: []byte(`{"a":1}`),
+		Headers: map[string]string{"trace": "x"}, OccurredAt: occurred}
+	require.NoError(t, b.store.QueuePublish(b.ctx, "q", in))
+	require.NoError(t, b.store.QueuePublish(b.ctx, "q", queueMessages("e2", "e3", "e4")...))
+	require.NoError(t, b.store.QueuePublish(b.ctx, "other", queueMessages("x1")...))
+
+	t0 := time.Now()
+	jobs, err := b.store.QueueFetch(b.ctx, idem.QueueFetchParams{Queue: "q", Max: 2, Lease: time.Minute, Now: t0})
+	require.NoError(t, err)
+	require.Equal(t, []string{"e1", "e2"}, jobEventIDs(jobs), "lowest ids first, at most Max")
+	got := jobs[0].Message
+	require.Equal(t, 1, got.Attempt)
+	require.EqualValues(t, 1, jobs[0].Token)
+	require.Equal(t, in.Payload, got.Payload)
+	require.Equal(t, in.Headers, got.Headers)
+	require.Equal(t, in.Tenant, got.Tenant)
+	require.Equal(t, in.Type, got.Type)
+	require.True(t, occurred.Equal(got.OccurredAt))
+	require.WithinDuration(t, t0, got.PublishedAt, 5*time.Second, "PublishedAt is the enqueue time")
+
+	jobs2, err := b.store.QueueFetch(b.ctx, idem.QueueFetchParams{Queue: "q", Max: 10, Lease: time.Minute, Now: t0})
+	require.NoError(t, err)
+	require.Equal(t, []string{"e3", "e4"}, jobEventIDs(jobs2), "leased jobs are not fetched twice")
+
+	none, err := b.store.QueueFetch(b.ctx, idem.QueueFetchParams{Queue: "q", Max: 10, Lease: time.Minute, Now: t0})
+	require.NoError(t, err)
+	require.Empty(t, none)
+
+	// After the lease runs out the jobs come back with a new token and attempt.
+	again, err := b.store.QueueFetch(b.ctx, idem.QueueFetchParams{Queue: "q", Max: 1, Lease: time.Minute, Now: t0.Add(2 * time.Minute)})
+	require.NoError(t, err)
+	require.Equal(t, []string{"e1"}, jobEventIDs(again))
+	require.Equal(t, jobs[0].ID, again[0].ID)
+	require.EqualValues(t, 2, again[0].Token)
+	require.Equal(t, 2, again[0].Message.Attempt)
+
+	// The old holder is fenced off.
+	err = b.store.QueueAck(b.ctx, jobs[0].ID, jobs[0].Token)
+	require.ErrorIs(t, err, idem.ErrLeaseLost)
+	require.ErrorContains(t, err, fmt.Sprintf("job %d", jobs[0].ID))
+	require.NoError(t, b.store.QueueAck(b.ctx, again[0].ID, again[0].Token))
+
+	st, err := b.store.QueueStats(b.ctx, "q")
+	require.NoError(t, err)
+	require.EqualValues(t, 3, st.Backlog)
+	require.WithinDuration(t, t0, st.Oldest, 5*time.Second)
+	st, err = b.store.QueueStats(b.ctx, "empty")
+	require.NoError(t, err)
+	require.Equal(t, idem.QueueStats{}, st)
+}
+
+func checkQueueFencing[TTx any](t *testing.T, f QueueFactory[TTx]) {
+	t.Parallel()
+	b := openQueue(t, f, QueueConfig{})
+	require.NoError(t, b.store.QueuePublish(b.ctx, "q", queueMessages("e1")...))
+	t0 := time.Now()
+	first, err := b.store.QueueFetch(b.ctx, idem.QueueFetchParams{Queue: "q", Max: 1, Lease: time.Second, Now: t0})
+	require.NoError(t, err)
+	require.Len(t, first, 1)
+	// The lease has expired; another worker takes the job (a clock an hour on, so that the new
+	// lease outlives the test).
+	second, err := b.store.QueueFetch(b.ctx, idem.QueueFetchParams{Queue: "q", Max: 1, Lease: time.Hour, Now: t0.Add(time.Hour)})
+	require.NoError(t, err)
+	require.Len(t, second, 1)
+	stale, cur := first[0], second[0]
+
+	tests := []struct {
+		name string
+		op   func(id, token int64) error
+	}{
+		{"ack", func(id, token int64) error { return b.store.QueueAck(b.ctx, id, token) }},
+		{"ackTx", func(id, token int64) error {
+			return b.store.InTx(b.ctx, func(ctx context.Context, tx TTx) error {
+				return b.store.QueueAckTx(ctx, tx, id, token)
+			})
+		}},
+		{"nak", func(id, token int64) error {
+			return b.store.QueueNak(b.ctx, idem.QueueNakParams{ID: id, Token: token, Error: "x", Now: t0})
+		}},
+		{"extend", func(id, token int64) error { return b.store.QueueExtend(b.ctx, id, token, time.Minute) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.op(stale.ID, stale.Token)
+			require.ErrorIs(t, err, idem.ErrLeaseLost)
+			require.ErrorContains(t, err, fmt.Sprintf("job %d", stale.ID))
+			err = tt.op(stale.ID+1000, cur.Token)
+			require.ErrorIs(t, err, idem.ErrLeaseLost, "unknown id")
+		})
+	}
+	// The current holder still owns the job.
+	require.NoError(t, b.store.QueueExtend(b.ctx, cur.ID, cur.Token, time.Hour))
+	require.NoError(t, b.store.QueueAck(b.ctx, cur.ID, cur.Token))
+	err = b.store.QueueAck(b.ctx, cur.ID, cur.Token)
+	require.ErrorIs(t, err, idem.ErrLeaseLost, "acked twice")
+}
+
+func checkQueueExtendExpired[TTx any](t *testing.T, f QueueFactory[TTx]) {
+	t.Parallel()
+	b := openQueue(t, f, QueueConfig{})
+	require.NoError(t, b.store.QueuePublish(b.ctx, "q", queueMessages("e1", "e2")...))
+	jobs, err := b.store.QueueFetch(b.ctx, idem.QueueFetchParams{Queue: "q", Max: 2, Lease: time.Microsecond, Now: time.Now()})
+	require.NoError(t, err)
+	require.Len(t, jobs, 2)
+	time.Sleep(2 * time.Millisecond)
+
+	// Its lease is over: another worker may fetch it at any moment, so it cannot be extended.
+	require.ErrorIs(t, b.store.QueueExtend(b.ctx, jobs[0].ID, jobs[0].Token, time.Hour), idem.ErrLeaseLost)
+
+	// A live lease can: fetched with a real clock, extended by an hour, it is not fetched 2 minutes on.
+	t0 := time.Now()
+	live, err := b.store.QueueFetch(b.ctx, idem.QueueFetchParams{Queue: "q", Max: 1, Lease: time.Minute, Now: t0})
+	require.NoError(t, err)
+	require.Len(t, live, 1)
+	require.NoError(t, b.store.QueueExtend(b.ctx, live[0].ID, live[0].Token, time.Hour))
+	later, err := b.store.QueueFetch(b.ctx, idem.QueueFetchParams{Queue: "q", Max: 2, Lease: time.Minute, Now: t0.Add(2 * time.Minute)})
+	require.NoError(t, err)
+	require.Equal(t, []string{"e2"}, jobEventIDs(later))
+	require.ErrorContains(t, b.store.QueueExtend(b.ctx, live[0].ID, live[0].Token, 0), "lease is 0s")
+}
+
+func checkQueueNak[TTx any](t *testing.T, f QueueFactory[TTx]) {
+	t.Parallel()
+	b := openQueue(t, f, QueueConfig{})
+	require.NoError(t, b.store.QueuePublish(b.ctx, "q", queueMessages("e1")...))
+	t0 := time.Now()
+	fetch := func(at time.Time) []idem.QueueJob {
+		t.Helper()
+		jobs, err := b.store.QueueFetch(b.ctx, idem.QueueFetchParams{Queue: "q", Max: 1, Lease: time.Hour, Now: at})
+		require.NoError(t, err)
+		return jobs
+	}
+	jobs := fetch(t0)
+	require.Len(t, jobs, 1)
+	require.NoError(t, b.store.QueueNak(b.ctx, idem.QueueNakParams{
+		ID: jobs[0].ID, Token: jobs[0].Token, Delay: 30 * time.Second, Error: "downstream 503", Now: t0}))
+
+	require.Empty(t, fetch(t0.Add(29*time.Second)), "not before the delay, although the lease is cleared")
+	again := fetch(t0.Add(30 * time.Second))
+	require.Len(t, again, 1)
+	require.Equal(t, 2, again[0].Message.Attempt)
+	if b.LastError != nil {
+		lastErr, err := b.LastError(b.ctx, again[0].ID)
+		require.NoError(t, err)
+		require.Equal(t, "downstream 503", lastErr)
+	} else {
+		t.Log("no LastError hook: the nak's error is not read back")
+	}
+
+	// A nak without delay makes the job available at once.
+	require.NoError(t, b.store.QueueNak(b.ctx, idem.QueueNakParams{ID: again[0].ID, Token: again[0].Token, Now: t0.Add(30 * time.Second)}))
+	require.Len(t, fetch(t0.Add(30*time.Second)), 1)
+}
+
+func checkQueuePublishTx[TTx any](t *testing.T, f QueueFactory[TTx]) {
+	t.Parallel()
+	b := openQueue(t, f, QueueConfig{})
+	errRollback := errors.New("business write failed")
+	err := b.store.InTx(b.ctx, func(ctx context.Context, tx TTx) error {
+		require.NoError(t, b.store.QueuePublishTx(ctx, tx, "q", queueMessages("rolled-back")...))
+		return errRollback
+	})
+	require.ErrorIs(t, err, errRollback)
+	require.NoError(t, b.store.InTx(b.ctx, func(ctx context.Context, tx TTx) error {
+		return b.store.QueuePublishTx(ctx, tx, "q", queueMessages("committed")...)
+	}))
+	jobs, err := b.store.QueueFetch(b.ctx, idem.QueueFetchParams{Queue: "q", Max: 10, Lease: time.Minute, Now: time.Now()})
+	require.NoError(t, err)
+	require.Equal(t, []string{"committed"}, jobEventIDs(jobs))
+
+	require.ErrorContains(t, b.store.QueuePublish(b.ctx, "q", idem.Message{}), "empty event id")
+	require.ErrorContains(t, b.store.QueuePublish(b.ctx, "", queueMessages("e")...), "queue name is empty")
+}
+
+func checkQueueAckTx[TTx any](t *testing.T, f QueueFactory[TTx]) {
+	t.Parallel()
+	b := openQueue(t, f, QueueConfig{})
+	require.NoError(t, b.store.QueuePublish(b.ctx, "q", queueMessages("e1")...))
+	jobs, err := b.store.QueueFetch(b.ctx, idem.QueueFetchParams{Queue: "q", Max: 1, Lease: time.Minute, Now: time.Now()})
+	require.NoError(t, err)
+	j := jobs[0]
+
+	// The ack rolls back with the handler.
+	errHandler := errors.New("handler failed")
+	err = b.store.InTx(b.ctx, func(ctx context.Context, tx TTx) error {
+		require.NoError(t, b.store.QueueAckTx(ctx, tx, j.ID, j.Token))
+		return errHandler
+	})
+	require.ErrorIs(t, err, errHandler)
+	st, err := b.store.QueueStats(b.ctx, "q")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.Backlog)
+
+	require.NoError(t, b.store.InTx(b.ctx, func(ctx context.Context, tx TTx) error {
+		return b.store.QueueAckTx(ctx, tx, j.ID, j.Token)
+	}))
+	st, err = b.store.QueueStats(b.ctx, "q")
+	require.NoError(t, err)
+	require.EqualValues(t, 0, st.Backlog)
+}
+
+// TestQueueIDsNotReused guards the fencing token: a new job never gets the id of an acked one,
+// so an old (id, token) pair cannot match it.
+func checkQueueIDsNotReused[TTx any](t *testing.T, f QueueFactory[TTx]) {
+	t.Parallel()
+	b := openQueue(t, f, QueueConfig{})
+	require.NoError(t, b.store.QueuePublish(b.ctx, "q", queueMessages("e1")...))
+	jobs, err := b.store.QueueFetch(b.ctx, idem.QueueFetchParams{Queue: "q", Max: 1, Lease: time.Minute, Now: time.Now()})
+	require.NoError(t, err)
+	require.NoError(t, b.store.QueueAck(b.ctx, jobs[0].ID, jobs[0].Token))
+	require.NoError(t, b.store.QueuePublish(b.ctx, "q", queueMessages("e2")...))
+	next, err := b.store.QueueFetch(b.ctx, idem.QueueFetchParams{Queue: "q", Max: 1, Lease: time.Minute, Now: time.Now()})
+	require.NoError(t, err)
+	require.Greater(t, next[0].ID, jobs[0].ID)
+	require.ErrorIs(t, b.store.QueueAck(b.ctx, jobs[0].ID, jobs[0].Token), idem.ErrLeaseLost)
+}
+
+func checkQueueWait[TTx any](t *testing.T, f QueueFactory[TTx]) {
+	t.Parallel()
+	// A poll interval far longer than the test: only a wake-up can end a wait early.
+	b := openQueue(t, f, QueueConfig{PollInterval: time.Hour})
+
+	wait := func(max time.Duration) <-chan error {
+		done := make(chan error, 1)
+		go func() { done <- b.store.QueueWait(b.ctx, "q", max) }()
+		time.Sleep(20 * time.Millisecond) // let it start waiting
+		return done
+	}
+
+	t.Run("max", func(t *testing.T) {
+		start := time.Now()
+		require.NoError(t, b.store.QueueWait(b.ctx, "q", 30*time.Millisecond))
+		require.GreaterOrEqual(t, time.Since(start), 30*time.Millisecond)
+	})
+
+	t.Run("context", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(b.ctx, 20*time.Millisecond)
+		defer cancel()
+		require.ErrorIs(t, b.store.QueueWait(ctx, "q", time.Hour), context.DeadlineExceeded)
+	})
+
+	t.Run("publish wakes", func(t *testing.T) {
+		done := wait(time.Hour)
+		require.NoError(t, b.store.QueuePublish(b.ctx, "q", queueMessages("e1")...))
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("QueueWait was not woken by QueuePublish")
+		}
+	})
+
+	t.Run("publish in InTx wakes after commit", func(t *testing.T) {
+		done := wait(time.Hour)
+		require.NoError(t, b.store.InTx(b.ctx, func(ctx context.Context, tx TTx) error {
+			require.NoError(t, b.store.QueuePublishTx(ctx, tx, "q", queueMessages("e2")...))
+			select {
+			case <-done:
+				t.Error("QueueWait woke before commit")
+			case <-time.After(50 * time.Millisecond):
+			}
+			return nil
+		}))
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("QueueWait was not woken after commit")
+		}
+	})
+
+	t.Run("rolled back publish does not wake", func(t *testing.T) {
+		start := time.Now()
+		done := make(chan error, 1)
+		go func() { done <- b.store.QueueWait(b.ctx, "q", 300*time.Millisecond) }()
+		time.Sleep(20 * time.Millisecond)
+		_ = b.store.InTx(b.ctx, func(ctx context.Context, tx TTx) error {
+			require.NoError(t, b.store.QueuePublishTx(ctx, tx, "q", queueMessages("e3")...))
+			return errors.New("roll back")
+		})
+		require.NoError(t, <-done)
+		require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
+	})
+
+	t.Run("publish in caller's own tx wakes", func(t *testing.T) {
+		if b.BeginTx == nil {
+			t.Skip("no BeginTx hook: the check cannot begin a transaction outside the store")
+		}
+		done := wait(time.Hour)
+		tx, commit, err := b.BeginTx(b.ctx)
+		require.NoError(t, err)
+		require.NoError(t, b.store.QueuePublishTx(b.ctx, tx, "q", queueMessages("e4")...))
+		require.NoError(t, commit())
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("QueueWait was not woken")
+		}
+	})
+}
