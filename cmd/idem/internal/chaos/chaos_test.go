@@ -65,8 +65,10 @@ func runChaos(t *testing.T, d time.Duration, timeout time.Duration) Report {
 		Duration:    d,
 		Executable:  exe,
 		Out:         &logWriter{t: t},
-		// A run that does not drain fails within the CI budget rather than after minutes.
-		DrainTimeout: time.Minute,
+		// A run that does not drain fails within the CI budget rather than after minutes; two
+		// minutes because a database outage near the end, with dead-letter writes refused and
+		// consumers pausing, takes a loaded 2-core machine more than one to work off.
+		DrainTimeout: DrainTimeoutDefault,
 		Logf:         t.Logf,
 		Verbose:      os.Getenv("IDEM_CHAOS_VERBOSE") == "1",
 	})
