@@ -107,7 +107,7 @@ func TestChaosShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping the chaos run in -short mode")
 	}
-	r := runChaos(t, 30*time.Second, 3*time.Minute)
+	r := runChaos(t, 30*time.Second, 4*time.Minute)
 	require.GreaterOrEqual(t, r.Kills, 10)
 }
 
