@@ -60,22 +60,25 @@ func (m Message) Clone() Message {
 // (HeaderReplayEventTime), since a replay resets the publish time and a late replay must not
 // pass for a fresh event. Zero when none is known; an error when the replay header does not parse.
 func (m Message) eventTime() (time.Time, error) {
+	var rt time.Time
+	if v := m.Header(HeaderReplayEventTime); v != "" {
+		var err error
+		if rt, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			return time.Time{}, fmt.Errorf("header %s: %w", HeaderReplayEventTime, err)
+		}
+	}
+	return earliest(m.OccurredAt, m.PublishedAt, rt), nil
+}
+
+// earliest returns the earliest of the non-zero times, zero when all are.
+func earliest(ts ...time.Time) time.Time {
 	var t time.Time
-	earliest := func(c time.Time) {
+	for _, c := range ts {
 		if !c.IsZero() && (t.IsZero() || c.Before(t)) {
 			t = c
 		}
 	}
-	earliest(m.OccurredAt)
-	earliest(m.PublishedAt)
-	if v := m.Header(HeaderReplayEventTime); v != "" {
-		rt, err := time.Parse(time.RFC3339Nano, v)
-		if err != nil {
-			return time.Time{}, fmt.Errorf("header %s: %w", HeaderReplayEventTime, err)
-		}
-		earliest(rt)
-	}
-	return t, nil
+	return t
 }
 
 // Key identifies one effect: the same event processed by the same consumer (at the same effect

@@ -229,16 +229,11 @@ func (r *Replayer) Replay(ctx context.Context, p ReplayParams) (ReplayResult, er
 // replayEventTime is the original time of dl's event: the earliest of its OccurredAt, its
 // PublishedAt, its first failure and the event time an earlier replay carried.
 func replayEventTime(dl DeadLetter) time.Time {
-	var t time.Time
-	for _, c := range []time.Time{dl.Message.OccurredAt, dl.Message.PublishedAt, dl.FirstFailed} {
-		if !c.IsZero() && (t.IsZero() || c.Before(t)) {
-			t = c
-		}
+	t, err := dl.Message.eventTime()
+	if err != nil { // an earlier replay's time that does not parse is left out, never guessed
+		t = earliest(dl.Message.OccurredAt, dl.Message.PublishedAt)
 	}
-	if prev, err := time.Parse(time.RFC3339Nano, dl.Message.Header(HeaderReplayEventTime)); err == nil && (t.IsZero() || prev.Before(t)) {
-		t = prev
-	}
-	return t
+	return earliest(t, dl.FirstFailed)
 }
 
 // unedited reports whether dl's message still has the fingerprint stored with it, recomputed with
