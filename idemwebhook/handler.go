@@ -2,8 +2,6 @@ package idemwebhook
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -443,20 +441,10 @@ func bounded(s string) string {
 	return strings.ToValidUTF8(s[:maxDetailLen], "") + "…"
 }
 
-// rawFingerprint is the fingerprint idem gives a delivery rejected before its content was
-// fingerprinted: SHA-256 over the tag "idem.fp.v1.raw", the type and the body, each prefixed
-// with its length (8 bytes, little-endian). It equals idem.ComputeFingerprint's for a payload
-// that is not JSON (a test holds the two together), so Replayer accepts these dead letters as
-// unedited and two different rejected requests never share a pending dead letter.
+// rawFingerprint is the fingerprint of a delivery rejected before the consumer computed one: the
+// core's, with Raw so that a body that is not JSON still hashes (Replayer accepts such dead
+// letters as unedited, and two different rejected requests never share a pending dead letter).
 func rawFingerprint(msg idem.Message) idem.Fingerprint {
-	h := sha256.New()
-	var n [8]byte
-	for _, b := range [][]byte{[]byte("idem.fp.v1.raw"), []byte(msg.Type), msg.Payload} {
-		binary.LittleEndian.PutUint64(n[:], uint64(len(b)))
-		h.Write(n[:])
-		h.Write(b)
-	}
-	var fp idem.Fingerprint
-	h.Sum(fp[:0])
+	fp, _ := idem.ComputeFingerprint(msg, idem.FingerprintConfig{Raw: true}) // Raw hashes anything
 	return fp
 }
