@@ -3,28 +3,13 @@ package storetest
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
 )
-
-// captureSink is a Sink that keeps what it is given, so a check can deliver a replay itself.
-type captureSink struct {
-	mu   sync.Mutex
-	msgs []idem.Message
-}
-
-func (c *captureSink) Publish(_ context.Context, _ string, msgs ...idem.Message) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.msgs = append(c.msgs, msgs...)
-	return nil
-}
-
-func (c *captureSink) Close() error { return nil }
 
 // replayChecks are the checks of an operator's replay against the claims a store keeps.
 func replayChecks[TTx any](run func(string, func(*suite[TTx]))) {
@@ -72,14 +57,14 @@ func replayChecks[TTx any](run func(string, func(*suite[TTx]))) {
 		require.NoError(s.t, err)
 		require.Equal(s.t, 1, n, "the copy's claim is collected after the retention")
 
-		sink := &captureSink{}
+		sink := idemtest.NewSink()
 		res, err := idem.NewReplayer(s.b.Store, sink).Replay(s.ctx, idem.ReplayParams{
 			Selection: idem.Selection{IDs: []int64{dl.ID}, Actor: "ops", Limit: 1},
 		})
 		require.NoError(s.t, err)
 		require.Equal(s.t, []int64{dl.ID}, res.Replayed)
-		require.Len(s.t, sink.msgs, 1)
-		replay := sink.msgs[0]
+		require.Len(s.t, sink.Published(), 1)
+		replay := sink.Published()[0].Message
 		got, err := time.Parse(time.RFC3339Nano, replay.Header(idem.HeaderReplayEventTime))
 		require.NoError(s.t, err, "the replay carries the original event time")
 		require.True(s.t, got.Equal(t0), "original event time %v, want %v", got, t0)
