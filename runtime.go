@@ -230,7 +230,12 @@ func (r *runner[TTx]) handleBatch(workCtx context.Context, ds []Delivery, stopFe
 	hctx, cancel := context.WithCancelCause(workCtx)
 	defer cancel(nil)
 	stopExtend := r.extendLease(hctx, cancel, ds...)
-	results := r.c.processBatch(hctx, msgs, settles)
+	var results []Result
+	if cfg.SetHandler != nil {
+		results = r.c.processSet(hctx, msgs, settles)
+	} else {
+		results = r.c.processBatch(hctx, msgs, settles)
+	}
 	stopExtend()
 	for i, d := range ds {
 		r.settle(workCtx, hctx, stopFetch, d, msgs[i], results[i], start, firsts[i], settles[i] != nil)
