@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -40,12 +41,22 @@ func (c *Consumer[TTx]) processSet(ctx context.Context, msgs []Message, settles 
 	b := c.prepareBatch(ctx, msgs)
 	if len(b.items) > 0 {
 		if err := c.applySet(ctx, bs, b.items, b.params, b.results, settles); err != nil {
-			if ctx.Err() != nil {
+			var one *errSetOfOne
+			switch {
+			case errors.As(err, &one):
+				// The set was one event: its failure is that event's own, and running its
+				// handler again would only repeat it. The rest (duplicates, key reuse) go on.
+				it := b.items[one.j]
+				b.results[it.i] = c.finishResult(ctx, b.results[it.i], ClaimNew, one.err)
+				its := append(b.items[:one.j:one.j], b.items[one.j+1:]...)
+				ps := append(b.params[:one.j:one.j], b.params[one.j+1:]...)
+				c.applyEach(ctx, bs, its, ps, b.results, settles)
+			case ctx.Err() != nil:
 				// Nothing is applied and nothing more can be: each delivery is retried.
 				for _, it := range b.items {
 					b.results[it.i] = c.finishResult(ctx, b.results[it.i], 0, err)
 				}
-			} else {
+			default:
 				c.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "idem: set failed, applying its events one by one",
 					slog.String("consumer", c.cfg.Name), slog.Int("events", len(b.items)),
 					slog.String("error", c.redactor.Text(err.Error())))
@@ -85,11 +96,19 @@ func (c *Consumer[TTx]) applySet(ctx context.Context, bs BatchStore[TTx], items 
 		}
 		claims = crs
 		if len(set) > 0 {
-			if err := c.runSetHandler(ctx, tx, set); err != nil {
-				return err
+			err := c.runSetHandler(ctx, tx, set)
+			if err == nil && checker != nil && checker.TxEnded(tx) {
+				err = fmt.Errorf("%w (found after the set handler returned)", ErrTxEnded)
 			}
-			if checker != nil && checker.TxEnded(tx) {
-				return fmt.Errorf("%w (found after the set handler returned)", ErrTxEnded)
+			if err != nil && len(set) == 1 {
+				for j, cr := range crs {
+					if cr.Status == ClaimNew {
+						return &errSetOfOne{j: j, err: err}
+					}
+				}
+			}
+			if err != nil {
+				return err
 			}
 		}
 		for j, it := range items {
@@ -115,6 +134,16 @@ func (c *Consumer[TTx]) applySet(ctx context.Context, bs BatchStore[TTx], items 
 	}
 	return nil
 }
+
+// errSetOfOne carries, out of the rolled-back transaction, the failure of a set that held one
+// new event: items[j]'s.
+type errSetOfOne struct {
+	j   int
+	err error
+}
+
+func (e *errSetOfOne) Error() string { return e.err.Error() }
+func (e *errSetOfOne) Unwrap() error { return e.err }
 
 // runSetHandler calls the set handler, turning a panic into a *panicError so the transaction
 // rolls back.

@@ -58,6 +58,8 @@ func TestSetPath(t *testing.T) {
 		{name: "OnePoisonInASet", poison: "p", batch: []Message{setMsg("a"), setMsg("p"), setMsg("b")},
 			want: []Outcome{OutcomeProcessed, OutcomeFailed, OutcomeProcessed}, firstSet: []string{"a", "p", "b"},
 			perEvent: 4, reason: ReasonPermanentError}, // a, p (aborts), then a and b again
+		{name: "ASetOfOneFailsWithoutARerun", poison: "p", before: []Message{setMsg("a")}, batch: []Message{setMsg("a"), setMsg("p")},
+			want: []Outcome{OutcomeDuplicate, OutcomeFailed}, perEvent: 1, reason: ReasonPermanentError},
 		{name: "OnePanicInASet", panicky: "p", batch: []Message{setMsg("a"), setMsg("p"), setMsg("b")},
 			want: []Outcome{OutcomeProcessed, OutcomeFailed, OutcomeProcessed}, firstSet: []string{"a", "p", "b"},
 			perEvent: 4, reason: ReasonHandlerPanic},
