@@ -18,6 +18,7 @@ import (
 	"math"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,10 +106,11 @@ func (o Options) Validate() error {
 			return fmt.Errorf("bench: batch size %d: want 1..10000", b)
 		}
 	}
-	known := map[string]bool{"baseline": true, "ceiling": true, "per_event": true, "batched": true, "set_batch": true, "pipeline_queue": true, "pipeline_jetstream": true, "outbox_e2e": true, "memory": true, "large_inbox": true}
+	known := map[string]bool{"baseline": true, "ceiling": true, "per_event": true, "batched": true, "set_batch": true, "pipeline_queue": true, "pipeline_jetstream": true, "outbox_e2e": true, "memory": true, "large_inbox": true,
+		"sqlite_ceiling": true, "sqlite_per_event": true, "sqlite_batched": true, "sqlite_set_batch": true, "sqlite_pipeline": true}
 	for _, c := range o.Cases {
 		if !known[c] {
-			return fmt.Errorf("bench: unknown case %q (known: baseline, ceiling, per_event, batched, set_batch, large_inbox, pipeline_queue, pipeline_jetstream, outbox_e2e, memory)", c)
+			return fmt.Errorf("bench: unknown case %q (known: baseline, ceiling, per_event, batched, set_batch, large_inbox, pipeline_queue, pipeline_jetstream, outbox_e2e, memory, sqlite_ceiling, sqlite_per_event, sqlite_batched, sqlite_set_batch, sqlite_pipeline)", c)
 		}
 	}
 	return nil
@@ -140,7 +142,7 @@ type Ratio struct {
 	Key    string  `json:"key,omitempty"`
 	Name   string  `json:"ratio"`
 	Value  float64 `json:"value"`
-	Target float64 `json:"target"`
+	Target float64 `json:"target"` // 0: measured, no target
 	// Min means the value must be at least Target (else at most).
 	Min bool `json:"min"`
 	OK  bool `json:"ok"`
@@ -340,6 +342,13 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	}
 	defer e.close()
 	want := func(c string) bool { return slices.Contains(opts.Cases, c) }
+	var l *lite
+	if slices.ContainsFunc(opts.Cases, func(c string) bool { return strings.HasPrefix(c, "sqlite_") }) {
+		if l, err = newLite(ctx, e); err != nil {
+			return nil, err
+		}
+		defer l.close()
+	}
 	var out []Result
 	add := func(r Result, err error) error {
 		if err != nil {
@@ -377,6 +386,33 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 				if err := add(e.setBatch(ctx, conc, b)); err != nil {
 					return out, err
 				}
+			}
+		}
+		if want("sqlite_ceiling") {
+			if err := add(l.ceiling(ctx, conc)); err != nil {
+				return out, err
+			}
+		}
+		if want("sqlite_per_event") {
+			if err := add(l.perEvent(ctx, conc)); err != nil {
+				return out, err
+			}
+		}
+		for _, set := range []bool{false, true} {
+			if (!set && !want("sqlite_batched")) || (set && !want("sqlite_set_batch")) {
+				continue
+			}
+			for _, b := range opts.BatchSizes {
+				if err := add(l.batched(ctx, conc, b, set)); err != nil {
+					return out, err
+				}
+			}
+		}
+	}
+	if want("sqlite_pipeline") {
+		for _, batch := range []int{0, 100} {
+			if err := add(l.pipeline(ctx, 8, batch)); err != nil {
+				return out, err
 			}
 		}
 	}
@@ -578,6 +614,18 @@ func Ratios(rs []Result) []Ratio {
 		pb, okB := find(p, 8, 100)
 		ratio(p+"_batched/batched", p+"(100) / batched(100) (8 workers)", pb, ba, okB, ok3, 0.8, true)
 	}
+	// SQLite, side by side in the same run; only the pipeline's ratio has a target (0: none).
+	sce, okC := find("sqlite_ceiling", 8, 0)
+	spe, okE := find("sqlite_per_event", 8, 0)
+	sba, okB := find("sqlite_batched", 8, 100)
+	ssb, okS := find("sqlite_set_batch", 8, 100)
+	spp, okP := find("sqlite_pipeline", 8, 0)
+	spb, okPB := find("sqlite_pipeline", 8, 100)
+	ratio("sqlite_per_event/sqlite_ceiling", "sqlite_per_event / sqlite_ceiling (8 workers)", spe, sce, okE, okC, 0, true)
+	ratio("sqlite_batched/sqlite_per_event", "sqlite_batched(100) / sqlite_per_event (8 workers)", sba, spe, okB, okE, 0, true)
+	ratio("sqlite_set_batch/sqlite_per_event", "sqlite_set_batch(100) / sqlite_per_event (8 workers)", ssb, spe, okS, okE, 0, true)
+	ratio("sqlite_pipeline/sqlite_ceiling", "sqlite_pipeline / sqlite_ceiling (8 workers)", spp, sce, okP, okC, 0.8, true)
+	ratio("sqlite_pipeline_batched/sqlite_batched", "sqlite_pipeline(100) / sqlite_batched(100) (8 workers)", spb, sba, okPB, okB, 0, true)
 	for _, inbox := range []string{"plain", "partitioned"} {
 		var large, empty Result
 		var okL, okE bool

@@ -30,7 +30,8 @@ func newBenchCmd(e *env) *cobra.Command {
 effect without idem), ceiling (the claim and effect SQL alone), per_event, batched (batch sizes
 10, 100, 500), set_batch (the same sizes, one multi-row effect per batch), pipeline_queue and pipeline_jetstream (publish → consume → commit → ack),
 outbox_e2e (producer commit to consumer commit at a fixed offered rate), memory, and on request
-large_inbox (10 million existing claims). It prints a table and the ratios against idem's
+large_inbox (10 million existing claims) and the SQLite cases, in a temporary database file
+beside it: sqlite_ceiling, sqlite_per_event, sqlite_batched, sqlite_set_batch, sqlite_pipeline. It prints a table and the ratios against idem's
 targets, or with --json one object per case ("cases"), the ratios by name ("ratios", such as
 "set_batch/per_event") and the targets they are held to ("targets"). --soak runs the soak instead: the outbox →
 JetStream → consumer path at a steady rate for --duration.`,
