@@ -45,3 +45,27 @@ func BenchmarkSetBatch100(b *testing.B) {
 	b.ReportMetric(r.EventsPerS, "events/s")
 	b.ReportMetric(r.AllocsPerEv, "allocs/event")
 }
+
+// BenchmarkSQLitePipeline runs the queue-table pipeline on SQLite at 8 workers, per event, for
+// profiling: go test -run='^$' -bench=SQLitePipeline -benchtime=5000x -cpuprofile cpu.out ./internal/bench
+func BenchmarkSQLitePipeline(b *testing.B) {
+	ctx := context.Background()
+	e, err := newEnv(ctx, Options{PostgresURL: testenv.Postgres(b), Concurrency: []int{8}}.WithDefaults())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.close()
+	l, err := newLite(ctx, e)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.close()
+	e.opts.Events = b.N
+	b.ReportAllocs()
+	b.ResetTimer()
+	r, err := l.pipeline(ctx, 8, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(r.EventsPerS, "events/s")
+}
