@@ -106,11 +106,11 @@ func (o Options) Validate() error {
 			return fmt.Errorf("bench: batch size %d: want 1..10000", b)
 		}
 	}
-	known := map[string]bool{"baseline": true, "ceiling": true, "per_event": true, "batched": true, "set_batch": true, "pipeline_queue": true, "pipeline_jetstream": true, "outbox_e2e": true, "memory": true, "large_inbox": true,
+	known := map[string]bool{"baseline": true, "ceiling": true, "per_event": true, "batched": true, "set_batch": true, "set_ceiling": true, "pipeline_queue": true, "pipeline_jetstream": true, "outbox_e2e": true, "memory": true, "large_inbox": true,
 		"sqlite_ceiling": true, "sqlite_per_event": true, "sqlite_batched": true, "sqlite_set_batch": true, "sqlite_pipeline": true}
 	for _, c := range o.Cases {
 		if !known[c] {
-			return fmt.Errorf("bench: unknown case %q (known: baseline, ceiling, per_event, batched, set_batch, large_inbox, pipeline_queue, pipeline_jetstream, outbox_e2e, memory, sqlite_ceiling, sqlite_per_event, sqlite_batched, sqlite_set_batch, sqlite_pipeline)", c)
+			return fmt.Errorf("bench: unknown case %q (known: baseline, ceiling, per_event, batched, set_batch, set_ceiling, large_inbox, pipeline_queue, pipeline_jetstream, outbox_e2e, memory, sqlite_ceiling, sqlite_per_event, sqlite_batched, sqlite_set_batch, sqlite_pipeline)", c)
 		}
 	}
 	return nil
@@ -381,6 +381,13 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 				}
 			}
 		}
+		if want("set_ceiling") {
+			for _, b := range opts.BatchSizes {
+				if err := add(e.setCeiling(ctx, conc, b)); err != nil {
+					return out, err
+				}
+			}
+		}
 		if want("set_batch") {
 			for _, b := range opts.BatchSizes {
 				if err := add(e.setBatch(ctx, conc, b)); err != nil {
@@ -513,6 +520,43 @@ func (e *env) batched(ctx context.Context, conc, batch int, name string) (Result
 	return result(name, conc, batch, len(msgs), d), err
 }
 
+// setCeiling is the set path's SQL alone: per batch, idempg's multi-row claim statement, the
+// set's effect statement and the commit, with no Go work besides building the arguments.
+func (e *env) setCeiling(ctx context.Context, conc, batch int) (Result, error) {
+	n := max(e.opts.Events, conc*batch*2)
+	msgs := e.messages(n)
+	claim := `INSERT INTO ` + e.schema + `.idem_claims (tenant, consumer, event_id, fingerprint, created_at)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::timestamptz[])
+		ON CONFLICT DO NOTHING RETURNING tenant, consumer, event_id`
+	fp := make([]byte, 32)
+	d, err := parallel(ctx, msgs, conc, batch, func(ctx context.Context, part []idem.Message) error {
+		tenants, consumers, ids := make([]string, len(part)), make([]string, len(part)), make([]string, len(part))
+		fps, nows := make([][]byte, len(part)), make([]time.Time, len(part))
+		now := time.Now()
+		for i, m := range part {
+			tenants[i], consumers[i], ids[i], fps[i], nows[i] = m.Tenant, "ceiling@v1", m.EventID, fp, now
+		}
+		return pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, claim, tenants, consumers, ids, fps, nows)
+			if err != nil {
+				return err
+			}
+			claimed := 0
+			for rows.Next() {
+				claimed++
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			if claimed != len(part) {
+				return fmt.Errorf("set_ceiling: %d of %d claimed", claimed, len(part))
+			}
+			return e.creditSet(ctx, tx, part)
+		})
+	})
+	return result("set_ceiling", conc, batch, len(msgs), d), err
+}
+
 // setBatch runs Consumer.ProcessSet: per batch one multi-row claim, one multi-row effect
 // statement and one commit. It also reports allocations per event (of the whole process while
 // the case runs, client library included).
@@ -606,6 +650,8 @@ func Ratios(rs []Result) []Ratio {
 	ratio("batched/per_event", "batched(100) / per_event (8 workers)", ba, pe, ok3, ok1, 10, true)
 	sb, ok5 := find("set_batch", 8, 100)
 	ratio("set_batch/per_event", "set_batch(100) / per_event (8 workers)", sb, pe, ok5, ok1, 10, true)
+	sc, ok6 := find("set_ceiling", 8, 100)
+	ratio("set_batch/set_ceiling", "set_batch(100) / set_ceiling(100) (8 workers)", sb, sc, ok5, ok6, 0, true)
 	bl, ok4 := find("baseline", 8, 0)
 	ratio("per_event/baseline", "per_event / baseline (8 workers)", pe, bl, ok1, ok4, 0.8, true)
 	for _, p := range []string{"pipeline_queue", "pipeline_jetstream"} {

@@ -19,7 +19,7 @@ func TestSmoke(t *testing.T) {
 	rs, err := Run(ctx, Options{
 		PostgresURL: testenv.Postgres(t), NATSURL: testenv.NATS(t),
 		Events: 200, Concurrency: []int{1, 8}, BatchSizes: []int{10, 100},
-		Cases: []string{"baseline", "ceiling", "per_event", "batched", "set_batch", "pipeline_queue", "pipeline_jetstream", "outbox_e2e", "memory", "large_inbox",
+		Cases: []string{"baseline", "ceiling", "per_event", "batched", "set_batch", "set_ceiling", "pipeline_queue", "pipeline_jetstream", "outbox_e2e", "memory", "large_inbox",
 			"sqlite_ceiling", "sqlite_per_event", "sqlite_batched", "sqlite_set_batch", "sqlite_pipeline"},
 		LargeInboxClaims: 20000, OfferedRate: 100, OfferedSeconds: 2,
 		Logf: t.Logf,
@@ -30,12 +30,12 @@ func TestSmoke(t *testing.T) {
 		cases[r.Case] = true
 		require.Positive(t, r.EventsPerS, "%+v", r)
 	}
-	for _, c := range []string{"baseline", "ceiling", "per_event", "batched", "set_batch", "pipeline_queue", "pipeline_jetstream", "outbox_e2e", "memory_batched", "large_inbox",
+	for _, c := range []string{"baseline", "ceiling", "per_event", "batched", "set_batch", "set_ceiling", "pipeline_queue", "pipeline_jetstream", "outbox_e2e", "memory_batched", "large_inbox",
 		"sqlite_ceiling", "sqlite_per_event", "sqlite_batched", "sqlite_set_batch", "sqlite_pipeline"} {
 		require.True(t, cases[c], "case %s ran", c)
 	}
 	ratios := RatioMap(Ratios(rs))
-	for _, k := range []string{"per_event/ceiling", "batched/per_event", "set_batch/per_event", "per_event/baseline",
+	for _, k := range []string{"per_event/ceiling", "batched/per_event", "set_batch/per_event", "set_batch/set_ceiling", "per_event/baseline",
 		"pipeline_queue/per_event", "pipeline_queue_batched/batched", "pipeline_jetstream/per_event", "pipeline_jetstream_batched/batched",
 		"large_inbox/empty_inbox_plain", "large_inbox/empty_inbox_partitioned",
 		"sqlite_per_event/sqlite_ceiling", "sqlite_batched/sqlite_per_event", "sqlite_set_batch/sqlite_per_event",
