@@ -205,3 +205,22 @@ func TestConfig(t *testing.T) {
 		})
 	}
 }
+
+// startedCtx returns a context under an ended "producer" span.
+func startedCtx(t *testing.T, b bundle) context.Context {
+	t.Helper()
+	ctx, span := b.tracer.Start(context.Background(), "producer")
+	span.End()
+	return ctx
+}
+
+// ended returns the ended spans named name, in the order they ended.
+func ended(b bundle, name string) []sdktrace.ReadOnlySpan {
+	var out []sdktrace.ReadOnlySpan
+	for _, s := range b.recorder.Ended() {
+		if s.Name() == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
