@@ -36,6 +36,7 @@
 //
 // Telemetry is the consumer's idem.Observer and the relay's idemrelay.Observer. Its instruments
 // are idemprom's: idem_messages_total{consumer,queue,outcome}, idem_handling_seconds, … with the
-// same attributes. Event ids, tenants and error text never become metric attributes: each
+// same attributes; ObserveStores adds idemprom's store figures (backlogs, oldest ages, pending
+// dead letters). Event ids, tenants and error text never become metric attributes: each
 // distinct value would be a new series.
 package idemotel

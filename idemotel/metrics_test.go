@@ -18,6 +18,11 @@ import (
 
 // collect returns every data point of reader as "name{k=v,…}" → value (sums and gauges) or
 // sample count (histograms).
+func collectFloat(t *testing.T, reader *sdkmetric.ManualReader) map[string]float64 {
+	t.Helper()
+	return collect(t, reader)
+}
+
 func collect(t *testing.T, reader *sdkmetric.ManualReader) map[string]float64 {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
@@ -43,6 +48,10 @@ func collect(t *testing.T, reader *sdkmetric.ManualReader) map[string]float64 {
 			case metricdata.Gauge[int64]:
 				for _, p := range d.DataPoints {
 					out[key(m.Name, p.Attributes)] = float64(p.Value)
+				}
+			case metricdata.Gauge[float64]:
+				for _, p := range d.DataPoints {
+					out[key(m.Name, p.Attributes)] = p.Value
 				}
 			case metricdata.Histogram[float64]:
 				for _, p := range d.DataPoints {

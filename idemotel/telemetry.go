@@ -136,6 +136,7 @@ type Telemetry struct {
 	propagator propagation.TextMapPropagator
 	redactor   *idem.Redactor
 	metrics    *instruments
+	meter      metric.Meter
 }
 
 var (
@@ -151,7 +152,8 @@ func New(cfg Config) (*Telemetry, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	m, err := newInstruments(cfg.MeterProvider.Meter(ScopeName), cfg)
+	meter := cfg.MeterProvider.Meter(ScopeName)
+	m, err := newInstruments(meter, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -161,5 +163,6 @@ func New(cfg Config) (*Telemetry, error) {
 		propagator: cfg.Propagator,
 		redactor:   idem.NewRedactor(cfg.Redact),
 		metrics:    m,
+		meter:      meter,
 	}, nil
 }
