@@ -25,7 +25,6 @@ const (
 	attrReason       = "idem.reason"
 	attrErrorType    = "error.type"
 	attrRetryDelay   = "idem.retry.delay_ms"
-	attrQueue        = "idem.queue"
 	eventRetry       = "retry"
 	eventDLWriteFail = "dead_letter_write_failed"
 )

@@ -3,6 +3,7 @@ package oteltrace_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 	"github.com/idemkit/idem/idemrelay"
 	"github.com/idemkit/idem/idemsqlite"
 	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/retry"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -127,7 +129,12 @@ func (f *flow) outboxMessage(id string) idem.Message {
 	return m
 }
 
-func newFlow(t *testing.T, tr transport, batch bool) *flow {
+// options vary a flow: batched processing, a handler that fails each event's first attempt.
+type options struct {
+	batch, failFirst bool
+}
+
+func newFlow(t *testing.T, tr transport, opt options) *flow {
 	t.Helper()
 	store, _ := testdb.SQLite(t)
 	rec := tracetest.NewSpanRecorder()
@@ -142,9 +149,19 @@ func newFlow(t *testing.T, tr transport, batch bool) *flow {
 		Topic: func(idem.Outgoing) string { return f.topic }})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = f.relay.Release(context.Background()) })
+	attempts := map[string]int{}
+	var mu sync.Mutex
 	cfg := idem.ConsumerConfig[*sql.Tx]{
-		Name: "ledger@v1",
+		Name:  "ledger@v1",
+		Retry: retry.Policy{MaxAttempts: 3, MaxElapsed: time.Minute, Base: 10 * time.Millisecond, Cap: 20 * time.Millisecond},
 		Handler: func(ctx context.Context, tx *sql.Tx, msg idem.Message) error {
+			mu.Lock()
+			attempts[msg.EventID]++
+			first := attempts[msg.EventID] == 1
+			mu.Unlock()
+			if opt.failFirst && first {
+				return idem.Transient(errors.New("upstream 503"))
+			}
 			// The user's own database span nests in the handler's.
 			ctx, span := f.app.Start(ctx, "db credit")
 			defer span.End()
@@ -157,7 +174,7 @@ func newFlow(t *testing.T, tr transport, batch bool) *flow {
 		Observer: tel,
 		Tracer:   tel,
 	}
-	if batch {
+	if opt.batch {
 		cfg.Batch = idem.BatchConfig{Enabled: true, Size: 10, MaxWait: 300 * time.Millisecond}
 	}
 	f.consumer, err = idem.NewConsumer[*sql.Tx](store, cfg)
@@ -258,7 +275,7 @@ func TestOneTracePerEvent(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr.name, func(t *testing.T) {
 			t.Parallel()
-			f := newFlow(t, tr, false)
+			f := newFlow(t, tr, options{})
 			f.run()
 			producer := f.produce("evt-1")
 			f.relayOnce(1)
@@ -309,7 +326,7 @@ func TestBatchLinksProducers(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr.name, func(t *testing.T) {
 			t.Parallel()
-			f := newFlow(t, tr, true)
+			f := newFlow(t, tr, options{batch: true})
 			producer := f.produce("evt-a", "evt-b", "evt-c")
 			f.relayOnce(3)
 			f.run()
@@ -344,6 +361,41 @@ func TestBatchLinksProducers(t *testing.T) {
 				require.Equal(t, "processed", attr(delivery, "idem.outcome"))
 				byParent(t, handles, delivery.SpanContext())
 			}
+		})
+	}
+}
+
+// TestRetryIsAnEventThenANewDelivery: a transient failure ends the delivery's span with outcome
+// retried and a retry event; the redelivery is a second span under the same publish span, whose
+// handler runs again and succeeds.
+func TestRetryIsAnEventThenANewDelivery(t *testing.T) {
+	t.Parallel()
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFlow(t, tr, options{failFirst: true})
+			f.run()
+			f.produce("evt-r")
+			f.relayOnce(1)
+
+			publish := f.spans("publish "+f.topic, 1)[0]
+			processes := f.spans("process "+f.src.Name(), 2)
+			byOutcome := map[string]sdktrace.ReadOnlySpan{}
+			for _, p := range processes {
+				require.Equal(t, publish.SpanContext().SpanID(), p.Parent().SpanID())
+				byOutcome[attr(p, "idem.outcome")] = p
+			}
+			retried, processed := byOutcome["retried"], byOutcome["processed"]
+			require.NotNil(t, retried, "no retried delivery")
+			require.NotNil(t, processed, "no processed delivery")
+			require.Len(t, retried.Events(), 1)
+			require.Equal(t, "retry", retried.Events()[0].Name)
+			require.Equal(t, "transient", attr(retried, "error.type"))
+			require.Equal(t, "1", attr(retried, "idem.attempt"))
+			require.Equal(t, "2", attr(processed, "idem.attempt"))
+			handles := f.spans("handle payment.captured", 2)
+			byParent(t, handles, retried.SpanContext())
+			byParent(t, handles, processed.SpanContext())
 		})
 	}
 }
