@@ -34,12 +34,16 @@ const (
 // Event describes one settled delivery (or one failed dead-letter write), for metrics. It
 // carries no payload, and its Tenant and EventID are in their bounded form (BoundID).
 type Event struct {
-	Consumer  string
-	Queue     string
-	Tenant    string
-	EventID   string
-	Attempt   int
-	Outcome   Outcome
+	Consumer string
+	Queue    string
+	Tenant   string
+	EventID  string
+	Attempt  int
+	Outcome  Outcome
+	// Result is what the claim and the handler found before the verdict (Result.Outcome of
+	// Process): processed, duplicate, key_reuse or failed. Outcome is the verdict on the
+	// delivery that followed (a failure is retried, dead-lettered or abandoned).
+	Result    Outcome
 	ErrorType Class
 	// Reason is set when Outcome is OutcomeDeadLettered or OutcomeDeadLetterFailed.
 	Reason Reason

@@ -329,7 +329,7 @@ func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.Ca
 	if res.Key.Tenant != "" {
 		msg.Tenant = res.Key.Tenant
 	}
-	ev := Event{Consumer: cfg.Name, Queue: r.src.Name(), Tenant: BoundID(msg.Tenant), EventID: BoundID(msg.EventID), Attempt: msg.Attempt}
+	ev := Event{Consumer: cfg.Name, Queue: r.src.Name(), Tenant: BoundID(msg.Tenant), EventID: BoundID(msg.EventID), Attempt: msg.Attempt, Result: res.Outcome}
 
 	// Settle with the broker on a context that survives shutdown for a moment.
 	sctx, scancel := context.WithTimeout(context.WithoutCancel(workCtx), 10*time.Second)

@@ -29,12 +29,13 @@ func with(ctx context.Context, name string) context.Context {
 type fakeTracer struct {
 	mu       sync.Mutex
 	events   map[string][]idem.Outcome // by event id
+	results  map[string][]idem.Outcome // the events' Result, by event id
 	handlers map[string][]string       // the chain each handler ran under, by event id
 	ends     map[string][]error        // the handler errors, by event id
 }
 
 func newFakeTracer() *fakeTracer {
-	return &fakeTracer{events: map[string][]idem.Outcome{}, handlers: map[string][]string{}, ends: map[string][]error{}}
+	return &fakeTracer{events: map[string][]idem.Outcome{}, results: map[string][]idem.Outcome{}, handlers: map[string][]string{}, ends: map[string][]error{}}
 }
 
 func (f *fakeTracer) StartDelivery(ctx context.Context, consumer, queue string, msg idem.Message) idem.DeliveryTrace {
@@ -74,6 +75,7 @@ func (d *fakeDelivery) Observe(ev idem.Event) {
 	d.f.mu.Lock()
 	defer d.f.mu.Unlock()
 	d.f.events[d.id] = append(d.f.events[d.id], ev.Outcome)
+	d.f.results[d.id] = append(d.f.results[d.id], ev.Result)
 }
 
 // TestTracerSeesEveryDelivery: Run hands each delivery's verdict to its trace, runs the handler
@@ -118,6 +120,9 @@ func TestTracerSeesEveryDelivery(t *testing.T) {
 
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
+	require.Equal(t, []idem.Outcome{idem.OutcomeFailed, idem.OutcomeProcessed}, tr.results["evt-retry"])
+	require.Equal(t, []idem.Outcome{idem.OutcomeFailed}, tr.results["evt-panic"])
+	require.ElementsMatch(t, []idem.Outcome{idem.OutcomeProcessed, idem.OutcomeDuplicate}, tr.results["evt-dup"])
 	require.Equal(t, []string{"delivery evt-retry", "handler"}, tr.handlers["evt-retry"])
 	require.Len(t, tr.ends["evt-retry"], 2)
 	require.ErrorIs(t, tr.ends["evt-retry"][0], boom)

@@ -78,7 +78,8 @@ func (d *delivery) Context(ctx context.Context) context.Context {
 }
 
 // Observe records ev on the span: a failed dead-letter write as an event, the verdict as
-// attributes (a retry also as an event), after which the span ends. Outcomes other than
+// attributes (idem.outcome, and idem.result for what the claim and handler found), a retry
+// also as an event, after which the span ends. Outcomes other than
 // processed and duplicate set the span's status to error.
 func (d *delivery) Observe(ev idem.Event) {
 	if ev.Outcome == idem.OutcomeDeadLetterFailed {
@@ -89,6 +90,9 @@ func (d *delivery) Observe(ev idem.Event) {
 		return
 	}
 	d.span.SetAttributes(attribute.String(attrOutcome, string(ev.Outcome)), attribute.Int(attrAttempt, ev.Attempt))
+	if ev.Result != "" {
+		d.span.SetAttributes(attribute.String(attrResult, string(ev.Result)))
+	}
 	if ev.Reason != "" {
 		d.span.SetAttributes(attribute.String(attrReason, string(ev.Reason)))
 	}

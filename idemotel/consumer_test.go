@@ -23,20 +23,21 @@ func TestDeliverySpan(t *testing.T) {
 		name       string
 		events     []idem.Event
 		outcome    string
+		result     string
 		reason     string
 		status     codes.Code
 		spanEvents []string
 	}{
-		{"processed", []idem.Event{{Outcome: idem.OutcomeProcessed}}, "processed", "", codes.Unset, nil},
-		{"duplicate", []idem.Event{{Outcome: idem.OutcomeDuplicate}}, "duplicate", "", codes.Unset, nil},
-		{"retried", []idem.Event{{Outcome: idem.OutcomeRetried, ErrorType: idem.ClassTransient, Delay: 2 * time.Second}},
-			"retried", "", codes.Error, []string{"retry"}},
-		{"key reuse", []idem.Event{{Outcome: idem.OutcomeDeadLettered, ErrorType: idem.ClassPermanent, Reason: idem.ReasonKeyReuse}},
-			"dead_lettered", "key_reuse", codes.Error, nil},
+		{"processed", []idem.Event{{Outcome: idem.OutcomeProcessed, Result: idem.OutcomeProcessed}}, "processed", "processed", "", codes.Unset, nil},
+		{"duplicate", []idem.Event{{Outcome: idem.OutcomeDuplicate, Result: idem.OutcomeDuplicate}}, "duplicate", "duplicate", "", codes.Unset, nil},
+		{"retried", []idem.Event{{Outcome: idem.OutcomeRetried, Result: idem.OutcomeFailed, ErrorType: idem.ClassTransient, Delay: 2 * time.Second}},
+			"retried", "failed", "", codes.Error, []string{"retry"}},
+		{"key reuse", []idem.Event{{Outcome: idem.OutcomeDeadLettered, Result: idem.OutcomeKeyReuse, ErrorType: idem.ClassPermanent, Reason: idem.ReasonKeyReuse}},
+			"dead_lettered", "key_reuse", "key_reuse", codes.Error, nil},
 		{"dead letter written at the second try", []idem.Event{
-			{Outcome: idem.OutcomeDeadLetterFailed, ErrorType: idem.ClassTransient, Reason: idem.ReasonPermanentError, Delay: time.Second},
-			{Outcome: idem.OutcomeDeadLettered, ErrorType: idem.ClassPermanent, Reason: idem.ReasonPermanentError},
-		}, "dead_lettered", "permanent_error", codes.Error, []string{"dead_letter_write_failed"}},
+			{Outcome: idem.OutcomeDeadLetterFailed, Result: idem.OutcomeFailed, ErrorType: idem.ClassTransient, Reason: idem.ReasonPermanentError, Delay: time.Second},
+			{Outcome: idem.OutcomeDeadLettered, Result: idem.OutcomeFailed, ErrorType: idem.ClassPermanent, Reason: idem.ReasonPermanentError},
+		}, "dead_lettered", "failed", "permanent_error", codes.Error, []string{"dead_letter_write_failed"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -61,6 +62,7 @@ func TestDeliverySpan(t *testing.T) {
 			require.Equal(t, process.SpanContext().SpanID(), b.span(t, "handle payment.captured").Parent().SpanID())
 			require.Equal(t, codes.Error, b.span(t, "handle payment.captured").Status().Code)
 			require.Equal(t, tt.outcome, attr(process, "idem.outcome"))
+			require.Equal(t, tt.result, attr(process, "idem.result"))
 			require.Equal(t, tt.reason, attr(process, "idem.reason"))
 			require.Equal(t, "2", attr(process, "idem.attempt"))
 			require.Equal(t, tt.status, process.Status().Code)

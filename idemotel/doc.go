@@ -24,7 +24,8 @@
 //
 // # Spans
 //
-// A delivery's span records its verdict as idem.outcome (processed, duplicate, retried,
+// A delivery's span records what its claim and handler found as idem.result (processed,
+// duplicate, key_reuse, failed), its verdict as idem.outcome (processed, duplicate, retried,
 // dead_lettered, abandoned), the dead-letter reason as idem.reason (key reuse is dead-lettered
 // with reason key_reuse), the error class, and the attempt; a retry is a "retry" span event
 // with its delay, a failed dead-letter write a "dead_letter_write_failed" event. A redelivery

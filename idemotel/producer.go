@@ -22,6 +22,7 @@ const (
 	attrEventType    = "idem.event_type"
 	attrAttempt      = "idem.attempt"
 	attrOutcome      = "idem.outcome"
+	attrResult       = "idem.result"
 	attrReason       = "idem.reason"
 	attrErrorType    = "error.type"
 	attrRetryDelay   = "idem.retry.delay_ms"

@@ -301,6 +301,7 @@ func TestOneTracePerEvent(t *testing.T) {
 				}
 			}
 			require.Equal(t, "duplicate", attr(dup, "idem.outcome"))
+			require.Equal(t, "duplicate", attr(dup, "idem.result"))
 			require.Equal(t, producer.TraceID(), dup.SpanContext().TraceID())
 			// It is a child of the second publish span, itself a child of the enqueue span.
 			var again sdktrace.ReadOnlySpan
@@ -391,6 +392,7 @@ func TestRetryIsAnEventThenANewDelivery(t *testing.T) {
 			require.Len(t, retried.Events(), 1)
 			require.Equal(t, "retry", retried.Events()[0].Name)
 			require.Equal(t, "transient", attr(retried, "error.type"))
+			require.Equal(t, "failed", attr(retried, "idem.result"))
 			require.Equal(t, "1", attr(retried, "idem.attempt"))
 			require.Equal(t, "2", attr(processed, "idem.attempt"))
 			handles := f.spans("handle payment.captured", 2)
