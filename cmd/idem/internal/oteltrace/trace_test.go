@@ -269,7 +269,8 @@ func linked(s sdktrace.ReadOnlySpan, sc trace.SpanContext) bool {
 
 // TestOneTracePerEvent follows an event from the producer's transaction to the user's span in
 // the handler, parent to child all the way, then a second delivery of it (a relay's republish)
-// as a span of its own with outcome duplicate that runs no handler.
+// as a span of its own with outcome duplicate that runs no handler, and a third with the same
+// id but other content, whose span shows key reuse.
 func TestOneTracePerEvent(t *testing.T) {
 	t.Parallel()
 	for _, tr := range transports {
@@ -315,6 +316,25 @@ func TestOneTracePerEvent(t *testing.T) {
 			require.Equal(t, enqueue.SpanContext().SpanID(), again.Parent().SpanID())
 			require.Len(t, f.spans("handle payment.captured", 1), 1, "the duplicate ran the handler")
 			require.Len(t, f.handled, 1)
+
+			// The same event id with other content: key reuse, dead-lettered, no handler.
+			reused := tr.republish(sent)
+			reused.Payload = []byte(`{"n":"changed"}`)
+			if tr.name == "nats" {
+				reused.Headers[idemnats.HeaderBrokerMsgID] = reused.EventID + "/reused"
+			}
+			require.NoError(t, f.tel.Sink(f.sink).Publish(context.Background(), f.topic, reused))
+			var reuse sdktrace.ReadOnlySpan
+			for _, s := range f.spans("process "+f.src.Name(), 3) {
+				if attr(s, "idem.result") == "key_reuse" {
+					reuse = s
+				}
+			}
+			require.NotNil(t, reuse, "no delivery span with result key_reuse")
+			require.Equal(t, "dead_lettered", attr(reuse, "idem.outcome"))
+			require.Equal(t, "key_reuse", attr(reuse, "idem.reason"))
+			require.Equal(t, producer.TraceID(), reuse.SpanContext().TraceID())
+			require.Len(t, f.spans("handle payment.captured", 1), 1, "key reuse ran the handler")
 		})
 	}
 }
