@@ -30,13 +30,15 @@ type SetHandler[TTx any] func(ctx context.Context, tx TTx, msgs []Message) error
 //
 // Without a SetHandler, or on a store that is not a BatchStore, ProcessSet is ProcessBatch.
 func (c *Consumer[TTx]) ProcessSet(ctx context.Context, msgs []Message) []Result {
-	return c.processSet(ctx, msgs, nil)
+	return c.processSet(ctx, msgs, nil, nil)
 }
 
-func (c *Consumer[TTx]) processSet(ctx context.Context, msgs []Message, settles []func(context.Context, TTx) error) []Result {
+// processSet is ProcessSet with in-transaction settle hooks and, when traced, each delivery's
+// trace: the set handler runs under ctx (the batch's), a fallback's handlers under their own.
+func (c *Consumer[TTx]) processSet(ctx context.Context, msgs []Message, settles []func(context.Context, TTx) error, traces []DeliveryTrace) []Result {
 	bs := c.batchStore
 	if bs == nil || c.cfg.SetHandler == nil {
-		return c.processBatch(ctx, msgs, settles)
+		return c.processBatch(ctx, msgs, settles, traces)
 	}
 	b := c.prepareBatch(ctx, msgs)
 	if len(b.items) > 0 {
@@ -50,7 +52,7 @@ func (c *Consumer[TTx]) processSet(ctx context.Context, msgs []Message, settles 
 				b.results[it.i] = c.finishResult(ctx, b.results[it.i], ClaimNew, one.err)
 				its := append(b.items[:one.j:one.j], b.items[one.j+1:]...)
 				ps := append(b.params[:one.j:one.j], b.params[one.j+1:]...)
-				c.applyEach(ctx, bs, its, ps, b.results, settles)
+				c.applyEach(ctx, bs, its, ps, b.results, settles, traces)
 			case ctx.Err() != nil:
 				// Nothing is applied and nothing more can be: each delivery is retried.
 				for _, it := range b.items {
@@ -60,11 +62,11 @@ func (c *Consumer[TTx]) processSet(ctx context.Context, msgs []Message, settles 
 				c.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "idem: set failed, applying its events one by one",
 					slog.String("consumer", c.cfg.Name), slog.Int("events", len(b.items)),
 					slog.String("error", c.redactor.Text(err.Error())))
-				c.applyEach(ctx, bs, b.items, b.params, b.results, settles)
+				c.applyEach(ctx, bs, b.items, b.params, b.results, settles, traces)
 			}
 		}
 	}
-	c.processLater(ctx, msgs, b, settles)
+	c.processLater(ctx, msgs, b, settles, traces)
 	return b.results
 }
 
