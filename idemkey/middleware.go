@@ -256,15 +256,16 @@ func (m *Middleware[TTx]) execute(w http.ResponseWriter, r *http.Request, h Hand
 		}
 	}()
 	err := m.store.InTx(ctx, func(ctx context.Context, tx TTx) error {
-		if err := h(buf, r.WithContext(context.WithValue(ctx, txKey{}, tx)), tx); err != nil {
+		err := h(buf, r.WithContext(context.WithValue(ctx, txKey{}, tx)), tx)
+		switch {
+		case buf.overflow:
+			return errTooLarge // the handler's error, if any, is the failed write
+		case err != nil:
 			return handlerError{err}
 		}
 		status := buf.statusCode()
-		switch {
-		case !m.cfg.Commit(status):
+		if !m.cfg.Commit(status) {
 			return errNotCommitted
-		case buf.overflow:
-			return errTooLarge
 		}
 		header, err := json.Marshal(buf.kept(m.cfg.ReplayHeaders))
 		if err != nil {
