@@ -233,7 +233,11 @@ func (h *keyHarness[TTx]) serve(cfg idemkey.Config, plain bool, wrap func(http.H
 			return nil
 		}
 		key := r.Header.Get(idemkey.HeaderIdempotencyKey)
-		n, err := h.b.Credit(r.Context(), tx, key, "w1", req.Amount)
+		wallet := r.Header.Get("X-Wallet") // not fingerprinted: a header
+		if wallet == "" {
+			wallet = "w1"
+		}
+		n, err := h.b.Credit(r.Context(), tx, key, wallet, req.Amount)
 		if err != nil {
 			return err
 		}
@@ -298,13 +302,16 @@ type keyResponse struct {
 // post sends POST path with key (none when empty) as user alice; err is the transport's.
 func (h *keyHarness[TTx]) post(ctx context.Context, path, key string, req orderRequest) (keyResponse, error) {
 	body, _ := json.Marshal(req)
-	return h.postRaw(ctx, path, "alice", key, body)
+	return h.postRaw(ctx, path, "alice", key, body, nil)
 }
 
-func (h *keyHarness[TTx]) postRaw(ctx context.Context, path, user, key string, body []byte) (keyResponse, error) {
+func (h *keyHarness[TTx]) postRaw(ctx context.Context, path, user, key string, body []byte, header http.Header) (keyResponse, error) {
 	r, err := http.NewRequestWithContext(ctx, http.MethodPost, h.srv.URL+path, bytes.NewReader(body))
 	if err != nil {
 		return keyResponse{}, err
+	}
+	for k, v := range header {
+		r.Header[k] = v
 	}
 	r.Header.Set("X-User", user)
 	if key != "" {

@@ -26,7 +26,7 @@ func keyHTTPChecks[TTx any](run func(string, func(*keyHarness[TTx]))) {
 		requireProblem(h.t, resp, http.StatusBadRequest, "Idempotency-Key header is malformed")
 		resp = h.mustPost("/orders/1", `"unterminated`, orderRequest{Amount: 5})
 		requireProblem(h.t, resp, http.StatusBadRequest, "no closing quote")
-		resp, err := h.postRaw(h.ctx, "/orders/1", "", "k-anon", []byte(`{"amount":5}`))
+		resp, err := h.postRaw(h.ctx, "/orders/1", "", "k-anon", []byte(`{"amount":5}`), nil)
 		require.NoError(h.t, err)
 		requireProblem(h.t, resp, http.StatusUnauthorized, "no principal")
 		for _, k := range []string{"not a key", "k-anon"} {
@@ -70,11 +70,11 @@ func keyHTTPChecks[TTx any](run func(string, func(*keyHarness[TTx]))) {
 		h.serve(idemkey.Config{}, false, nil)
 		body := []byte(`{"amount":5}`)
 		for _, user := range []string{"alice", "bob"} {
-			resp, err := h.postRaw(h.ctx, "/orders/1", user, "k-shared", body)
+			resp, err := h.postRaw(h.ctx, "/orders/1", user, "k-shared", body, nil)
 			require.NoError(h.t, err)
 			requireFresh(h.t, resp, "k-shared")
 		}
-		resp, err := h.postRaw(h.ctx, "/orders/1", "bob", "k-shared", body)
+		resp, err := h.postRaw(h.ctx, "/orders/1", "bob", "k-shared", body, nil)
 		require.NoError(h.t, err)
 		require.Equal(h.t, "true", resp.header.Get(idemkey.ReplayHeaderDefault))
 		require.EqualValues(h.t, 2, h.ledger("k-shared"), "one effect per principal")
@@ -286,7 +286,10 @@ func keyHTTPChecks[TTx any](run func(string, func(*keyHarness[TTx]))) {
 		}()
 		<-h.entered
 		offset.Store(int64(2 * idemkey.LockTimeoutDefault))
-		second := h.mustPost("/orders/1", "k-overrun", orderRequest{Amount: 5})
+		// Another wallet, so that the second effect does not wait for the first one's row lock.
+		require.NoError(h.t, h.b.CreateWallet(h.ctx, "w2"))
+		second, err := h.postRaw(h.ctx, "/orders/1", "alice", "k-overrun", []byte(`{"amount":5}`), http.Header{"X-Wallet": {"w2"}})
+		require.NoError(h.t, err)
 		requireFresh(h.t, second, "k-overrun")
 		close(h.hold)
 		first := <-done
