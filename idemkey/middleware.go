@@ -248,10 +248,15 @@ func (m *Middleware[TTx]) execute(w http.ResponseWriter, r *http.Request, h Hand
 	ctx, cancel := context.WithDeadline(r.Context(), lk.LockedUntil)
 	defer cancel()
 	buf := newBuffer(m.cfg.MaxResponseBytes)
+	committed := false
 	defer func() {
 		if p := recover(); p != nil {
-			// Rolled back by InTx; free the key for the retry, then let net/http see the panic.
-			m.release(r.Context(), lk)
+			// A panic of the handler was rolled back by InTx: free the key for the retry. (One
+			// while writing a committed response leaves the key completed.) Then let net/http
+			// see the panic.
+			if !committed {
+				m.release(r.Context(), lk)
+			}
 			panic(p)
 		}
 	}()
@@ -284,6 +289,7 @@ func (m *Middleware[TTx]) execute(w http.ResponseWriter, r *http.Request, h Hand
 		return nil
 	})
 	if err == nil {
+		committed = true
 		buf.writeTo(w, "")
 		return
 	}
