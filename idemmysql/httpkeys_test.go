@@ -14,3 +14,9 @@ func TestIdempotencyKeys(t *testing.T) {
 	t.Parallel()
 	storetest.ExerciseIdempotencyKeys(t, factoryFor(idemmysql.Config{}))
 }
+
+// BenchmarkIdempotencyKeys measures a POST through the middleware on MySQL
+// (storetest.BenchmarkIdempotencyKeys).
+func BenchmarkIdempotencyKeys(b *testing.B) {
+	storetest.BenchmarkIdempotencyKeys(b, factoryFor(idemmysql.Config{}))
+}

@@ -13,3 +13,9 @@ func TestIdempotencyKeys(t *testing.T) {
 	t.Parallel()
 	storetest.ExerciseIdempotencyKeys(t, factory)
 }
+
+// BenchmarkIdempotencyKeys measures a POST through the middleware on SQLite
+// (storetest.BenchmarkIdempotencyKeys).
+func BenchmarkIdempotencyKeys(b *testing.B) {
+	storetest.BenchmarkIdempotencyKeys(b, factory)
+}
