@@ -245,7 +245,8 @@ func (e handlerError) Unwrap() error { return e.err }
 // its response commit in one transaction, and only then does the response go out.
 func (m *Middleware[TTx]) execute(w http.ResponseWriter, r *http.Request, h HandlerFunc[TTx], lk Record) {
 	// The handler may not outlive its lock: past it, another request may take the key over.
-	ctx, cancel := context.WithDeadline(r.Context(), lk.LockedUntil)
+	// The time left is measured on Config.Now's clock, which wrote LockedUntil.
+	ctx, cancel := context.WithTimeout(r.Context(), lk.LockedUntil.Sub(m.cfg.Now()))
 	defer cancel()
 	buf := newBuffer(m.cfg.MaxResponseBytes)
 	committed := false
