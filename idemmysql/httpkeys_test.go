@@ -1,6 +1,7 @@
 package idemmysql_test
 
 import (
+	"database/sql"
 	"testing"
 
 	"github.com/idemkit/idem/idemmysql"
@@ -13,6 +14,13 @@ import (
 func TestIdempotencyKeys(t *testing.T) {
 	t.Parallel()
 	storetest.ExerciseIdempotencyKeys(t, factoryFor(idemmysql.Config{}))
+}
+
+// TestIdempotencyKeysReadCommitted runs the same checks with InTx at READ COMMITTED: the key's
+// statements must not depend on REPEATABLE READ's snapshot (the default above).
+func TestIdempotencyKeysReadCommitted(t *testing.T) {
+	t.Parallel()
+	storetest.ExerciseIdempotencyKeys(t, factoryFor(idemmysql.Config{Isolation: sql.LevelReadCommitted}))
 }
 
 // BenchmarkIdempotencyKeys measures a POST through the middleware on MySQL
