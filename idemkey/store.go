@@ -70,6 +70,7 @@ const (
 	StatusCompleted Status = 2
 )
 
+// String names the status as operators see it ("in_flight", "completed").
 func (s Status) String() string {
 	switch s {
 	case StatusInFlight:
