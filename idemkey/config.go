@@ -1,6 +1,7 @@
 package idemkey
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -88,7 +89,46 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives one line per failed request (default slog.Default()).
 	Logger *slog.Logger
+	// Observe, when set, is called once per request that needs a key, after its answer was
+	// written (or, for a handler's panic, on the panic's way out): count outcomes and times
+	// with it. It must not block.
+	Observe func(ctx context.Context, o Observation)
 }
+
+// Observation is what the middleware did with one request that needed a key.
+type Observation struct {
+	Outcome Outcome
+	// Status is the status answered (0 after a panic: net/http aborts the connection).
+	Status int
+	// Route is the request's route (empty when the request was refused before it was known).
+	Route string
+	// Duration is the time from the middleware's first look at the request to its answer.
+	Duration time.Duration
+}
+
+// Outcome names what happened to a request that needed a key; a small, fixed set, fit for a
+// metric label.
+type Outcome string
+
+// The outcomes of Observation.
+const (
+	// OutcomeProcessed: the handler ran and its response committed with the key.
+	OutcomeProcessed Outcome = "processed"
+	// OutcomeReplayed: the key was completed; the stored response was sent again.
+	OutcomeReplayed Outcome = "replayed"
+	// OutcomeInFlight: 409, another request holds the key.
+	OutcomeInFlight Outcome = "in_flight"
+	// OutcomeMismatch: 422, the key came with another request.
+	OutcomeMismatch Outcome = "mismatch"
+	// OutcomeRefused: 400, 401 or 413 (missing or malformed key, no principal, body too large),
+	// or 500 for a principal or route out of bounds; nothing was looked up.
+	OutcomeRefused Outcome = "refused"
+	// OutcomeRolledBack: the handler failed, panicked, answered a status not committed, wrote
+	// too much, or lost its lock; nothing it wrote remains.
+	OutcomeRolledBack Outcome = "rolled_back"
+	// OutcomeUnavailable: 503, the store failed taking the key or committing.
+	OutcomeUnavailable Outcome = "unavailable"
+)
 
 // WithDefaults returns a copy of c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {

@@ -106,36 +106,46 @@ func (m *Middleware[TTx]) serve(w http.ResponseWriter, r *http.Request, h Handle
 		unkeyed()
 		return
 	}
+	start := time.Now()
+	ob := Observation{Outcome: OutcomeRefused}
+	if m.cfg.Observe != nil {
+		// Deferred, so that a handler's panic is observed (as rolled back) on its way out.
+		defer func() {
+			ob.Duration = time.Since(start)
+			m.cfg.Observe(r.Context(), ob)
+		}()
+	}
 	if err != nil {
-		writeProblem(w, http.StatusBadRequest, trimPrefix(err), nil)
+		ob.Status = writeProblem(w, http.StatusBadRequest, trimPrefix(err), nil)
 		return
 	}
 	principal, err := m.cfg.Principal(r)
 	if err != nil {
-		writeProblem(w, http.StatusUnauthorized, "the request has no principal to scope its Idempotency-Key by", nil)
+		ob.Status = writeProblem(w, http.StatusUnauthorized, "the request has no principal to scope its Idempotency-Key by", nil)
 		return
 	}
 	route := m.cfg.Route(r)
 	if len(principal) > MaxPrincipalLen || !bounded(principal) || len(route) > MaxRouteLen || !bounded(route) {
 		m.cfg.Logger.ErrorContext(r.Context(), "idemkey: principal or route out of bounds (Config.Principal, Config.Route)",
 			"principal_len", len(principal), "route_len", len(route))
-		writeProblem(w, http.StatusInternalServerError, "the request could not be scoped", nil)
+		ob.Status = writeProblem(w, http.StatusInternalServerError, "the request could not be scoped", nil)
 		return
 	}
+	ob.Route = route
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, m.cfg.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeProblem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body exceeds %d bytes", m.cfg.MaxBodyBytes), nil)
+			ob.Status = writeProblem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body exceeds %d bytes", m.cfg.MaxBodyBytes), nil)
 			return
 		}
-		writeProblem(w, http.StatusBadRequest, "the body could not be read", nil)
+		ob.Status = writeProblem(w, http.StatusBadRequest, "the body could not be read", nil)
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	fp, err := m.cfg.Fingerprint(r, body)
 	if err != nil {
-		writeProblem(w, http.StatusBadRequest, "the request could not be fingerprinted", nil)
+		ob.Status = writeProblem(w, http.StatusBadRequest, "the request could not be fingerprinted", nil)
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
@@ -149,18 +159,21 @@ func (m *Middleware[TTx]) serve(w http.ResponseWriter, r *http.Request, h Handle
 	outcome, rec, err := m.lock(r.Context(), want)
 	if err != nil {
 		m.log(r.Context(), "idemkey: key not taken", want, err)
-		writeProblem(w, http.StatusServiceUnavailable, "the key could not be checked; retry with the same key", map[string]string{"Retry-After": "1"})
+		ob.Outcome = OutcomeUnavailable
+		ob.Status = writeProblem(w, http.StatusServiceUnavailable, "the key could not be checked; retry with the same key", map[string]string{"Retry-After": "1"})
 		return
 	}
 	switch outcome {
 	case lockMismatch:
-		writeProblem(w, http.StatusUnprocessableEntity, "this Idempotency-Key was used with another request (method, path or body differ); use a new key for a new request", nil)
+		ob.Outcome = OutcomeMismatch
+		ob.Status = writeProblem(w, http.StatusUnprocessableEntity, "this Idempotency-Key was used with another request (method, path or body differ); use a new key for a new request", nil)
 	case lockInFlight:
-		writeProblem(w, http.StatusConflict, "a request with this Idempotency-Key is still being processed; retry later with the same key", map[string]string{"Retry-After": "1"})
+		ob.Outcome = OutcomeInFlight
+		ob.Status = writeProblem(w, http.StatusConflict, "a request with this Idempotency-Key is still being processed; retry later with the same key", map[string]string{"Retry-After": "1"})
 	case lockCompleted:
-		m.replay(w, rec)
+		ob.Outcome, ob.Status = OutcomeReplayed, m.replay(w, rec)
 	case lockAcquired:
-		m.execute(w, r, h, rec)
+		m.execute(w, r, h, rec, &ob)
 	}
 }
 
@@ -243,7 +256,7 @@ func (e handlerError) Unwrap() error { return e.err }
 
 // execute runs h under the key it holds in lk: the handler's writes and the completed key with
 // its response commit in one transaction, and only then does the response go out.
-func (m *Middleware[TTx]) execute(w http.ResponseWriter, r *http.Request, h HandlerFunc[TTx], lk Record) {
+func (m *Middleware[TTx]) execute(w http.ResponseWriter, r *http.Request, h HandlerFunc[TTx], lk Record, ob *Observation) {
 	// The handler may not outlive its lock: past it, another request may take the key over.
 	// The time left is measured on Config.Now's clock, which wrote LockedUntil.
 	ctx, cancel := context.WithTimeout(r.Context(), lk.LockedUntil.Sub(m.cfg.Now()))
@@ -257,6 +270,7 @@ func (m *Middleware[TTx]) execute(w http.ResponseWriter, r *http.Request, h Hand
 			// see the panic.
 			if !committed {
 				m.release(r.Context(), lk)
+				ob.Outcome, ob.Status = OutcomeRolledBack, 0
 			}
 			panic(p)
 		}
@@ -291,27 +305,31 @@ func (m *Middleware[TTx]) execute(w http.ResponseWriter, r *http.Request, h Hand
 	})
 	if err == nil {
 		committed = true
+		ob.Outcome, ob.Status = OutcomeProcessed, buf.statusCode()
 		buf.writeTo(w, "")
 		return
 	}
 	if !errors.Is(err, errLockLost) {
 		m.release(r.Context(), lk)
 	}
+	ob.Outcome = OutcomeRolledBack
 	switch {
 	case errors.Is(err, errNotCommitted):
+		ob.Status = buf.statusCode()
 		buf.writeTo(w, "")
 	case errors.Is(err, errLockLost):
 		m.log(r.Context(), "idemkey: rolled back", lk, err)
-		writeProblem(w, http.StatusConflict, "the request took longer than its lock and another request with this key took over; retry with the same key", map[string]string{"Retry-After": "1"})
+		ob.Status = writeProblem(w, http.StatusConflict, "the request took longer than its lock and another request with this key took over; retry with the same key", map[string]string{"Retry-After": "1"})
 	case errors.Is(err, errTooLarge):
 		m.log(r.Context(), "idemkey: rolled back", lk, err)
-		writeProblem(w, http.StatusInternalServerError, "the response is too large to store, so nothing was done", nil)
+		ob.Status = writeProblem(w, http.StatusInternalServerError, "the response is too large to store, so nothing was done", nil)
 	case errors.As(err, new(handlerError)):
 		m.log(r.Context(), "idemkey: handler failed, rolled back", lk, err)
-		writeProblem(w, http.StatusInternalServerError, "the request failed and nothing was done; it may be retried with the same key", nil)
+		ob.Status = writeProblem(w, http.StatusInternalServerError, "the request failed and nothing was done; it may be retried with the same key", nil)
 	default:
 		m.log(r.Context(), "idemkey: not committed", lk, err)
-		writeProblem(w, http.StatusServiceUnavailable, "the request was not committed; retry with the same key", map[string]string{"Retry-After": "1"})
+		ob.Outcome = OutcomeUnavailable
+		ob.Status = writeProblem(w, http.StatusServiceUnavailable, "the request was not committed; retry with the same key", map[string]string{"Retry-After": "1"})
 	}
 }
 
@@ -347,15 +365,15 @@ func (m *Middleware[TTx]) serveUnkeyed(w http.ResponseWriter, r *http.Request, h
 		buf.writeTo(w, "")
 	case errors.As(err, new(handlerError)):
 		m.log(r.Context(), "idemkey: handler failed, rolled back", Record{}, err)
-		writeProblem(w, http.StatusInternalServerError, "the request failed and nothing was done", nil)
+		_ = writeProblem(w, http.StatusInternalServerError, "the request failed and nothing was done", nil)
 	default:
 		m.log(r.Context(), "idemkey: not committed", Record{}, err)
-		writeProblem(w, http.StatusServiceUnavailable, "the request was not committed", map[string]string{"Retry-After": "1"})
+		_ = writeProblem(w, http.StatusServiceUnavailable, "the request was not committed", map[string]string{"Retry-After": "1"})
 	}
 }
 
-// replay writes a completed key's stored response, marked as a replay.
-func (m *Middleware[TTx]) replay(w http.ResponseWriter, rec Record) {
+// replay writes a completed key's stored response, marked as a replay, and returns its status.
+func (m *Middleware[TTx]) replay(w http.ResponseWriter, rec Record) int {
 	var header http.Header
 	if len(rec.ResponseHeader) > 0 {
 		if err := json.Unmarshal(rec.ResponseHeader, &header); err != nil {
@@ -368,6 +386,7 @@ func (m *Middleware[TTx]) replay(w http.ResponseWriter, rec Record) {
 	}
 	b.body.Write(rec.ResponseBody)
 	b.writeTo(w, m.cfg.ReplayHeader)
+	return b.statusCode()
 }
 
 // log writes one line about a failed request; the key is shown by a short id, since keys may be

@@ -99,8 +99,8 @@ type Problem struct {
 	Detail string `json:"detail"`
 }
 
-// writeProblem answers with a problem body and the extra headers.
-func writeProblem(w http.ResponseWriter, status int, detail string, extra map[string]string) {
+// writeProblem answers with a problem body and the extra headers, and returns status.
+func writeProblem(w http.ResponseWriter, status int, detail string, extra map[string]string) int {
 	b, _ := json.Marshal(Problem{Type: "about:blank", Title: statusText(status), Status: status, Detail: detail})
 	b = append(b, '\n')
 	for k, v := range extra {
@@ -111,4 +111,5 @@ func writeProblem(w http.ResponseWriter, status int, detail string, extra map[st
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
+	return status
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -55,6 +56,9 @@ type keyHarness[TTx any] struct {
 	// hold ends a modeHold run; entered receives one value per handler run, after its write.
 	hold    chan struct{}
 	entered chan struct{}
+
+	obsMu sync.Mutex
+	obs   []idemkey.Observation
 }
 
 // What the next handler run does after its write.
@@ -203,6 +207,13 @@ func (h *keyHarness[TTx]) middleware(cfg idemkey.Config) *idemkey.Middleware[TTx
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Observe == nil {
+		cfg.Observe = func(_ context.Context, o idemkey.Observation) {
+			h.obsMu.Lock()
+			h.obs = append(h.obs, o)
+			h.obsMu.Unlock()
+		}
 	}
 	mw, err := idemkey.New(h.store, cfg)
 	require.NoError(h.t, err)
@@ -392,4 +403,27 @@ func requireRecord(t *testing.T, want, got idemkey.Record) {
 		}
 	}
 	require.Equal(t, want, got)
+}
+
+// requireOutcomes waits for the middleware to have observed len(want) requests (it observes
+// after the answer is written, so a client may be faster) and checks their outcomes and
+// statuses in order.
+func (h *keyHarness[TTx]) requireOutcomes(want ...string) {
+	h.t.Helper()
+	var got []string
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		h.obsMu.Lock()
+		got = got[:0]
+		for _, o := range h.obs {
+			got = append(got, fmt.Sprintf("%s %d", o.Outcome, o.Status))
+			require.Positive(h.t, o.Duration)
+		}
+		h.obsMu.Unlock()
+		if len(got) >= len(want) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.Equal(h.t, want, got)
 }

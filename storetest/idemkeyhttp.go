@@ -32,6 +32,7 @@ func keyHTTPChecks[TTx any](run func(string, func(*keyHarness[TTx]))) {
 		for _, k := range []string{"not a key", "k-anon"} {
 			require.Zero(h.t, h.ledger(k))
 		}
+		h.requireOutcomes("refused 400", "refused 400", "refused 400", "refused 401")
 	})
 
 	for _, plain := range []bool{false, true} {
@@ -53,6 +54,7 @@ func keyHTTPChecks[TTx any](run func(string, func(*keyHarness[TTx]))) {
 			bal, err := h.b.Balance(h.ctx, "w1")
 			require.NoError(h.t, err)
 			require.EqualValues(h.t, 5, bal)
+			h.requireOutcomes("processed 201", "replayed 201", "replayed 201", "replayed 201")
 		})
 	}
 
@@ -64,6 +66,7 @@ func keyHTTPChecks[TTx any](run func(string, func(*keyHarness[TTx]))) {
 		resp = h.mustPost("/orders/2", "k-reuse", orderRequest{Amount: 5})
 		requireProblem(h.t, resp, http.StatusUnprocessableEntity, "used with another request")
 		require.EqualValues(h.t, 1, h.ledger("k-reuse"))
+		h.requireOutcomes("processed 201", "mismatch 422", "mismatch 422")
 	})
 
 	run("KeyScopedByPrincipal", func(h *keyHarness[TTx]) {
@@ -141,6 +144,7 @@ func keyHTTPChecks[TTx any](run func(string, func(*keyHarness[TTx]))) {
 		requireProblem(h.t, resp, http.StatusConflict, "still being processed")
 		require.Equal(h.t, "1", resp.header.Get("Retry-After"))
 		require.Zero(h.t, h.ledger("k-flight"))
+		h.requireOutcomes("in_flight 409")
 
 		if h.b.Store.Dialect() == sqliteDialect {
 			return // one writer: a second request waits for the first's commit (KeyConcurrent32)
@@ -198,6 +202,7 @@ func keyHTTPChecks[TTx any](run func(string, func(*keyHarness[TTx]))) {
 		requireFresh(h.t, first, "k-panic")
 		requireReplay(h.t, h.mustPost("/orders/1", "k-panic", orderRequest{Amount: 5}), first)
 		require.EqualValues(h.t, 1, h.ledger("k-panic"))
+		h.requireOutcomes("rolled_back 0", "processed 201", "replayed 201")
 	})
 
 	run("KeyConnectionLostAfterCommit", func(h *keyHarness[TTx]) {
@@ -257,6 +262,7 @@ func keyHTTPChecks[TTx any](run func(string, func(*keyHarness[TTx]))) {
 		require.Zero(h.t, h.ledger("k-fail"))
 		requireFresh(h.t, h.mustPost("/orders/1", "k-fail", orderRequest{Amount: 5}), "k-fail")
 		require.EqualValues(h.t, 1, h.ledger("k-fail"))
+		h.requireOutcomes("rolled_back 500", "processed 201")
 	})
 
 	run("Key5xxNotStored", func(h *keyHarness[TTx]) {
@@ -267,6 +273,7 @@ func keyHTTPChecks[TTx any](run func(string, func(*keyHarness[TTx]))) {
 			require.Empty(h.t, resp.header.Get(idemkey.ReplayHeaderDefault), "a 5xx is not stored, so never replayed")
 			require.Zero(h.t, h.ledger("k-503"), "a 5xx rolls its transaction back")
 		}
+		h.requireOutcomes("rolled_back 503", "rolled_back 503")
 	})
 
 	run("KeyLockLostRollsBack", func(h *keyHarness[TTx]) {
