@@ -37,9 +37,10 @@ func NewKeyMetrics(cfg Config) *KeyMetrics {
 	}
 }
 
-// Observe records one observation; use it as idemkey.Config.Observe. The route is the
-// middleware's (a pattern, so the label stays bounded); a refusal before the route was known is
-// recorded under route "".
+// Observe records one observation; use it as idemkey.Config.Observe. The route label is the
+// middleware's route: a pattern when the middleware sits behind a router that sets r.Pattern or
+// Config.Route returns one (with the escaped-path fallback every id would be a series). A
+// refusal before the route was known is recorded under route "".
 func (k *KeyMetrics) Observe(_ context.Context, o idemkey.Observation) {
 	status := "aborted" // a handler's panic: net/http cut the connection
 	if o.Status != 0 {
