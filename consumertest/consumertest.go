@@ -77,11 +77,18 @@ type Option func(*options)
 
 type options struct {
 	batch int
+	set   bool
 }
 
 // Batched runs every check with batched processing (idem.BatchConfig) of up to size deliveries:
 // each semantic of the per-event path must hold in batches too.
 func Batched(size int) Option { return func(o *options) { o.batch = size } }
+
+// SetBased runs every check with set-based batches of up to size deliveries: each check's
+// handler also serves as an idem.SetHandler applied to every event of the set in turn, so every
+// semantic of the per-event path (retries, dead letters, leases) must hold when a set fails and
+// falls back event by event.
+func SetBased(size int) Option { return func(o *options) { o.batch, o.set = size, true } }
 
 // syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
 type syncBuffer struct {
@@ -123,12 +130,24 @@ func (e *env[TTx]) config(name string, h idem.Handler[TTx]) idem.ConsumerConfig[
 	if e.opts.batch > 0 {
 		batch = idem.BatchConfig{Enabled: true, Size: e.opts.batch, MaxWait: 5 * time.Millisecond}
 	}
+	var set idem.SetHandler[TTx]
+	if e.opts.set {
+		set = func(ctx context.Context, tx TTx, msgs []idem.Message) error {
+			for _, m := range msgs {
+				if err := h(ctx, tx, m); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
 	return idem.ConsumerConfig[TTx]{
-		Batch:     batch,
-		Name:      name,
-		Handler:   h,
-		Retry:     fastRetry,
-		Retention: 48 * time.Hour,
+		Batch:      batch,
+		Name:       name,
+		Handler:    h,
+		SetHandler: set,
+		Retry:      fastRetry,
+		Retention:  48 * time.Hour,
 		// A day covers the harnesses' bounded redelivery windows (a stream's MaxAge; RabbitMQ's
 		// message TTL + longest delay tier + consumer_timeout), which Run checks.
 		RedeliveryWindow: 24 * time.Hour,

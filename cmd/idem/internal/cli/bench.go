@@ -28,10 +28,12 @@ func newBenchCmd(e *env) *cobra.Command {
 		Short: "Measure idem against the database's ceilings (PostgreSQL)",
 		Long: `bench runs, side by side against the same PostgreSQL database: baseline (the business
 effect without idem), ceiling (the claim and effect SQL alone), per_event, batched (batch sizes
-10, 100, 500), pipeline_queue and pipeline_jetstream (publish → consume → commit → ack),
+10, 100, 500), set_batch (the same sizes, one multi-row effect per batch), pipeline_queue and pipeline_jetstream (publish → consume → commit → ack),
 outbox_e2e (producer commit to consumer commit at a fixed offered rate), memory, and on request
-large_inbox (10 million existing claims). It prints a table and the ratios against idem's
-targets, or one JSON object per case with --json. --soak runs the soak instead: the outbox →
+large_inbox (10 million existing claims) and the SQLite cases, in a temporary database file
+beside it: sqlite_ceiling, sqlite_per_event, sqlite_batched, sqlite_set_batch, sqlite_pipeline. It prints a table and the ratios against idem's
+targets, or with --json one object per case ("cases"), the ratios by name ("ratios", such as
+"set_batch/per_event") and the targets they are held to ("targets"). --soak runs the soak instead: the outbox →
 JetStream → consumer path at a steady rate for --duration.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -79,7 +81,8 @@ JetStream → consumer path at a steady rate for --duration.`,
 				return err
 			}
 			if asJSON {
-				return writeJSON(e.stdout, map[string]any{"cases": rs, "ratios": bench.Ratios(rs)})
+				targets := bench.Ratios(rs)
+				return writeJSON(e.stdout, map[string]any{"cases": rs, "ratios": bench.RatioMap(targets), "targets": targets})
 			}
 			return bench.WriteTable(e.stdout, rs, bench.Ratios(rs))
 		},
