@@ -4,7 +4,11 @@
 //   - sends SIGKILL to a random one of them every KillEvery (1–3 s) and restarts it;
 //   - cuts the database connections (all dropped, new ones refused for a moment) or stalls them
 //     (no byte moves for 2–4 s) through a TCP proxy it owns ([Proxy]);
-//   - restarts the NATS server, an embedded JetStream server with a file store that it owns;
+//   - restarts the NATS server, an embedded JetStream server with a file store that it owns; or,
+//     with Options.BrokerURL, runs the events through a RabbitMQ or Redis server (a queue or
+//     stream of the run's own) and closes the run's connections from the server's side
+//     (rabbitmqctl close_connection, CLIENT KILL ID: never anyone else's, the server is shared)
+//     every BrokerFaultEvery (broker_connection_kills);
 //   - keeps producing events with duplicates, transient failures and poison messages.
 //
 // It also injects these fault classes, each reported in [Report.Faults] with what it injected,

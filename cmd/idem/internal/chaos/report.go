@@ -43,6 +43,12 @@ type Report struct {
 	Stalls int `json:"stalls"`
 	// NATSRestarts counts restarts of the NATS server.
 	NATSRestarts int `json:"nats_restarts"`
+	// Broker is the broker the run used (BrokerNATS, BrokerAMQP, BrokerRedis); BrokerKills
+	// counts the times the harness closed the run's connections on RabbitMQ or Redis, and
+	// BrokerConnsKilled the connections it closed.
+	Broker            string `json:"broker"`
+	BrokerKills       int    `json:"broker_kills"`
+	BrokerConnsKilled int    `json:"broker_conns_killed"`
 	// UnexpectedExits counts role processes that exited without being killed.
 	UnexpectedExits int `json:"unexpected_exits"`
 
@@ -131,7 +137,11 @@ func (r Report) WriteTable(w io.Writer) error {
 	row("injected", "%d duplicates, %d transient failures", r.DuplicatesInjected, r.TransientInjected)
 	row("kills", "%d (%s), %d restarts", r.Kills, countText(r.KillsByRole), r.Restarts)
 	row("database", "%d cuts, %d stalls", r.Cuts, r.Stalls)
-	row("nats restarts", "%d", r.NATSRestarts)
+	if r.Broker == BrokerNATS || r.Broker == "" {
+		row("nats restarts", "%d", r.NATSRestarts)
+	} else {
+		row("broker", "%s: %d connection kills (%d connections closed)", r.Broker, r.BrokerKills, r.BrokerConnsKilled)
+	}
 	row("unexpected exits", "%d", r.UnexpectedExits)
 	row("processed", "%d", r.Processed)
 	row("duplicates ignored", "%d", r.DuplicatesIgnored)
@@ -228,10 +238,19 @@ func (r *Report) buildFaults(counters map[string]int, budget, inboxBucket time.D
 			Detail:   map[string]int{"inbox_bucket_hours": int(inboxBucket.Hours())},
 			Verdict:  map[string]int{"double_applied": r.DoubleApplied, "valid_dead_lettered": r.validDeadLettered},
 		},
-		"sink_refusals": {
+	}
+	if r.Broker == BrokerNATS || r.Broker == "" {
+		r.Faults["sink_refusals"] = FaultClass{
 			Injected: "the broker refuses one message of a pipelined batch (its PubAck fails, the rest of the batch goes on)",
 			Count:    counters["sink_refused"],
 			Verdict:  map[string]int{"order_violations": r.OrderViolations, "unpublished": r.Unpublished},
-		},
+		}
+	} else {
+		r.Faults["broker_connection_kills"] = FaultClass{
+			Injected: "the run's connections to the broker closed from the server's side (rabbitmqctl close_connection, CLIENT KILL ID)",
+			Count:    r.BrokerKills,
+			Detail:   map[string]int{"connections_closed": r.BrokerConnsKilled},
+			Verdict:  map[string]int{"lost": r.Lost, "double_applied": r.DoubleApplied, "order_violations": r.OrderViolations},
+		}
 	}
 }

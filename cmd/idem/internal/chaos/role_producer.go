@@ -38,8 +38,8 @@ type producer struct {
 	stats *stats
 	log   *slog.Logger
 
-	// js publishes the poison identities straight to the stream.
-	js jetstream.JetStream
+	// publishIdent publishes a poison identity straight to the broker.
+	publishIdent func(ctx context.Context, id, tenant string, order int, payload []byte) error
 
 	// next is the next order index to consider; reuse holds key-reuse orders (below next)
 	// waiting until the order whose event id they reuse is applied; unsent the poison
@@ -60,17 +60,13 @@ func runProducer(ctx context.Context, a RoleArgs, st *stats) error {
 		return fmt.Errorf("chaos: producer: %w", err)
 	}
 	defer store.Close()
-	nc, err := connectNATS(a.NATSURL, a.Name)
+	publish, closeBroker, err := identPublisher(a)
 	if err != nil {
 		return fmt.Errorf("chaos: producer: %w", err)
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("chaos: producer: %w", err)
-	}
+	defer closeBroker()
 	p := &producer{
-		a: a, pool: pool, store: store, t: newTables(a.Schema), stats: st, log: a.Logger, js: js,
+		a: a, pool: pool, store: store, t: newTables(a.Schema), stats: st, log: a.Logger, publishIdent: publish,
 		plan: newPlanner(a.Seed, rates{a.Duplicates, a.Transient, a.Poison}),
 	}
 	if a.Rate <= 0 {
@@ -198,20 +194,8 @@ func (p *producer) sendIdents(ctx context.Context) {
 		i := p.unsent[0]
 		o := p.plan.at(i)
 		id, tenant := o.identity(p.a.RunID, p.a.Seed)
-		h := nats.Header{}
-		if id != "" {
-			h[idemnats.HeaderEventID] = []string{id}
-			// Set only with an id: without either header the event id is blank.
-			h[jetstream.MsgIDHeader] = []string{"chaos-ident-" + p.a.RunID + "-" + strconv.Itoa(i)}
-		}
-		if tenant != "" {
-			h[idemnats.HeaderTenant] = []string{tenant}
-		}
-		h[idemnats.HeaderType] = []string{eventType}
-		h[idemnats.HeaderOccurredAt] = []string{time.Now().UTC().Format(time.RFC3339Nano)}
-		h[headerOrder] = []string{strconv.Itoa(i)}
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := p.js.PublishMsg(pctx, &nats.Msg{Subject: p.a.Subject, Header: h, Data: o.payload()})
+		err := p.publishIdent(pctx, id, tenant, i, o.payload())
 		if err == nil {
 			_, err = p.pool.Exec(pctx, p.t.sql(`UPDATE {orders} SET sent = true WHERE run_id = $1 AND id = $2`), p.a.RunID, i)
 		}
@@ -223,6 +207,44 @@ func (p *producer) sendIdents(ctx context.Context) {
 		p.stats.add("ident_sent", 1)
 		p.unsent = p.unsent[1:]
 	}
+}
+
+// identPublisher returns how the producer publishes a poison identity on the run's broker, and
+// what closes its connection.
+func identPublisher(a RoleArgs) (func(ctx context.Context, id, tenant string, order int, payload []byte) error, func(), error) {
+	if a.BrokerURL != "" {
+		b, err := openRoleBroker(a)
+		if err != nil {
+			return nil, nil, err
+		}
+		return b.publishRaw, b.close, nil
+	}
+	nc, err := connectNATS(a.NATSURL, a.Name)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	publish := func(ctx context.Context, id, tenant string, i int, payload []byte) error {
+		h := nats.Header{}
+		if id != "" {
+			h[idemnats.HeaderEventID] = []string{id}
+			// Set only with an id: without either header the event id is blank.
+			h[jetstream.MsgIDHeader] = []string{"chaos-ident-" + a.RunID + "-" + strconv.Itoa(i)}
+		}
+		if tenant != "" {
+			h[idemnats.HeaderTenant] = []string{tenant}
+		}
+		h[idemnats.HeaderType] = []string{eventType}
+		h[idemnats.HeaderOccurredAt] = []string{time.Now().UTC().Format(time.RFC3339Nano)}
+		h[headerOrder] = []string{strconv.Itoa(i)}
+		_, err := js.PublishMsg(ctx, &nats.Msg{Subject: a.Subject, Header: h, Data: payload})
+		return err
+	}
+	return publish, nc.Close, nil
 }
 
 // write commits the next n order indices in one transaction: the valid orders and the invalid
