@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
 	"github.com/idemkit/idem/idemamqp"
 	"github.com/idemkit/idem/idemredis"
 )
@@ -138,7 +139,7 @@ func (b *roleBroker) source(ctx context.Context) (idem.Source, error) {
 func (b *roleBroker) publishRaw(ctx context.Context, id, tenant string, order int, payload []byte) error {
 	occurred := time.Now().UTC().Format(time.RFC3339Nano)
 	if b.kind == BrokerRedis {
-		values := []any{idemredis.FieldType, eventType, idemredis.FieldOccurredAt, occurred,
+		values := []any{idemredis.FieldType, payments.EventType, idemredis.FieldOccurredAt, occurred,
 			idemredis.FieldPayload, string(payload), headerOrder, strconv.Itoa(order)}
 		if id != "" {
 			values = append(values, idemredis.FieldEventID, id)
@@ -149,7 +150,7 @@ func (b *roleBroker) publishRaw(ctx context.Context, id, tenant string, order in
 		stream := idemredis.PrefixDefault + b.a.Subject
 		return b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: values}).Err()
 	}
-	h := amqp.Table{idemamqp.HeaderType: eventType, idemamqp.HeaderOccurredAt: occurred, headerOrder: strconv.Itoa(order)}
+	h := amqp.Table{idemamqp.HeaderType: payments.EventType, idemamqp.HeaderOccurredAt: occurred, headerOrder: strconv.Itoa(order)}
 	if tenant != "" {
 		h[idemamqp.HeaderTenant] = tenant
 	}

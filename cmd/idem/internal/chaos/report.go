@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
 	"io"
 	"maps"
 	"slices"
@@ -205,7 +206,7 @@ func (r *Report) buildFaults(counters map[string]int, budget, inboxBucket time.D
 	idents := map[string]int{}
 	n := 0
 	for kind, c := range r.Poison {
-		if isIdent(kind) {
+		if payments.IsIdent(kind) {
 			idents[kind] = c
 			n += c
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // The roles a chaos run starts as separate processes.
@@ -273,6 +274,21 @@ func connectNATS(url, name string) (*nats.Conn, error) {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
 	}
 	return nc, nil
+}
+
+// connectJetStream connects to url as connectNATS does and returns its JetStream and what
+// closes the connection.
+func connectJetStream(url, name string) (jetstream.JetStream, func(), error) {
+	nc, err := connectNATS(url, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("JetStream: %w", err)
+	}
+	return js, nc.Close, nil
 }
 
 // sleepCtx waits d or until ctx ends, and reports whether ctx is still live.

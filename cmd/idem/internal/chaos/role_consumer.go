@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
 	"github.com/idemkit/idem/idemnats"
 	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/retry"
@@ -103,9 +103,9 @@ func consumeOnce(ctx context.Context, a RoleArgs, st *stats, store *idempg.Store
 		window = max(window, w.RedeliveryWindow())
 	}
 	consumer, err := idem.NewConsumer(store, idem.ConsumerConfig[pgx.Tx]{
-		Name:             consumerName,
+		Name:             payments.ConsumerName,
 		Handler:          h.credit,
-		Validator:        idem.ValidatorFunc(validatePayment),
+		Validator:        idem.ValidatorFunc(payments.Validate),
 		Retry:            consumerRetry(a.RetryBudget),
 		RedeliveryWindow: window,
 		Workers:          a.Workers,
@@ -132,13 +132,8 @@ func consumerSource(a RoleArgs) (func(context.Context) (idem.Source, error), fun
 		}
 		return b.source, b.close, nil
 	}
-	nc, err := connectNATS(a.NATSURL, a.Name)
+	js, closeNATS, err := connectJetStream(a.NATSURL, a.Name)
 	if err != nil {
-		return nil, nil, err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
 		return nil, nil, err
 	}
 	open := func(ctx context.Context) (idem.Source, error) {
@@ -151,7 +146,7 @@ func consumerSource(a RoleArgs) (func(context.Context) (idem.Source, error), fun
 			MaxWait:    500 * time.Millisecond,
 		})
 	}
-	return open, nc.Close, nil
+	return open, closeNATS, nil
 }
 
 // ledgerHandler is ledger@v1: one ledger row and the wallet's balance, in the transaction that
@@ -169,7 +164,7 @@ func (h *ledgerHandler) credit(ctx context.Context, tx pgx.Tx, msg idem.Message)
 		h.stats.add("transient", 1)
 		return idem.Transient(errors.New("payment provider unavailable (injected transient failure)"))
 	}
-	var p payment
+	var p payments.Payment
 	if err := json.Unmarshal(msg.Payload, &p); err != nil || p.WalletID == nil || p.AmountCents == nil {
 		return idem.Permanent(fmt.Errorf("%w: event %s: not a payment", idem.ErrInvalidPayload, msg.EventID))
 	}
@@ -181,29 +176,6 @@ func (h *ledgerHandler) credit(ctx context.Context, tx pgx.Tx, msg idem.Message)
 		return fmt.Errorf("credit wallet %s: %w", *p.WalletID, err)
 	}
 	return idem.ExpectRows(tag.RowsAffected(), 1)
-}
-
-// validatePayment is the consumer's Validator, the demo's: the payload must be a
-// payment.captured with every field the handler uses.
-func validatePayment(_ context.Context, msg idem.Message) error {
-	if msg.Type != eventType {
-		return fmt.Errorf("%w: type %q, want %q", idem.ErrInvalidPayload, msg.Type, eventType)
-	}
-	var p payment
-	if err := json.Unmarshal(msg.Payload, &p); err != nil {
-		return fmt.Errorf("%w: payload is not JSON: %v", idem.ErrInvalidPayload, err)
-	}
-	switch {
-	case p.OrderID == nil:
-		return fmt.Errorf("%w: order_id is missing", idem.ErrInvalidPayload)
-	case p.WalletID == nil || *p.WalletID == "":
-		return fmt.Errorf("%w: wallet_id is missing", idem.ErrInvalidPayload)
-	case p.AmountCents == nil:
-		return fmt.Errorf("%w: amount_cents is missing", idem.ErrInvalidPayload)
-	case *p.AmountCents <= 0:
-		return fmt.Errorf("%w: amount_cents is %d, want > 0", idem.ErrInvalidPayload, *p.AmountCents)
-	}
-	return nil
 }
 
 // statsObserver writes one counter line per settled delivery.

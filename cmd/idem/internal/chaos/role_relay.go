@@ -78,17 +78,12 @@ func relaySink(ctx context.Context, a RoleArgs, st *stats) (idem.Sink, func(), e
 			a.Logger.LogAttrs(ctx, slog.LevelWarn, "chaos: relay: open sink", slog.String("error", err.Error()))
 		}
 	}
-	nc, err := connectNATS(a.NATSURL, a.Name)
+	js, closeNATS, err := connectJetStream(a.NATSURL, a.Name)
 	if err != nil {
-		return nil, nil, err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
 		return nil, nil, err
 	}
 	sink := idemnats.NewSink(&refusingJetStream{JetStream: js, seed: a.Seed, rate: a.Transient * sinkRefusalShare, stats: st, refused: map[string]bool{}})
-	return sink, nc.Close, nil
+	return sink, closeNATS, nil
 }
 
 // closeQuietly closes v when it has a Close method.

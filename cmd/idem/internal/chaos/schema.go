@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
 	"github.com/idemkit/idem/idempg"
 )
 
@@ -37,7 +38,7 @@ func newTables(schema string) tables {
 		"{refuse_dl}", q("chaos_refuse_dead_letter"),
 		// {ident}: order o is a poison identity, matched with its dead letter by the order
 		// index its message carries ({dl_order}, NULL when d carries none), not by event id.
-		"{ident}", `(o.poison LIKE 'id\_%' OR o.poison LIKE 'tenant\_%')`,
+		"{ident}", `(o.Poison LIKE 'id\_%' OR o.Poison LIKE 'tenant\_%')`,
 		"{dl_order}", `(CASE WHEN d.headers->>'`+headerOrder+`' ~ '^[0-9]{1,18}$' THEN (d.headers->>'`+headerOrder+`')::bigint END)`,
 	)}
 }
@@ -132,7 +133,7 @@ func setupSchema(ctx context.Context, pool *pgxpool.Pool, schema, runID string, 
 			}
 		}
 		_, err := tx.Exec(ctx, t.sql(`INSERT INTO {wallets} (run_id, id)
-			SELECT $1, 'w' || lpad(i::text, 3, '0') FROM generate_series(0, $2 - 1) AS i`), runID, walletCount)
+			SELECT $1, 'w' || lpad(i::text, 3, '0') FROM generate_series(0, $2 - 1) AS i`), runID, payments.WalletCount)
 		if err != nil {
 			return fmt.Errorf("create wallets: %w", err)
 		}
