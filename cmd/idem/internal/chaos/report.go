@@ -6,7 +6,6 @@ import (
 	"io"
 	"maps"
 	"slices"
-	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -134,9 +133,9 @@ func (r Report) WriteTable(w io.Writer) error {
 	row := func(k, f string, args ...any) { fmt.Fprintf(tw, "%s\t"+f+"\n", append([]any{k}, args...)...) }
 	row("run", "%s (seed %d, schema %s)", r.RunID, r.Seed, r.Schema)
 	row("duration", "%.1f s of chaos, %.1f s to drain", float64(r.ChaosMS)/1000, float64(r.DrainMS)/1000)
-	row("events", "%d (%d valid, poison: %s)", r.Events, r.Valid, countText(r.Poison))
+	row("events", "%d (%d valid, poison: %s)", r.Events, r.Valid, payments.CountText(r.Poison))
 	row("injected", "%d duplicates, %d transient failures", r.DuplicatesInjected, r.TransientInjected)
-	row("kills", "%d (%s), %d restarts", r.Kills, countText(r.KillsByRole), r.Restarts)
+	row("kills", "%d (%s), %d restarts", r.Kills, payments.CountText(r.KillsByRole), r.Restarts)
 	row("database", "%d cuts, %d stalls", r.Cuts, r.Stalls)
 	if r.Broker == BrokerNATS || r.Broker == "" {
 		row("nats restarts", "%d", r.NATSRestarts)
@@ -148,54 +147,23 @@ func (r Report) WriteTable(w io.Writer) error {
 	row("duplicates ignored", "%d", r.DuplicatesIgnored)
 	row("retries", "%d", r.Retries)
 	row("abandoned", "%d", r.Abandoned)
-	row("dead letters", "%s", countText(r.DeadLetters))
+	row("dead letters", "%s", payments.CountText(r.DeadLetters))
 	row("double applied", "%d", r.DoubleApplied)
 	row("lost", "%d", r.Lost)
-	row("balances", "%s", okText(r.BadBalances == 0))
-	row("poison", "%s", okText(r.BadPoison == 0 && r.StrayDeadLetters == 0))
+	row("balances", "%s", payments.OKText(r.BadBalances == 0))
+	row("poison", "%s", payments.OKText(r.BadPoison == 0 && r.StrayDeadLetters == 0))
 	row("outbox unpublished", "%d", r.Unpublished)
 	row("claims w/o effect", "%d", r.ClaimsWithoutEffect)
 	row("effects w/o claim", "%d", r.EffectsWithoutClaim)
 	row("order violations", "%d (%d apply-order inversions, information)", r.OrderViolations, r.ApplyOrderInversions)
 	for _, k := range slices.Sorted(maps.Keys(r.Faults)) {
 		f := r.Faults[k]
-		row("fault "+k, "%d injected (%s); verdict: %s", f.Count, countText(f.Detail), countText(f.Verdict))
+		row("fault "+k, "%d injected (%s); verdict: %s", f.Count, payments.CountText(f.Detail), payments.CountText(f.Verdict))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	var b strings.Builder
-	for _, n := range r.Notes {
-		b.WriteString("note: " + n + "\n")
-	}
-	if r.OK {
-		b.WriteString("verdict: ok\n")
-	} else {
-		b.WriteString("verdict: FAILED\n")
-		for _, v := range r.Violations {
-			b.WriteString("  - " + v + "\n")
-		}
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
-}
-
-func okText(ok bool) string {
-	if ok {
-		return "ok"
-	}
-	return "FAILED"
-}
-
-func countText(m map[string]int) string {
-	if len(m) == 0 {
-		return "none"
-	}
-	var parts []string
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		parts = append(parts, fmt.Sprintf("%d %s", m[k], k))
-	}
-	return strings.Join(parts, ", ")
+	return payments.WriteVerdict(w, r.Notes, r.OK, r.Violations)
 }
 
 // buildFaults fills r.Faults from the counts the harness and the verdict gathered; counters are
