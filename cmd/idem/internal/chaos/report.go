@@ -2,12 +2,13 @@ package chaos
 
 import (
 	"fmt"
-	"github.com/idemkit/idem/cmd/idem/internal/payments"
 	"io"
 	"maps"
 	"slices"
 	"text/tabwriter"
 	"time"
+
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
 )
 
 // Report is what a chaos run did and what the database proves about it. The guarantee fields

@@ -38,7 +38,7 @@ func newTables(schema string) tables {
 		"{refuse_dl}", q("chaos_refuse_dead_letter"),
 		// {ident}: order o is a poison identity, matched with its dead letter by the order
 		// index its message carries ({dl_order}, NULL when d carries none), not by event id.
-		"{ident}", `(o.Poison LIKE 'id\_%' OR o.Poison LIKE 'tenant\_%')`,
+		"{ident}", `(o.poison LIKE 'id\_%' OR o.poison LIKE 'tenant\_%')`,
 		"{dl_order}", `(CASE WHEN d.headers->>'`+headerOrder+`' ~ '^[0-9]{1,18}$' THEN (d.headers->>'`+headerOrder+`')::bigint END)`,
 	)}
 }

@@ -3,11 +3,11 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"github.com/idemkit/idem/cmd/idem/internal/payments"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
 	"github.com/idemkit/idem/idemrelay"
 )
 
@@ -33,7 +33,7 @@ const (
 		AND NOT (o.valid AND EXISTS (SELECT 1 FROM {ledger} l WHERE l.run_id = o.run_id AND l.event_id = o.event_id))
 		AND NOT EXISTS (SELECT 1 FROM {dead_letters} d
 			WHERE NOT {ident} AND d.event_id = o.event_id AND d.consumer IN ($2, $3)
-			AND (d.reason = 'key_reuse') = (o.Poison = 'key_reuse'))
+			AND (d.reason = 'key_reuse') = (o.poison = 'key_reuse'))
 		AND NOT EXISTS (SELECT 1 FROM {dead_letters} d
 			WHERE {ident} AND {dl_order} = o.id AND d.consumer = $2)`
 	// qNotApplied: valid orders without a ledger row.
@@ -61,20 +61,20 @@ const (
 			WHERE o.run_id = $1 AND o.valid AND NOT ` + exhaustedOrder + ` GROUP BY o.wallet_id) o ON o.wallet_id = w.id
 		WHERE w.run_id = $1 AND w.balance_cents <> COALESCE(o.total, 0)`
 	// qBadPoison: poison orders without exactly one dead letter of the right reason.
-	qBadPoison = `SELECT count(*) FROM {orders} o WHERE o.run_id = $1 AND o.Poison <> ''
+	qBadPoison = `SELECT count(*) FROM {orders} o WHERE o.run_id = $1 AND o.poison <> ''
 		AND CASE WHEN {ident}
 			THEN (SELECT count(*) FROM {dead_letters} d WHERE {dl_order} = o.id AND d.consumer = $2
 				AND d.reason = 'invalid_payload')
 			ELSE (SELECT count(*) FROM {dead_letters} d WHERE d.event_id = o.event_id AND d.consumer = $2
-				AND d.reason = CASE WHEN o.Poison = 'key_reuse' THEN 'key_reuse' ELSE 'invalid_payload' END)
+				AND d.reason = CASE WHEN o.poison = 'key_reuse' THEN 'key_reuse' ELSE 'invalid_payload' END)
 			END <> 1`
 	// qStrayDeadLetters: dead letters (of anyone: the consumer, the relay) that match no poison
 	// order with its reason, but those of valid events an outage exhausted. A poison
 	// identity's dead letter matches by the order index its message carries.
 	qStrayDeadLetters = `SELECT count(*) FROM {dead_letters} d WHERE NOT EXISTS (
-		SELECT 1 FROM {orders} o WHERE o.run_id = $1 AND o.event_id = d.event_id AND o.Poison <> ''
+		SELECT 1 FROM {orders} o WHERE o.run_id = $1 AND o.event_id = d.event_id AND o.poison <> ''
 			AND NOT {ident} AND d.consumer = $2
-			AND d.reason = CASE WHEN o.Poison = 'key_reuse' THEN 'key_reuse' ELSE 'invalid_payload' END)
+			AND d.reason = CASE WHEN o.poison = 'key_reuse' THEN 'key_reuse' ELSE 'invalid_payload' END)
 		AND NOT EXISTS (SELECT 1 FROM {orders} o WHERE o.run_id = $1 AND o.id = {dl_order}
 			AND {ident} AND d.consumer = $2 AND d.reason = 'invalid_payload')
 		AND NOT (d.consumer = $2 AND ` + excusedDL + `)`

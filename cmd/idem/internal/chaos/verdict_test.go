@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/cmd/idem/internal/payments"
-
 	"github.com/idemkit/idem/cmd/idem/internal/testdb"
 )
 

@@ -17,9 +17,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemkit/idem/cmd/idem/internal/payments"
-
 	"github.com/idemkit/idem/cmd/idem/internal/connect"
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
 	"github.com/idemkit/idem/cmd/idem/internal/testdb"
 	"github.com/idemkit/idem/idemsqlite"
 	"github.com/idemkit/idem/internal/testenv"

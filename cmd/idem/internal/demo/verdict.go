@@ -3,11 +3,11 @@ package demo
 import (
 	"context"
 	"fmt"
-	"github.com/idemkit/idem/cmd/idem/internal/payments"
 	"io"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
 	"github.com/idemkit/idem/idemrelay"
 )
 
