@@ -138,6 +138,7 @@ func checkOrder(ctx context.Context, pool *pgxpool.Pool, t tables, firstSeqs fun
 	first, err := firstSeqs(ctx)
 	if errors.Is(err, errNoReadback) {
 		r.Notes = append(r.Notes, "per-key order not checked: "+err.Error())
+		r.OrderNotChecked = true
 		first = map[int]uint64{}
 	} else if err != nil {
 		return fmt.Errorf("check run %s: %w", runID, err)
