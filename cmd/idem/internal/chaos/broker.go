@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -209,6 +211,28 @@ func (b *roleBroker) channel(ctx context.Context) (*amqp.Channel, error) {
 	}
 	b.conn, b.ch = conn, ch
 	return ch, nil
+}
+
+// proxiedBrokerURL points an amqp:// or redis:// URL at addr (the harness's proxy), and
+// returns the host:port it pointed at before.
+func proxiedBrokerURL(raw, addr string) (proxied, target string, err error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", "", fmt.Errorf("parse broker URL: %w", err)
+	}
+	target = u.Host
+	if u.Port() == "" {
+		port := "5672"
+		switch u.Scheme {
+		case "amqps":
+			port = "5671"
+		case "redis", "rediss":
+			port = "6379"
+		}
+		target = net.JoinHostPort(u.Hostname(), port)
+	}
+	u.Host = addr
+	return u.String(), target, nil
 }
 
 // errNoReadback says a broker cannot be read back after the run: a RabbitMQ queue gives each

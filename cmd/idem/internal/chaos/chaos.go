@@ -56,9 +56,10 @@ var (
 	StallForDefault     = [2]time.Duration{2 * time.Second, 4 * time.Second}
 	CutForDefault       = [2]time.Duration{200 * time.Millisecond, 1500 * time.Millisecond}
 	NATSDownDefault     = [2]time.Duration{500 * time.Millisecond, 2 * time.Second}
-	// BrokerFaultEveryDefault is the pause between two kills of the run's broker connections
-	// on RabbitMQ or Redis.
+	// BrokerFaultEveryDefault is the pause between two broker faults on RabbitMQ or Redis: the
+	// run's connections closed by the server, stalled, or cut (the broker gone for BrokerDown).
 	BrokerFaultEveryDefault = [2]time.Duration{5 * time.Second, 10 * time.Second}
+	BrokerDownDefault       = [2]time.Duration{500 * time.Millisecond, 2 * time.Second}
 	// DeadLetterFailEveryDefault and DeadLetterFailForDefault: the pause between two windows in
 	// which every dead-letter write fails, and the length of one.
 	DeadLetterFailEveryDefault = [2]time.Duration{5 * time.Second, 10 * time.Second}
@@ -90,11 +91,13 @@ type Options struct {
 	NATSRestarts int
 	NATSDown     [2]time.Duration
 	// BrokerURL runs the events through a RabbitMQ (amqp://) or Redis (redis://) server instead
-	// of the embedded NATS server. The run uses a queue or stream of its own and, every
-	// BrokerFaultEvery, closes its roles' connections from the server's side (rabbitmqctl
-	// close_connection; CLIENT KILL ID), never anyone else's.
-	BrokerURL        string
-	BrokerFaultEvery [2]time.Duration
+	// of the embedded NATS server. The run uses a queue or stream of its own, reached through
+	// a proxy of the harness, and every BrokerFaultEvery it either closes its roles'
+	// connections from the server's side (rabbitmqctl close_connection; CLIENT KILL ID), or
+	// stalls them for StallFor (what DEBUG SLEEP would do to the run), or cuts them and refuses
+	// new ones for BrokerDown (what a restart looks like to the run); never anyone else's.
+	BrokerURL                    string
+	BrokerFaultEvery, BrokerDown [2]time.Duration
 	// Outages is how many database outages longer than the consumers' retry budget the run
 	// has, spread over it (default 1, or one per three minutes for longer runs): every
 	// connection dropped and new ones refused for OutageFor (default RetryBudget + 2–5 s).
@@ -168,7 +171,7 @@ func (o Options) WithDefaults() Options {
 		{&o.KillEvery, KillEveryDefault}, {&o.RestartDelay, RestartDelayDefault},
 		{&o.FaultEvery, FaultEveryDefault}, {&o.CutFor, CutForDefault},
 		{&o.StallFor, StallForDefault}, {&o.NATSDown, NATSDownDefault},
-		{&o.BrokerFaultEvery, BrokerFaultEveryDefault},
+		{&o.BrokerFaultEvery, BrokerFaultEveryDefault}, {&o.BrokerDown, BrokerDownDefault},
 	} {
 		if *r.v == ([2]time.Duration{}) {
 			*r.v = r.def
@@ -221,7 +224,7 @@ func (o Options) Validate() error {
 		{"KillEvery", o.KillEvery}, {"RestartDelay", o.RestartDelay}, {"FaultEvery", o.FaultEvery},
 		{"CutFor", o.CutFor}, {"StallFor", o.StallFor}, {"NATSDown", o.NATSDown},
 		{"OutageFor", o.OutageFor}, {"DeadLetterFailEvery", o.DeadLetterFailEvery}, {"DeadLetterFailFor", o.DeadLetterFailFor},
-		{"BrokerFaultEvery", o.BrokerFaultEvery},
+		{"BrokerFaultEvery", o.BrokerFaultEvery}, {"BrokerDown", o.BrokerDown},
 	} {
 		if r.v[0] <= 0 || r.v[1] < r.v[0] {
 			errs = append(errs, fmt.Errorf("%s is %v–%v, want 0 < min <= max", r.name, r.v[0], r.v[1]))
@@ -322,9 +325,11 @@ type harness struct {
 	proxy *Proxy
 	nats  *natsServer
 	js    jetstream.JetStream
-	// broker is the run's RabbitMQ or Redis broker (nil on NATS).
-	broker brokerTarget
-	sup    *supervisor
+	// broker is the run's RabbitMQ or Redis broker (nil on NATS); brokerProxy stands between
+	// it and the roles.
+	broker      brokerTarget
+	brokerProxy *Proxy
+	sup         *supervisor
 
 	stream, subject, durable string
 
@@ -372,7 +377,7 @@ func (h *harness) run(ctx context.Context, exe string) (Report, error) {
 
 	suffix := h.runID[len(h.runID)-8:]
 	h.stream, h.subject, h.durable = "IDEM_CHAOS_"+strings.ToUpper(suffix), "idem.chaos."+suffix+".payments", "ledger"
-	natsURL := ""
+	natsURL, roleBrokerURL := "", ""
 	if o.BrokerURL == "" {
 		stop, err := h.startNATS(ctx)
 		if err != nil {
@@ -389,6 +394,15 @@ func (h *harness) run(ctx context.Context, exe string) (Report, error) {
 			return h.r, fmt.Errorf("chaos: %s: %w", h.r.Broker, err)
 		}
 		defer h.broker.close()
+		_, target, err := proxiedBrokerURL(o.BrokerURL, "")
+		if err == nil {
+			h.brokerProxy, err = NewProxy("tcp", target)
+		}
+		if err != nil {
+			return h.r, fmt.Errorf("chaos: %s: %w", h.r.Broker, err)
+		}
+		defer h.brokerProxy.Close()
+		roleBrokerURL, _, _ = proxiedBrokerURL(o.BrokerURL, h.brokerProxy.Addr())
 	}
 
 	network, target, err := pgTarget(o.PostgresURL)
@@ -409,7 +423,7 @@ func (h *harness) run(ctx context.Context, exe string) (Report, error) {
 	h.sup = newSupervisor(runCtx, exe, o.Command, o.Verbose, h.logf, h.addStat)
 	defer h.sup.killAll()
 	base := RoleArgs{
-		PostgresURL: roleURL, Schema: h.r.Schema, NATSURL: natsURL, BrokerURL: o.BrokerURL,
+		PostgresURL: roleURL, Schema: h.r.Schema, NATSURL: natsURL, BrokerURL: roleBrokerURL,
 		Stream: h.stream, Subject: h.subject, Durable: h.durable, RunID: h.runID, Seed: o.Seed,
 		Rate: o.Rate, Duplicates: o.Duplicates, Transient: o.Transient, Poison: o.Poison, Workers: o.Workers,
 		RetryBudget: o.RetryBudget, InboxBucket: o.InboxBucket,
@@ -445,6 +459,10 @@ func (h *harness) run(ctx context.Context, exe string) (Report, error) {
 	// Drain: everything up, the producer stopped, the rest working until nothing is left.
 	h.proxy.Resume()
 	h.proxy.Restore()
+	if h.brokerProxy != nil {
+		h.brokerProxy.Resume()
+		h.brokerProxy.Restore()
+	}
 	stopStart := time.Now()
 	h.sup.stop(RoleProducer, 10*time.Second)
 	h.logf("chaos: over; producer stopped in %v, draining", time.Since(stopStart).Round(time.Millisecond))
@@ -703,20 +721,38 @@ func (h *harness) natsLoop(ctx context.Context) {
 	}
 }
 
-// brokerLoop closes the run's broker connections from the server's side every
-// BrokerFaultEvery: the roles must reconnect, and what was in flight comes back.
+// brokerLoop has a broker fault every BrokerFaultEvery, in turn: the run's connections cut
+// with new ones refused for BrokerDown, closed from the server's side, or stalled (no byte
+// moves for StallFor). The roles must reconnect, and what was in flight comes back.
 func (h *harness) brokerLoop(ctx context.Context) {
 	rng := h.rng(5)
-	for sleepCtx(ctx, randIn(rng, h.o.BrokerFaultEvery)) {
-		kctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		n, err := h.broker.killConns(kctx)
-		cancel()
-		if err != nil {
-			h.logf("chaos: kill %s connections: %v", h.r.Broker, err)
-			continue
+	for k := 0; sleepCtx(ctx, randIn(rng, h.o.BrokerFaultEvery)); k++ {
+		switch k % 3 {
+		case 0:
+			d := randIn(rng, h.o.BrokerDown)
+			n := h.brokerProxy.Cut()
+			h.count(func(r *Report) { r.BrokerCuts++ })
+			h.logf("chaos: cut %d %s connections, refusing new ones for %v", n, h.r.Broker, d.Round(time.Millisecond))
+			sleepCtx(ctx, d)
+			h.brokerProxy.Restore()
+		case 1:
+			kctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			n, err := h.broker.killConns(kctx)
+			cancel()
+			if err != nil {
+				h.logf("chaos: kill %s connections: %v", h.r.Broker, err)
+				continue
+			}
+			h.count(func(r *Report) { r.BrokerKills++; r.BrokerConnsKilled += n })
+			h.logf("chaos: closed %d %s connections of the run", n, h.r.Broker)
+		default:
+			d := randIn(rng, h.o.StallFor)
+			h.brokerProxy.Stall()
+			h.count(func(r *Report) { r.BrokerStalls++ })
+			h.logf("chaos: stall %d %s connections for %v", h.brokerProxy.Conns(), h.r.Broker, d.Round(time.Millisecond))
+			sleepCtx(ctx, d)
+			h.brokerProxy.Resume()
 		}
-		h.count(func(r *Report) { r.BrokerKills++; r.BrokerConnsKilled += n })
-		h.logf("chaos: closed %d %s connections of the run", n, h.r.Broker)
 	}
 }
 

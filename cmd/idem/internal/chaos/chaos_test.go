@@ -62,12 +62,19 @@ func runChaos(t *testing.T, broker string, d time.Duration, timeout time.Duratio
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	start := time.Now()
+	var brokerFaults [2]time.Duration
+	if broker != "" && d < time.Minute {
+		// A broker fault every 3–5 s: a short run meets a cut and a kill (which takes
+		// rabbitmqctl a few seconds).
+		brokerFaults = [2]time.Duration{3 * time.Second, 5 * time.Second}
+	}
 	r, err := Run(ctx, Options{
-		PostgresURL: pg,
-		BrokerURL:   broker,
-		Duration:    d,
-		Executable:  exe,
-		Out:         &logWriter{t: t},
+		PostgresURL:      pg,
+		BrokerURL:        broker,
+		BrokerFaultEvery: brokerFaults,
+		Duration:         d,
+		Executable:       exe,
+		Out:              &logWriter{t: t},
 		// A run that does not drain fails within the CI budget rather than after minutes; two
 		// minutes because a database outage near the end, with dead-letter writes refused and
 		// consumers pausing, takes a loaded 2-core machine more than one to work off.
@@ -92,7 +99,7 @@ func runChaos(t *testing.T, broker string, d time.Duration, timeout time.Duratio
 		classes = append(classes, "sink_refusals")
 	} else {
 		require.Positive(t, r.BrokerConnsKilled, "broker connections closed")
-		classes = append(classes, "broker_connection_kills")
+		classes = append(classes, "broker_connection_kills", "broker_stalls_and_cuts")
 	}
 	require.Greater(t, r.Events, 0)
 	require.Positive(t, r.DuplicatesInjected)
@@ -136,10 +143,10 @@ func TestChaosLong(t *testing.T) {
 	runChaos(t, os.Getenv("IDEM_CHAOS_BROKER"), d, d+10*time.Minute)
 }
 
-// TestChaosShortBrokers is the CI variant on RabbitMQ and Redis: 15 s of chaos each, one after
+// TestChaosShortBrokers is the CI variant on RabbitMQ and Redis: 20 s of chaos each, one after
 // the other (the kills, cuts, outage and refused dead-letter writes as on NATS, and the run's
-// broker connections closed from the server's side every 5–10 s), then the drain and the
-// verdict. The five-minute runs are by hand: IDEM_CHAOS_LONG=1 IDEM_CHAOS_DURATION=5m
+// broker connections cut, closed from the server's side or stalled every 3–5 s), then the
+// drain and the verdict. The five-minute runs are by hand: IDEM_CHAOS_LONG=1 IDEM_CHAOS_DURATION=5m
 // IDEM_CHAOS_BROKER=$IDEM_AMQP_URL (or $IDEM_REDIS_URL) go test -run TestChaosLong.
 func TestChaosShortBrokers(t *testing.T) {
 	if testing.Short() {
@@ -147,7 +154,7 @@ func TestChaosShortBrokers(t *testing.T) {
 	}
 	for _, b := range []struct{ name, env string }{{BrokerAMQP, testenv.AMQPVar}, {BrokerRedis, testenv.RedisVar}} {
 		t.Run(b.name, func(t *testing.T) {
-			r := runChaos(t, testenv.URL(t, b.env), 15*time.Second, 4*time.Minute)
+			r := runChaos(t, testenv.URL(t, b.env), 20*time.Second, 4*time.Minute)
 			require.Equal(t, b.name, r.Broker)
 		})
 	}
@@ -171,6 +178,17 @@ func TestBrokerKind(t *testing.T) {
 		}
 		require.NoError(t, err, c.url)
 		require.Equal(t, c.kind, kind, c.url)
+	}
+	for _, c := range []struct{ url, proxied, target string }{
+		{"amqp://guest:guest@127.0.0.1:5672/", "amqp://guest:guest@127.0.0.1:40000/", "127.0.0.1:5672"},
+		{"amqp://h/vhost", "amqp://127.0.0.1:40000/vhost", "h:5672"},
+		{"redis://127.0.0.1:6379/0", "redis://127.0.0.1:40000/0", "127.0.0.1:6379"},
+		{"redis://:pw@h/1", "redis://:pw@127.0.0.1:40000/1", "h:6379"},
+	} {
+		proxied, target, err := proxiedBrokerURL(c.url, "127.0.0.1:40000")
+		require.NoError(t, err, c.url)
+		require.Equal(t, c.proxied, proxied, c.url)
+		require.Equal(t, c.target, target, c.url)
 	}
 	err := Options{PostgresURL: "postgres://x/y", BrokerURL: "kafka://h"}.WithDefaults().Validate()
 	require.ErrorContains(t, err, "BrokerURL")

@@ -50,6 +50,10 @@ type Report struct {
 	Broker            string `json:"broker"`
 	BrokerKills       int    `json:"broker_kills"`
 	BrokerConnsKilled int    `json:"broker_conns_killed"`
+	// BrokerStalls and BrokerCuts count the times the harness's proxy stalled the run's broker
+	// connections, or cut them and refused new ones for a while.
+	BrokerStalls int `json:"broker_stalls"`
+	BrokerCuts   int `json:"broker_cuts"`
 	// UnexpectedExits counts role processes that exited without being killed.
 	UnexpectedExits int `json:"unexpected_exits"`
 
@@ -144,7 +148,7 @@ func (r Report) WriteTable(w io.Writer) error {
 	if r.Broker == BrokerNATS || r.Broker == "" {
 		row("nats restarts", "%d", r.NATSRestarts)
 	} else {
-		row("broker", "%s: %d connection kills (%d connections closed)", r.Broker, r.BrokerKills, r.BrokerConnsKilled)
+		row("broker", "%s: %d connection kills (%d connections closed), %d stalls, %d cuts", r.Broker, r.BrokerKills, r.BrokerConnsKilled, r.BrokerStalls, r.BrokerCuts)
 	}
 	row("unexpected exits", "%d", r.UnexpectedExits)
 	row("processed", "%d", r.Processed)
@@ -231,6 +235,12 @@ func (r *Report) buildFaults(counters map[string]int, budget, inboxBucket time.D
 			Injected: "the run's connections to the broker closed from the server's side (rabbitmqctl close_connection, CLIENT KILL ID)",
 			Count:    r.BrokerKills,
 			Detail:   map[string]int{"connections_closed": r.BrokerConnsKilled},
+			Verdict:  verdict,
+		}
+		r.Faults["broker_stalls_and_cuts"] = FaultClass{
+			Injected: "the run's broker connections stalled (no byte moves, as under DEBUG SLEEP), or cut with new ones refused (as in a restart), through the harness's proxy",
+			Count:    r.BrokerStalls + r.BrokerCuts,
+			Detail:   map[string]int{"stalls": r.BrokerStalls, "cuts": r.BrokerCuts},
 			Verdict:  verdict,
 		}
 	}
