@@ -129,7 +129,14 @@ batch; the JSON report has a section per fault class. Then it drains and checks 
 alone: every valid event applied exactly once, none lost, balances exact, every poison message
 dead-lettered once with the right reason, nothing left in the outbox, no claim without its effect
 and no effect without its claim; and from the stream, that each wallet's payments reached it in
-commit order. It exits 1 on any violation.`,
+commit order. It exits 1 on any violation.
+
+With --broker amqp://… or redis://… the events go through that server instead (a queue or stream
+of the run's own, reached through a proxy of the harness), and every 5–10 s the run's connections
+are cut with new ones refused for a moment (a restart, as the run sees it), closed from the
+server's side (rabbitmqctl close_connection, CLIENT KILL ID) or stalled (as DEBUG SLEEP would);
+never anyone else's, so a shared server is safe. The broker refusing a pipelined message is NATS
+only, and per-key order is not read back from a RabbitMQ queue.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			su, err := connect.ParseStore(e.resolveStore(store))
@@ -175,6 +182,7 @@ commit order. It exits 1 on any violation.`,
 	fl.Var(newDuration(&opts.RetryBudget, chaos.RetryBudgetDefault), "retry-budget", "the consumers' retry budget (MaxElapsed); every outage outlasts it")
 	fl.BoolVar(&opts.PlainInbox, "plain-inbox", false, "keep the plain claims table (default: partitioned by day of OccurredAt, where a re-send with a new OccurredAt lands in another partition)")
 	fl.Int64Var(&opts.Seed, "seed", 0, "seed of the misbehaviour and the chaos schedule (0: random, reported)")
+	fl.StringVar(&opts.BrokerURL, "broker", "", "a RabbitMQ (amqp://…) or Redis (redis://…) server instead of the embedded NATS one; every 5–10 s the run cuts, closes (server side) or stalls its own connections there")
 	fl.BoolVar(&keep, "keep", false, "keep the run's schema for inspection")
 	fl.BoolVarP(&verbose, "verbose", "v", false, "forward the processes' logs")
 	jsonFlag(cmd, &asJSON)
