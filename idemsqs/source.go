@@ -22,6 +22,9 @@ import (
 // wait when the caller gave no deadline.
 const callMargin = 10 * time.Second
 
+// shortPollPause separates the short polls of a Receive whose deadline is under a second.
+const shortPollPause = 50 * time.Millisecond
+
 // retentionDefault is SQS's MessageRetentionPeriod when a queue does not report one (4 days).
 const retentionDefault = 4 * 24 * time.Hour
 
@@ -186,9 +189,12 @@ func (s *Source) Receive(ctx context.Context, limit int) ([]idem.Delivery, error
 		}
 		s.calls.Add(1)
 		s.mu.Unlock()
+		// A poll never waits past ctx's deadline (rounded down to whole seconds), so that a
+		// Receive with a short deadline leaves no long poll behind to take messages from the
+		// next one: a poll whose Receive left gives back what it gets, but only after its wait.
 		wait := s.cfg.Wait
 		if dl, ok := ctx.Deadline(); ok {
-			wait = min(wait, time.Until(dl))
+			wait = min(wait, time.Until(dl).Truncate(time.Second))
 		}
 		n := min(limit, ReceiveMax)
 		// The poll hands its result over under h's lock, so that either Receive takes it or the
@@ -216,6 +222,13 @@ func (s *Source) Receive(ctx context.Context, limit int) ([]idem.Delivery, error
 			}
 			if len(r.msgs) > 0 {
 				return s.handOut(r.msgs), nil
+			}
+			if wait < time.Second {
+				// A short poll answers at once: pace the next one instead of spinning.
+				select {
+				case <-time.After(shortPollPause):
+				case <-ctx.Done():
+				}
 			}
 		case <-ctx.Done():
 			h.Lock()
@@ -388,6 +401,11 @@ func leaseError(err error) error {
 	switch ae.ErrorCode() {
 	case "MessageNotInflight", "ReceiptHandleIsInvalid", "AWS.SimpleQueueService.MessageNotInflight":
 		return fmt.Errorf("%w: %w", idem.ErrLeaseLost, err)
+	case "InvalidParameterValue":
+		// SQS's answer to a visibility change with a receipt handle that is not the latest.
+		if strings.Contains(ae.ErrorMessage(), "ReceiptHandle") {
+			return fmt.Errorf("%w: %w", idem.ErrLeaseLost, err)
+		}
 	}
 	return err
 }
