@@ -79,7 +79,7 @@ func mapped(name string) bool {
 }
 
 // KeyOf is the key the Sink gives m as its FIFO MessageGroupId: the Idem-Key header when the
-// producer set one (the outbox's Outgoing.Key), else "<tenant>/<event id>", which orders nothing
+// producer set one (to its outbox row's Key, for that key's order), else "<tenant>/<event id>", which orders nothing
 // but keeps one event's republishes in order.
 func KeyOf(m idem.Message) string {
 	if k := m.Headers[AttrKey]; k != "" {
