@@ -2,6 +2,8 @@ package idemsqs
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -249,14 +251,23 @@ func (s *Source) Receive(ctx context.Context, limit int) ([]idem.Delivery, error
 func (s *Source) poll(n int, wait time.Duration) ([]types.Message, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, wait+callMargin)
 	defer cancel()
-	out, err := s.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+	in := &sqs.ReceiveMessageInput{
 		QueueUrl:                    aws.String(s.cfg.QueueURL),
 		MaxNumberOfMessages:         int32(n),
 		WaitTimeSeconds:             seconds(wait),
 		VisibilityTimeout:           seconds(s.cfg.Lease),
 		MessageAttributeNames:       []string{"All"},
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
-	})
+	}
+	if s.fifo {
+		// The SDK retries a receive whose answer was lost with the same attempt id, and a FIFO
+		// queue answers it with the same messages instead of hiding them (and blocking their
+		// groups) for a lease.
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		in.ReceiveRequestAttemptId = aws.String(hex.EncodeToString(b[:]))
+	}
+	out, err := s.client.ReceiveMessage(ctx, in)
 	if err != nil {
 		if s.ctx.Err() != nil {
 			return nil, fmt.Errorf("idemsqs: receive from %s: source closed", s.name)
