@@ -169,6 +169,7 @@ func (s *Source) Close() error {
 // polled is what one ReceiveMessage returned, or its error.
 type polled struct {
 	msgs []types.Message
+	at   time.Time // when the poll was sent: SQS's 12 hours count from about then
 	err  error
 }
 
@@ -208,6 +209,7 @@ func (s *Source) Receive(ctx context.Context, limit int) ([]idem.Delivery, error
 		done := make(chan polled, 1)
 		go func() {
 			defer s.calls.Done()
+			at := time.Now()
 			msgs, err := s.poll(n, wait)
 			h.Lock()
 			defer h.Unlock()
@@ -215,7 +217,7 @@ func (s *Source) Receive(ctx context.Context, limit int) ([]idem.Delivery, error
 				s.giveBack(msgs)
 				return
 			}
-			done <- polled{msgs, err}
+			done <- polled{msgs, at, err}
 		}()
 		select {
 		case r := <-done:
@@ -223,7 +225,7 @@ func (s *Source) Receive(ctx context.Context, limit int) ([]idem.Delivery, error
 				return nil, r.err
 			}
 			if len(r.msgs) > 0 {
-				return s.handOut(r.msgs), nil
+				return s.handOut(r.msgs, r.at), nil
 			}
 			if wait < time.Second {
 				// A short poll answers at once: pace the next one instead of spinning.
@@ -277,10 +279,9 @@ func (s *Source) poll(n int, wait time.Duration) ([]types.Message, error) {
 	return out.Messages, nil
 }
 
-// handOut decodes messages a caller will see. A receive that an earlier cancelled Receive gave
-// back is not counted in the attempt.
-func (s *Source) handOut(msgs []types.Message) []idem.Delivery {
-	now := time.Now()
+// handOut decodes messages a caller will see, received by a poll sent at polled. A receive that
+// an earlier cancelled Receive gave back is not counted in the attempt.
+func (s *Source) handOut(msgs []types.Message, polled time.Time) []idem.Delivery {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]idem.Delivery, len(msgs))
@@ -290,7 +291,7 @@ func (s *Source) handOut(msgs []types.Message) []idem.Delivery {
 		if g, ok := s.givenBack[id]; ok {
 			m.Attempt = max(m.Attempt-g.n, 1)
 		}
-		out[i] = &Delivery{src: s, id: id, receipt: aws.ToString(sm.ReceiptHandle), received: now, msg: m}
+		out[i] = &Delivery{src: s, id: id, receipt: aws.ToString(sm.ReceiptHandle), received: polled, msg: m}
 	}
 	return out
 }

@@ -141,3 +141,29 @@ func TestSettleAfterDelete(t *testing.T) {
 		require.True(t, errors.Is(err, idem.ErrLeaseLost), "%s after Ack = %v, want idem.ErrLeaseLost", name, err)
 	}
 }
+
+// TestTwelveHours: SQS keeps a message invisible at most 12 hours after its receive. Near that
+// bound a long Nak is cut to what is left (the message comes back early), and an Extend past it
+// fails with idem.ErrLeaseLost without asking SQS.
+func TestTwelveHours(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	url := newQueue(t, c, nil)
+	sink, err := idemsqs.NewSink(c, idemsqs.SinkConfig{})
+	require.NoError(t, err)
+	require.NoError(t, sink.Publish(context.Background(), url, idem.Message{EventID: "e-12h", Payload: []byte("p")}))
+	src := openSource(t, c, url, 30*time.Second)
+	d := receiveOne(t, src, 5*time.Second).(*idemsqs.Delivery)
+
+	idemsqs.SetReceived(d, time.Now().Add(-idemsqs.LeaseMax+2*time.Second))
+	naked := time.Now()
+	require.NoError(t, d.Nak(context.Background(), time.Hour))
+	again := receiveOne(t, src, 10*time.Second)
+	require.Less(t, time.Since(naked), 8*time.Second, "Nak(1h) 2s before the bound keeps the message away for about 2s")
+	require.Equal(t, 2, again.Message().Attempt)
+
+	idemsqs.SetReceived(again.(*idemsqs.Delivery), time.Now().Add(-idemsqs.LeaseMax))
+	err = again.Extend(context.Background())
+	require.True(t, errors.Is(err, idem.ErrLeaseLost), "Extend past 12 hours = %v, want idem.ErrLeaseLost", err)
+	require.NoError(t, again.Ack(context.Background()))
+}
