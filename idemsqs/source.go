@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,7 +53,16 @@ type Source struct {
 	mu        sync.Mutex
 	closed    bool
 	givenBack map[string]givenBack // message id → receives no caller saw
-	calls     sync.WaitGroup       // long polls running detached from a Receive that returned
+	orphans   []*pollCall          // polls in flight whose Receive left, for the next to adopt
+	calls     sync.WaitGroup       // polls in flight
+}
+
+// pollCall is one ReceiveMessage in flight. Its fields are guarded by Source.mu.
+type pollCall struct {
+	n         int // the most messages it asks for
+	wait      time.Duration
+	done      chan polled // gets the result, unless the poll is abandoned
+	abandoned bool        // no Receive waits for it: it gives back what it gets
 }
 
 // givenBack counts the receives of one message that a cancelled Receive gave back.
@@ -175,8 +185,10 @@ type polled struct {
 
 // Receive returns up to max deliveries (at most ReceiveMax, SQS's bound per call), long polling
 // until messages arrive or ctx ends. The poll runs detached from ctx: when ctx ends first,
-// Receive returns ctx.Err() at once and whatever the poll still gets is given back
-// (ChangeMessageVisibility 0), without counting an attempt.
+// Receive returns ctx.Err() at once and leaves the poll to the next Receive, which waits for it
+// instead of sending another; what a poll gets while no Receive waits is given back
+// (ChangeMessageVisibility 0) without counting an attempt. So cancelled receives never stack up
+// polls that take one another's messages.
 func (s *Source) Receive(ctx context.Context, limit int) ([]idem.Delivery, error) {
 	if limit < 1 {
 		return nil, fmt.Errorf("idemsqs: receive from %s: max is %d, want at least 1", s.name, limit)
@@ -185,49 +197,29 @@ func (s *Source) Receive(ctx context.Context, limit int) ([]idem.Delivery, error
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			return nil, fmt.Errorf("idemsqs: receive from %s: source closed", s.name)
-		}
-		s.calls.Add(1)
-		s.mu.Unlock()
-		// A poll never waits past ctx's deadline (rounded down to whole seconds), so that a
-		// Receive with a short deadline leaves no long poll behind to take messages from the
-		// next one: a poll whose Receive left gives back what it gets, but only after its wait.
+		// A poll never waits past ctx's deadline (rounded down to whole seconds), so that it
+		// does not hold messages back from the next Receive.
 		wait := s.cfg.Wait
 		if dl, ok := ctx.Deadline(); ok {
 			wait = min(wait, time.Until(dl).Truncate(time.Second))
 		}
-		n := min(limit, ReceiveMax)
-		// The poll hands its result over under h's lock, so that either Receive takes it or the
-		// poll sees that Receive left and gives the messages back: none is left invisible.
-		var h struct {
-			sync.Mutex
-			abandoned bool
+		p, err := s.startPoll(min(limit, ReceiveMax), wait)
+		if err != nil {
+			return nil, err
 		}
-		done := make(chan polled, 1)
-		go func() {
-			defer s.calls.Done()
-			at := time.Now()
-			msgs, err := s.poll(n, wait)
-			h.Lock()
-			defer h.Unlock()
-			if h.abandoned {
-				s.giveBack(msgs)
-				return
-			}
-			done <- polled{msgs, at, err}
-		}()
 		select {
-		case r := <-done:
+		case r := <-p.done:
 			if r.err != nil {
 				return nil, r.err
+			}
+			if len(r.msgs) > limit { // an adopted poll asked for more
+				s.giveBack(r.msgs[limit:])
+				r.msgs = r.msgs[:limit]
 			}
 			if len(r.msgs) > 0 {
 				return s.handOut(r.msgs, r.at), nil
 			}
-			if wait < time.Second {
+			if p.wait < time.Second {
 				// A short poll answers at once: pace the next one instead of spinning.
 				select {
 				case <-time.After(shortPollPause):
@@ -235,17 +227,51 @@ func (s *Source) Receive(ctx context.Context, limit int) ([]idem.Delivery, error
 				}
 			}
 		case <-ctx.Done():
-			h.Lock()
-			h.abandoned = true
-			h.Unlock()
+			s.mu.Lock()
 			select {
-			case r := <-done:
+			case r := <-p.done:
+				s.mu.Unlock()
 				s.giveBack(r.msgs)
 			default:
+				p.abandoned = true
+				s.orphans = append(s.orphans, p)
+				s.mu.Unlock()
 			}
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// startPoll adopts a poll an earlier Receive left, or sends a new one for n messages.
+func (s *Source) startPoll(n int, wait time.Duration) (*pollCall, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, fmt.Errorf("idemsqs: receive from %s: source closed", s.name)
+	}
+	if k := len(s.orphans); k > 0 {
+		p := s.orphans[k-1]
+		s.orphans = s.orphans[:k-1]
+		p.abandoned = false
+		return p, nil
+	}
+	p := &pollCall{n: n, wait: wait, done: make(chan polled, 1)}
+	s.calls.Add(1)
+	go func() {
+		defer s.calls.Done()
+		at := time.Now()
+		msgs, err := s.poll(p.n, p.wait)
+		s.mu.Lock()
+		if p.abandoned {
+			s.orphans = slices.DeleteFunc(s.orphans, func(o *pollCall) bool { return o == p })
+			s.mu.Unlock()
+			s.giveBack(msgs)
+			return
+		}
+		p.done <- polled{msgs, at, err}
+		s.mu.Unlock()
+	}()
+	return p, nil
 }
 
 // poll runs one ReceiveMessage of at most n messages, long polling for wait (whole seconds,
