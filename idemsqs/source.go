@@ -55,6 +55,7 @@ type Source struct {
 	givenBack map[string]givenBack // message id → receives no caller saw
 	orphans   []*pollCall          // polls in flight whose Receive left, for the next to adopt
 	calls     sync.WaitGroup       // polls in flight
+	polling   chan struct{}        // holds a token while a poll is in flight: one at a time
 }
 
 // pollCall is one ReceiveMessage in flight. Its fields are guarded by Source.mu.
@@ -102,6 +103,7 @@ func NewSource(ctx context.Context, client *sqs.Client, cfg SourceConfig) (*Sour
 		fifo:      attrs[string(types.QueueAttributeNameFifoQueue)] == "true",
 		window:    retentionDefault,
 		givenBack: make(map[string]givenBack),
+		polling:   make(chan struct{}, 1),
 	}
 	if v := attrs[string(types.QueueAttributeNameMessageRetentionPeriod)]; v != "" {
 		n, err := strconv.Atoi(v)
@@ -203,7 +205,7 @@ func (s *Source) Receive(ctx context.Context, limit int) ([]idem.Delivery, error
 		if dl, ok := ctx.Deadline(); ok {
 			wait = min(wait, time.Until(dl).Truncate(time.Second))
 		}
-		p, err := s.startPoll(min(limit, ReceiveMax), wait)
+		p, err := s.startPoll(ctx, min(limit, ReceiveMax), wait)
 		if err != nil {
 			return nil, err
 		}
@@ -242,25 +244,50 @@ func (s *Source) Receive(ctx context.Context, limit int) ([]idem.Delivery, error
 	}
 }
 
-// startPoll adopts a poll an earlier Receive left, or sends a new one for n messages.
-func (s *Source) startPoll(n int, wait time.Duration) (*pollCall, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, fmt.Errorf("idemsqs: receive from %s: source closed", s.name)
+// startPoll adopts a poll an earlier Receive left, or sends a new one for n messages once no
+// other is in flight. One poll at a time is what Run needs (it receives from one loop), and it
+// keeps concurrent receives from racing for the same messages on servers that hand one message
+// to two simultaneous polls (moto does, now and then).
+func (s *Source) startPoll(ctx context.Context, n int, wait time.Duration) (*pollCall, error) {
+	for {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return nil, fmt.Errorf("idemsqs: receive from %s: source closed", s.name)
+		}
+		if k := len(s.orphans); k > 0 {
+			p := s.orphans[k-1]
+			s.orphans = s.orphans[:k-1]
+			p.abandoned = false
+			s.mu.Unlock()
+			return p, nil
+		}
+		select {
+		case s.polling <- struct{}{}:
+			p := s.sendPoll(n, wait)
+			s.mu.Unlock()
+			return p, nil
+		default:
+		}
+		s.mu.Unlock()
+		select {
+		case <-time.After(shortPollPause): // look again: the poll in flight may be left to adopt
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
-	if k := len(s.orphans); k > 0 {
-		p := s.orphans[k-1]
-		s.orphans = s.orphans[:k-1]
-		p.abandoned = false
-		return p, nil
-	}
+}
+
+// sendPoll starts a poll for n messages; the caller holds s.mu and the polling token, which the
+// poll gives back when SQS answered.
+func (s *Source) sendPoll(n int, wait time.Duration) *pollCall {
 	p := &pollCall{n: n, wait: wait, done: make(chan polled, 1)}
 	s.calls.Add(1)
 	go func() {
 		defer s.calls.Done()
 		at := time.Now()
 		msgs, err := s.poll(p.n, p.wait)
+		<-s.polling
 		s.mu.Lock()
 		if p.abandoned {
 			s.orphans = slices.DeleteFunc(s.orphans, func(o *pollCall) bool { return o == p })
@@ -271,7 +298,7 @@ func (s *Source) startPoll(n int, wait time.Duration) (*pollCall, error) {
 		p.done <- polled{msgs, at, err}
 		s.mu.Unlock()
 	}()
-	return p, nil
+	return p
 }
 
 // poll runs one ReceiveMessage of at most n messages, long polling for wait (whole seconds,
