@@ -21,15 +21,24 @@ const maxMessageSize = 4096
 
 // harness runs the shared suite on standard queues of one SQS endpoint. A source name maps to
 // nothing on SQS: every source of a queue competes for its messages, as a durable consumer's
-// do, so reopening "resumes" by construction. FIFO queues (BrokerDedup) have their own tests in
-// fifo_test.go: moto's FIFO queues hand one message to two concurrent receives now and then,
-// which the suite's concurrency checks would report against the transport.
-func harness(c *sqs.Client) transporttest.Harness {
+// do, so reopening "resumes" by construction. fifo_test.go adds what the suite cannot see of FIFO
+// queues: group order and the deduplication ids on the wire.
+func harness(c *sqs.Client) transporttest.Harness { return harnessOf(c, false) }
+
+// harnessOf is harness on FIFO queues when fifo is set: the sink then gives each message a group
+// of its own (deduplication without order), since the suite holds several messages of one event
+// id at once, which one group would hand out one after the other.
+func harnessOf(c *sqs.Client, fifo bool) transporttest.Harness {
 	attrs := map[string]string{"MaximumMessageSize": "4096"}
+	sinkCfg := idemsqs.SinkConfig{}
+	if fifo {
+		attrs["FifoQueue"] = "true"
+		sinkCfg.Key = idemsqs.DeduplicationID
+	}
 	var mu sync.Mutex
 	urls := map[string]string{} // topic → queue URL, for the sources
 	return transporttest.Harness{
-		Features: transporttest.Features{DelayedNak: true, Persistent: true},
+		Features: transporttest.Features{DelayedNak: true, Persistent: true, BrokerDedup: fifo},
 		NewTopic: func(tb testing.TB) string {
 			url := newQueue(tb, c, attrs)
 			topic := url[strings.LastIndexByte(url, '/')+1:]
@@ -50,7 +59,7 @@ func harness(c *sqs.Client) transporttest.Harness {
 			return src
 		},
 		Sink: func(tb testing.TB) idem.Sink {
-			sink, err := idemsqs.NewSink(c, idemsqs.SinkConfig{})
+			sink, err := idemsqs.NewSink(c, sinkCfg)
 			require.NoError(tb, err)
 			tb.Cleanup(func() { _ = sink.Close() })
 			return sink
@@ -66,6 +75,11 @@ func harness(c *sqs.Client) transporttest.Harness {
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	transporttest.Exercise(t, harness(newClient(t)))
+}
+
+func TestConformanceFIFO(t *testing.T) {
+	t.Parallel()
+	transporttest.Exercise(t, harnessOf(newClient(t), true))
 }
 
 // TestHandover: two sources on one queue share its messages; one closing with deliveries held
