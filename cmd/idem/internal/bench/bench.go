@@ -36,6 +36,8 @@ type Options struct {
 	PostgresURL string
 	// NATSURL enables the JetStream pipeline case when set.
 	NATSURL string
+	// SQSURL enables the SQS pipeline case when set: an sqs://HOST:PORT?region=REGION broker URL.
+	SQSURL string
 	// Events is how many events each case processes at each concurrency (default 2000).
 	Events int
 	// Concurrency lists the worker counts (default 1, 4, 8, 16).
@@ -68,7 +70,7 @@ func (o Options) WithDefaults() Options {
 		o.BatchSizes = []int{10, 100, 500}
 	}
 	if len(o.Cases) == 0 {
-		o.Cases = []string{"baseline", "ceiling", "per_event", "batched", "set_batch", "pipeline_queue", "pipeline_jetstream", "outbox_e2e", "memory"}
+		o.Cases = []string{"baseline", "ceiling", "per_event", "batched", "set_batch", "pipeline_queue", "pipeline_jetstream", "pipeline_sqs", "outbox_e2e", "memory"}
 	}
 	if o.LargeInboxClaims == 0 {
 		o.LargeInboxClaims = 10_000_000
@@ -106,11 +108,11 @@ func (o Options) Validate() error {
 			return fmt.Errorf("bench: batch size %d: want 1..10000", b)
 		}
 	}
-	known := map[string]bool{"baseline": true, "ceiling": true, "per_event": true, "batched": true, "set_batch": true, "set_ceiling": true, "pipeline_queue": true, "pipeline_jetstream": true, "outbox_e2e": true, "memory": true, "large_inbox": true,
+	known := map[string]bool{"baseline": true, "ceiling": true, "per_event": true, "batched": true, "set_batch": true, "set_ceiling": true, "pipeline_queue": true, "pipeline_jetstream": true, "pipeline_sqs": true, "outbox_e2e": true, "memory": true, "large_inbox": true,
 		"sqlite_ceiling": true, "sqlite_per_event": true, "sqlite_batched": true, "sqlite_set_batch": true, "sqlite_pipeline": true}
 	for _, c := range o.Cases {
 		if !known[c] {
-			return fmt.Errorf("bench: unknown case %q (known: baseline, ceiling, per_event, batched, set_batch, set_ceiling, large_inbox, pipeline_queue, pipeline_jetstream, outbox_e2e, memory, sqlite_ceiling, sqlite_per_event, sqlite_batched, sqlite_set_batch, sqlite_pipeline)", c)
+			return fmt.Errorf("bench: unknown case %q (known: baseline, ceiling, per_event, batched, set_batch, set_ceiling, large_inbox, pipeline_queue, pipeline_jetstream, pipeline_sqs, outbox_e2e, memory, sqlite_ceiling, sqlite_per_event, sqlite_batched, sqlite_set_batch, sqlite_pipeline)", c)
 		}
 	}
 	return nil
@@ -438,6 +440,13 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	if want("pipeline_jetstream") && opts.NATSURL != "" {
 		for _, batch := range []int{0, 100} {
 			if err := add(e.pipelineJetStream(ctx, 8, batch)); err != nil {
+				return out, err
+			}
+		}
+	}
+	if want("pipeline_sqs") && opts.SQSURL != "" {
+		for _, batch := range []int{0, 100} {
+			if err := add(e.pipelineSQS(ctx, 8, batch)); err != nil {
 				return out, err
 			}
 		}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,4 +87,22 @@ func TestRatiosOnlyFromCasesThatRan(t *testing.T) {
 	require.Len(t, allocs, 1)
 	require.True(t, allocs[0].OK)
 	require.EqualValues(t, 12, allocs[0].Value)
+}
+
+// TestSmokeSQS runs the SQS pipeline case small, against IDEM_SQS_URL or a moto_server the test
+// starts: every variant runs and moves every event.
+func TestSmokeSQS(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rs, err := Run(ctx, Options{
+		PostgresURL: testenv.Postgres(t), SQSURL: "sqs://" + strings.TrimPrefix(testenv.SQS(t), "http://"),
+		Events: 100, Cases: []string{"pipeline_sqs"}, Logf: t.Logf,
+	})
+	require.NoError(t, err)
+	require.Len(t, rs, 2, "per event and batched(100)")
+	for _, r := range rs {
+		require.Equal(t, "pipeline_sqs", r.Case)
+		require.Positive(t, r.EventsPerS, "%+v", r)
+	}
 }

@@ -17,6 +17,7 @@ import (
 func newBenchCmd(e *env) *cobra.Command {
 	var (
 		store, natsURL, cases string
+		sqsURL                string
 		asJSON, soak          bool
 		events, rate          int
 		conc, batches         []int
@@ -28,7 +29,7 @@ func newBenchCmd(e *env) *cobra.Command {
 		Short: "Measure idem against the database's ceilings (PostgreSQL)",
 		Long: `bench runs, side by side against the same PostgreSQL database: baseline (the business
 effect without idem), ceiling (the claim and effect SQL alone), per_event, batched (batch sizes
-10, 100, 500), set_batch (the same sizes, one multi-row effect per batch), pipeline_queue and pipeline_jetstream (publish → consume → commit → ack),
+10, 100, 500), set_batch (the same sizes, one multi-row effect per batch), pipeline_queue, pipeline_jetstream and pipeline_sqs (publish → consume → commit → ack),
 outbox_e2e (producer commit to consumer commit at a fixed offered rate), memory, and on request
 large_inbox (10 million existing claims) and the SQLite cases, in a temporary database file
 beside it: sqlite_ceiling, sqlite_per_event, sqlite_batched, sqlite_set_batch, sqlite_pipeline. It prints a table and the ratios against idem's
@@ -68,7 +69,7 @@ JetStream → consumer path at a steady rate for --duration.`,
 				}
 				return nil
 			}
-			opts := bench.Options{PostgresURL: su.URL, NATSURL: natsURL, Events: events, Concurrency: conc, BatchSizes: batches,
+			opts := bench.Options{PostgresURL: su.URL, NATSURL: natsURL, SQSURL: sqsURL, Events: events, Concurrency: conc, BatchSizes: batches,
 				LargeInboxClaims: claims, OfferedRate: rate, Logf: logf}
 			if cases != "" {
 				opts.Cases = strings.Split(cases, ",")
@@ -90,6 +91,7 @@ JetStream → consumer path at a steady rate for --duration.`,
 	fl := cmd.Flags()
 	storeFlag(cmd, &store)
 	fl.StringVar(&natsURL, "nats", "", "NATS URL for the JetStream cases (nats://HOST:PORT); they are skipped without it")
+	fl.StringVar(&sqsURL, "sqs", "", "SQS broker URL for the SQS pipeline case (sqs://HOST:PORT?region=REGION, as --broker takes); it is skipped without it")
 	fl.StringVar(&cases, "cases", "", "comma-separated cases (default all but large_inbox)")
 	fl.IntVar(&events, "events", 2000, "events per case and setting")
 	fl.IntSliceVar(&conc, "concurrency", []int{1, 4, 8, 16}, "worker counts")

@@ -96,7 +96,8 @@ type Options struct {
 	// idem_schema=NAME to use a schema of its own; the demo's tables go there too).
 	Store string
 	// Broker is "sql" (the queue table in the store, the default), nats://HOST:PORT,
-	// amqp://USER:PASSWORD@HOST:PORT/VHOST or redis://USER:PASSWORD@HOST:PORT/DB.
+	// amqp://USER:PASSWORD@HOST:PORT/VHOST, redis://USER:PASSWORD@HOST:PORT/DB or
+	// sqs://HOST:PORT?region=REGION (SQS, or an emulator such as moto_server).
 	Broker string
 	// Events is the number of orders (default EventsDefault).
 	Events int
@@ -222,7 +223,7 @@ func Run(ctx context.Context, opts Options) (Verdict, error) {
 	su, _ := connect.ParseStore(o.Store)
 	bu, _ := connect.ParseBroker(o.Broker)
 	v := Verdict{Store: su.String(), Broker: bu.Kind, Seed: o.Seed, DeadLettered: map[string]int{}}
-	if bu.Kind == connect.BrokerNATS || bu.Kind == connect.BrokerAMQP || bu.Kind == connect.BrokerRedis {
+	if bu.Kind == connect.BrokerNATS || bu.Kind == connect.BrokerAMQP || bu.Kind == connect.BrokerRedis || bu.Kind == connect.BrokerSQS {
 		v.Broker = idem.RedactURL(bu.URL)
 	}
 	if o.HTTP {
@@ -336,6 +337,10 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 		}
 	} else if bu.Kind == connect.BrokerRedis {
 		if s.br, err = redisBroker(ctx, bu, s.runID); err != nil {
+			return v, fmt.Errorf("broker %s: %w", v.Broker, err)
+		}
+	} else if bu.Kind == connect.BrokerSQS {
+		if s.br, err = sqsBroker(ctx, bu, s.runID); err != nil {
 			return v, fmt.Errorf("broker %s: %w", v.Broker, err)
 		}
 	} else if s.br, err = queueBroker[TTx](store, s.runID); err != nil {
