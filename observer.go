@@ -13,6 +13,9 @@ const (
 	OutcomeDuplicate Outcome = "duplicate"
 	// OutcomeKeyReuse: the key was claimed with another fingerprint; nothing applied.
 	OutcomeKeyReuse Outcome = "key_reuse"
+	// OutcomeIgnored: the handler returned Ignore; the claim and an audit row committed, none of
+	// the handler's effect did. Result.Reason and Event.Reason carry the handler's reason.
+	OutcomeIgnored Outcome = "ignored"
 	// OutcomeFailed: the handler or the database failed; everything rolled back.
 	OutcomeFailed Outcome = "failed"
 	// OutcomeRetried: failed and handed back to the broker for a later attempt.
@@ -38,7 +41,8 @@ type Event struct {
 	Attempt   int
 	Outcome   Outcome
 	ErrorType Class
-	// Reason is set when Outcome is OutcomeDeadLettered or OutcomeDeadLetterFailed.
+	// Reason is set when Outcome is OutcomeDeadLettered or OutcomeDeadLetterFailed, and holds
+	// the handler's reason when Outcome is OutcomeIgnored.
 	Reason Reason
 	// Delay is the retry delay when Outcome is OutcomeRetried.
 	Delay    time.Duration

@@ -337,6 +337,17 @@ func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.Ca
 		}
 		r.finish(sctx, ev, msg, start, slog.LevelDebug, nil, res.Reason)
 		return
+	case OutcomeIgnored:
+		// Settled like a duplicate: the claim committed, so a redelivery changes nothing.
+		r.verdict(d)
+		ev.Outcome, ev.Reason = OutcomeIgnored, res.Reason
+		if !ackedInTx {
+			if err := d.Ack(sctx); err != nil {
+				r.log(sctx, slog.LevelWarn, "idem: ack failed after commit", msg, res.Outcome, start, err, ClassTransient)
+			}
+		}
+		r.finish(sctx, ev, msg, start, slog.LevelInfo, nil, res.Reason)
+		return
 	case OutcomeKeyReuse:
 		r.deadLetter(workCtx, stopFetch, d, msg, res, ReasonKeyReuse, ev, start)
 		return

@@ -360,3 +360,18 @@ func scanDeadLetter(r scanner) (idem.DeadLetter, error) {
 	dl.RecoveredAt = fromNullMicros(recovered)
 	return dl, nil
 }
+
+var _ idem.IgnoreStore[*sql.Tx] = (*Store)(nil)
+
+// RecordIgnoreTx writes the audit row of an event its handler ignored (idem.Ignore) inside tx,
+// the transaction that holds its claim: action "ignore", the consumer as actor, no dead letter.
+func (s *Store) RecordIgnoreTx(ctx context.Context, tx *sql.Tx, p idem.RecordIgnoreParams) error {
+	now := p.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	if _, err := tx.ExecContext(ctx, s.q.auditInsert, now.UnixMicro(), text(p.Key.Consumer), idem.AuditActionIgnore, 0, p.Key.EventID, text(p.Reason)); err != nil {
+		return fmt.Errorf("idemmysql: record ignore of %s: %w", p.Key, err)
+	}
+	return nil
+}

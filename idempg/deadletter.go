@@ -283,3 +283,14 @@ func decodeHeaders(b []byte) (map[string]string, error) {
 	}
 	return h, nil
 }
+
+var _ idem.IgnoreStore[pgx.Tx] = (*Store)(nil)
+
+// RecordIgnoreTx writes the audit row of an event its handler ignored (idem.Ignore) inside tx,
+// the transaction that holds its claim: action "ignore", the consumer as actor, no dead letter.
+func (s *Store) RecordIgnoreTx(ctx context.Context, tx pgx.Tx, p idem.RecordIgnoreParams) error {
+	if _, err := tx.Exec(ctx, s.q.auditInsert, orNow(p.Now), p.Key.Consumer, idem.AuditActionIgnore, p.Key.EventID, p.Reason); err != nil {
+		return fmt.Errorf("idempg: record ignore of %s: %w", p.Key, err)
+	}
+	return nil
+}

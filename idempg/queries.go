@@ -21,7 +21,7 @@ type queries struct {
 	claimsLayout, partitionList string
 
 	// Dead letters and audit.
-	dlInsert, dlGet, dlList, dlSetStatus, dlRecover, dlStats, auditList string
+	dlInsert, dlGet, dlList, dlSetStatus, dlRecover, dlStats, auditList, auditInsert string
 
 	// Queue.
 	queueInsert, queueNotify, queueFetch, queueAck, queueNak, queueExtend, queueStats string
@@ -121,6 +121,8 @@ func buildQueries(schema, prefix string, partitioned bool) queries {
 			RETURNING first_failed_at`,
 		dlStats: `SELECT reason, count(*), min(first_failed_at) FROM {{dead_letters}}
 			WHERE status = 'pending' GROUP BY reason`,
+		auditInsert: `INSERT INTO {{audit}} (at, actor, action, dead_letter_id, event_id, reason)
+			VALUES ($1, $2, $3, 0, $4, $5)`,
 		auditList: `SELECT id, at, actor, action, dead_letter_id, event_id, reason
 			FROM {{audit}} ORDER BY id DESC LIMIT $1`,
 
@@ -290,7 +292,7 @@ func buildQueries(schema, prefix string, partitioned bool) queries {
 		&q.createSchema, &q.createMigrations, &q.migrationApplied, &q.migrationRecord,
 		&q.claim, &q.claimSelect, &q.claimDeleteAll, &q.claimDeleteConsumer,
 		&q.claimBatch, &q.claimBatchSelect, &q.claimRelease, &q.claimLock, &q.claimBatchLock,
-		&q.dlInsert, &q.dlGet, &q.dlList, &q.dlSetStatus, &q.dlRecover, &q.dlStats, &q.auditList,
+		&q.dlInsert, &q.dlGet, &q.dlList, &q.dlSetStatus, &q.dlRecover, &q.dlStats, &q.auditList, &q.auditInsert,
 		&q.queueInsert, &q.queueFetch, &q.queueAck, &q.queueNak, &q.queueExtend, &q.queueStats,
 		&q.outboxInsert, &q.outboxFetch, &q.outboxMarkPublished, &q.outboxMarkFailed,
 		&q.outboxDeletePublished, &q.outboxStats,

@@ -119,6 +119,7 @@ type Metrics struct {
 	keyReuse        *prometheus.CounterVec
 	deadLetters     *prometheus.CounterVec
 	dlFailures      *prometheus.CounterVec
+	ignored         *prometheus.CounterVec
 	handling        *prometheus.HistogramVec
 	recovery        *prometheus.HistogramVec
 	paused          *prometheus.GaugeVec
@@ -167,6 +168,8 @@ func New(cfg Config) *Metrics {
 			"Deliveries recorded in the dead-letter queue, by reason.", "consumer", "queue", "reason"),
 		dlFailures: counter("dead_letter_write_failures_total",
 			"Failed attempts to write a dead letter; the delivery is kept and the write retried, and the consumer pauses after failures in a row. Alert on any increase.", "consumer", "queue"),
+		ignored: counter("ignored_total",
+			"Deliveries a handler ignored (idem.Ignore: the target is gone for good), acknowledged without effect, by the handler's reason.", "consumer", "queue", "reason"),
 		handling: histogram("handling_seconds",
 			"Time from the start of handling to the delivery's verdict, by outcome.", cfg.Buckets, "consumer", "queue", "outcome"),
 		recovery: histogram("recovery_seconds",
@@ -183,7 +186,7 @@ func New(cfg Config) *Metrics {
 			"Per published batch, how long its oldest event waited in the outbox.", cfg.LagBuckets, "topic"),
 	}
 	m.all = []prometheus.Collector{
-		m.messages, m.errors, m.retries, m.duplicates, m.keyReuse, m.deadLetters, m.dlFailures, m.handling,
+		m.messages, m.errors, m.retries, m.duplicates, m.keyReuse, m.deadLetters, m.dlFailures, m.ignored, m.handling,
 		m.recovery, m.paused, m.pauses, m.published, m.publishFailures, m.publishLag,
 	}
 	return m
@@ -206,7 +209,8 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 // outcomes lists every idem.Outcome, so that each consumer/queue starts with all of them at zero.
 func outcomes() []idem.Outcome {
 	return []idem.Outcome{idem.OutcomeProcessed, idem.OutcomeDuplicate, idem.OutcomeKeyReuse,
-		idem.OutcomeFailed, idem.OutcomeRetried, idem.OutcomeDeadLettered, idem.OutcomeAbandoned}
+		idem.OutcomeFailed, idem.OutcomeRetried, idem.OutcomeDeadLettered, idem.OutcomeAbandoned,
+		idem.OutcomeIgnored}
 }
 
 // classes lists every idem.Class, for the same reason as outcomes.
@@ -244,7 +248,8 @@ func (m *Metrics) init(consumer, queue string) {
 // Observe records one settled delivery; the consumer calls it (idem.Observer). A failed
 // dead-letter write (idem.OutcomeDeadLetterFailed) only counts in
 // idem_dead_letter_write_failures_total. Every outcome
-// other than processed and duplicate counts as an error of ev.ErrorType. Only ev.Consumer,
+// other than processed, duplicate and ignored counts as an error of ev.ErrorType; an ignored
+// delivery counts in idem_ignored_total by its reason. Only ev.Consumer,
 // ev.Queue, ev.Outcome, ev.ErrorType and ev.Reason become labels: ev.EventID and ev.Tenant are
 // ignored on purpose (see the package documentation on cardinality).
 func (m *Metrics) Observe(ev idem.Event) {
@@ -257,7 +262,7 @@ func (m *Metrics) Observe(ev idem.Event) {
 	}
 	m.messages.WithLabelValues(c, q, string(ev.Outcome)).Inc()
 	m.handling.WithLabelValues(c, q, string(ev.Outcome)).Observe(seconds(ev.Duration))
-	if ev.Outcome != idem.OutcomeProcessed && ev.Outcome != idem.OutcomeDuplicate {
+	if ev.Outcome != idem.OutcomeProcessed && ev.Outcome != idem.OutcomeDuplicate && ev.Outcome != idem.OutcomeIgnored {
 		m.errors.WithLabelValues(c, q, ev.ErrorType.String()).Inc()
 	}
 	switch ev.Outcome {
@@ -265,6 +270,9 @@ func (m *Metrics) Observe(ev idem.Event) {
 		m.retries.WithLabelValues(c, q).Inc()
 	case idem.OutcomeDuplicate:
 		m.duplicates.WithLabelValues(c, q).Inc()
+	case idem.OutcomeIgnored:
+		// idem.Ignore bounds the reason; its cardinality is the handler's to keep small.
+		m.ignored.WithLabelValues(c, q, string(ev.Reason)).Inc()
 	case idem.OutcomeKeyReuse:
 		// Today the consumer dead-letters key reuse (reason key_reuse); this covers an observer
 		// fed the raw outcome.

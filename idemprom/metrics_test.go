@@ -66,6 +66,12 @@ func keyReuse(want float64) series {
 	return series{"key_reuse_total", func(m *Metrics) prometheus.Collector { return m.keyReuse.WithLabelValues(consumer, queue) }, want}
 }
 
+func ignored(reason string, want float64) series {
+	return series{"ignored_total{" + reason + "}", func(m *Metrics) prometheus.Collector {
+		return m.ignored.WithLabelValues(consumer, queue, reason)
+	}, want}
+}
+
 func dlWriteFailures(want float64) series {
 	return series{"dead_letter_write_failures_total", func(m *Metrics) prometheus.Collector {
 		return m.dlFailures.WithLabelValues(consumer, queue)
@@ -124,6 +130,13 @@ func TestObserve(t *testing.T) {
 				deadLetters("permanent_error", 0)},
 		},
 		{
+			name: "ignored counts by the handler's reason, not as an error",
+			events: []idem.Event{ev(idem.OutcomeIgnored, idem.ClassUnknown, "order_deleted"),
+				ev(idem.OutcomeIgnored, idem.ClassUnknown, "order_deleted"), ev(idem.OutcomeIgnored, idem.ClassUnknown, "account_closed")},
+			want: []series{messages(idem.OutcomeIgnored, 3), ignored("order_deleted", 2), ignored("account_closed", 1),
+				errorsOf(idem.ClassUnknown, 0), duplicates(0), deadLetters("unknown", 0)},
+		},
+		{
 			name:   "abandoned and failed are errors",
 			events: []idem.Event{ev(idem.OutcomeAbandoned, idem.ClassTransient, ""), ev(idem.OutcomeFailed, idem.ClassUnknown, "")},
 			want: []series{messages(idem.OutcomeAbandoned, 1), messages(idem.OutcomeFailed, 1),
@@ -154,7 +167,7 @@ func TestObserveInitialisesSeries(t *testing.T) {
 		metric string
 		want   int
 	}{
-		{"idem_messages_total", 7},
+		{"idem_messages_total", 8},
 		{"idem_errors_total", 3},
 		{"idem_dead_letters_total", len(idem.Reasons())},
 		{"idem_retries_total", 1},
@@ -340,7 +353,7 @@ func TestRegistryLintAndNamespace(t *testing.T) {
 
 			mfs, err := reg.Gather()
 			require.NoError(t, err)
-			require.Len(t, mfs, 14, "every metric has a series")
+			require.Len(t, mfs, 15, "every metric has a series")
 			for _, mf := range mfs {
 				require.True(t, strings.HasPrefix(mf.GetName(), tt.prefix), mf.GetName())
 				require.NotEmpty(t, mf.GetHelp(), mf.GetName())

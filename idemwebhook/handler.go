@@ -234,6 +234,9 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request, d *delivery, re
 	d.ev.Tenant = d.msg.Tenant
 	if err == nil {
 		d.ev.Outcome = res.Outcome
+		if res.Outcome == idem.OutcomeIgnored {
+			d.ev.Reason = res.Reason
+		}
 		h.observe(d)
 		h.log(ctx, slog.LevelDebug, "idemwebhook: delivery settled", d, "", nil)
 		writeJSON(w, "application/json", http.StatusOK, Answer{EventID: d.msg.EventID, Outcome: string(res.Outcome)})

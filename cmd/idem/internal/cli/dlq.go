@@ -413,7 +413,7 @@ func newDLQAuditCmd(e *env) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "audit",
-		Short: "Show what operators did with dead letters, newest first",
+		Short: "Show what operators did with dead letters, and the events handlers ignored, newest first",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkLimit(limit); err != nil {
@@ -450,7 +450,11 @@ func newDLQAuditCmd(e *env) *cobra.Command {
 			}
 			t := newTable(e.stdout, "ID", "AT", "ACTOR", "ACTION", "DEAD LETTER", "EVENT ID", "REASON")
 			for _, a := range rows {
-				t.row(strconv.FormatInt(a.ID, 10), timeText(a.At), a.Actor, a.Action, strconv.FormatInt(a.DeadLetterID, 10), a.EventID, a.Reason)
+				dl := strconv.FormatInt(a.DeadLetterID, 10)
+				if a.DeadLetterID == 0 {
+					dl = "-" // an ignored event (idem.Ignore) has no dead letter
+				}
+				t.row(strconv.FormatInt(a.ID, 10), timeText(a.At), a.Actor, a.Action, dl, a.EventID, a.Reason)
 			}
 			return t.flush()
 		},

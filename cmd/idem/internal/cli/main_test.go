@@ -193,6 +193,21 @@ func seedClaim(t testing.TB, st *connect.Stores, key idem.Key, now time.Time) {
 	require.NoError(t, err)
 }
 
+// seedIgnore writes the audit row of an event key's handler ignored (idem.Ignore).
+func seedIgnore(t testing.TB, st *connect.Stores, key idem.Key, reason string) {
+	t.Helper()
+	ctx := context.Background()
+	p := idem.RecordIgnoreParams{Key: key, Reason: reason, Now: time.Now()}
+	var err error
+	switch {
+	case st.SQLite != nil:
+		err = st.SQLite.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error { return st.SQLite.RecordIgnoreTx(ctx, tx, p) })
+	default:
+		err = st.Postgres.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error { return st.Postgres.RecordIgnoreTx(ctx, tx, p) })
+	}
+	require.NoError(t, err)
+}
+
 // claimStatus claims key again and reports what the store found.
 func claimStatus(t testing.TB, st *connect.Stores, key idem.Key) idem.ClaimStatus {
 	t.Helper()

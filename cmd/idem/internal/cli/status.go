@@ -3,6 +3,7 @@ package cli
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"fmt"
 	"maps"
 	"slices"
@@ -27,6 +28,8 @@ type consumerStatus struct {
 	// (gc deletes older claims).
 	Processed       int64      `json:"processed"`
 	LastProcessedAt *time.Time `json:"last_processed_at"`
+	// Ignored counts the events its handler ignored (idem.Ignore), from the audit trail.
+	Ignored int64 `json:"ignored"`
 	// DeadLettersPending and the oldest one's first failure.
 	DeadLettersPending   int64      `json:"dead_letters_pending"`
 	OldestDeadLetterAt   *time.Time `json:"oldest_dead_letter_at"`
@@ -117,6 +120,14 @@ func buildStatus(ctx context.Context, s *connect.Stores, queues []string, now ti
 	for _, cc := range claims {
 		c := get(cc.consumer)
 		c.Processed, c.lastProcessed = cc.count, cc.last
+	}
+
+	ignored, err := ignoredCounts(ctx, s)
+	if err != nil {
+		return rep, storeErr(s, "count ignored events", err)
+	}
+	for name, n := range ignored {
+		get(name).Ignored = n
 	}
 
 	stats, err := s.DeadLetters.DeadLetterStats(ctx)
@@ -259,6 +270,62 @@ func claimCounts(ctx context.Context, s *connect.Stores) ([]claimCount, error) {
 	return nil, fmt.Errorf("store %s: no SQL database to count claims in", s.URL)
 }
 
+// ignoredCounts counts, per consumer, the audit rows of events its handler ignored (action
+// idem.AuditActionIgnore, actor the consumer), with one read-only query on the concrete store
+// like claimCounts.
+func ignoredCounts(ctx context.Context, s *connect.Stores) (map[string]int64, error) {
+	out := map[string]int64{}
+	var (
+		rows interface {
+			Next() bool
+			Scan(...any) error
+			Err() error
+			Close()
+		}
+	)
+	switch {
+	case s.SQLite != nil:
+		r, err := s.SQLite.DB().QueryContext(ctx, `SELECT actor, COUNT(*) FROM "`+s.SQLite.Config().Prefix+`audit" WHERE action = ? GROUP BY actor`, idem.AuditActionIgnore)
+		if err != nil {
+			return nil, err
+		}
+		rows = sqlRows{r}
+	case s.MySQL != nil:
+		r, err := s.MySQL.DB().QueryContext(ctx, "SELECT actor, COUNT(*) FROM `"+s.MySQL.Config().Prefix+"audit` WHERE action = ? GROUP BY actor", idem.AuditActionIgnore)
+		if err != nil {
+			return nil, err
+		}
+		rows = sqlRows{r}
+	case s.Postgres != nil:
+		cfg := s.Postgres.Config()
+		table := pgx.Identifier{cfg.Schema, cfg.Prefix + "audit"}.Sanitize()
+		r, err := s.Postgres.Pool().Query(ctx, `SELECT actor, count(*) FROM `+table+` WHERE action = $1 GROUP BY actor`, idem.AuditActionIgnore)
+		if err != nil {
+			return nil, err
+		}
+		rows = r
+	default:
+		return nil, fmt.Errorf("store %s: no SQL database to count ignored events in", s.URL)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			actor string
+			n     int64
+		)
+		if err := rows.Scan(&actor, &n); err != nil {
+			return nil, err
+		}
+		out[actor] = n
+	}
+	return out, rows.Err()
+}
+
+// sqlRows adapts *sql.Rows to the row reader ignoredCounts shares with pgx.Rows.
+type sqlRows struct{ *sql.Rows }
+
+func (r sqlRows) Close() { _ = r.Rows.Close() }
+
 func writeStatus(e *env, rep statusReport) error {
 	now := rep.At
 	w := e.stdout
@@ -267,9 +334,9 @@ func writeStatus(e *env, rep statusReport) error {
 	if len(rep.Consumers) == 0 {
 		fmt.Fprintln(w, "no consumer has processed anything or dead-lettered anything yet")
 	} else {
-		t := newTable(w, "CONSUMER", "PROCESSED", "LAST PROCESSED", "DLQ PENDING", "OLDEST DEAD LETTER")
+		t := newTable(w, "CONSUMER", "PROCESSED", "LAST PROCESSED", "IGNORED", "DLQ PENDING", "OLDEST DEAD LETTER")
 		for _, c := range rep.Consumers {
-			t.row(c.Consumer, strconv.FormatInt(c.Processed, 10), timeAgo(c.lastProcessed, now),
+			t.row(c.Consumer, strconv.FormatInt(c.Processed, 10), timeAgo(c.lastProcessed, now), strconv.FormatInt(c.Ignored, 10),
 				strconv.FormatInt(c.DeadLettersPending, 10), timeAgo(c.oldestDeadLetter, now))
 		}
 		if err := t.flush(); err != nil {

@@ -33,6 +33,7 @@ func TestStatus(t *testing.T) {
 				seedClaim(t, st, idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: ev}, now.Add(-time.Minute))
 			}
 			seedClaim(t, st, idem.Key{Tenant: "acme", Consumer: "mailer@v1", EventID: "e1"}, now)
+			seedIgnore(t, st, idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "gone-1"}, "order_deleted")
 			seedDeadLetter(t, st, "d1", idem.ReasonPermanentError, 3*time.Hour)
 			seedDeadLetter(t, st, "d2", idem.ReasonKeyReuse, time.Hour)
 			_, err := st.DeadLetters.InsertDeadLetter(ctx, idem.DeadLetter{
@@ -56,6 +57,8 @@ func TestStatus(t *testing.T) {
 			require.EqualValues(t, 2, byName["ledger@v1"].DeadLettersPending)
 			require.NotNil(t, byName["ledger@v1"].LastProcessedAt)
 			require.InDelta(t, (3*time.Hour + time.Minute).Seconds(), byName["ledger@v1"].OldestDeadLetterAgeS, 60)
+			require.EqualValues(t, 1, byName["ledger@v1"].Ignored)
+			require.Zero(t, byName["mailer@v1"].Ignored)
 			require.EqualValues(t, 1, byName["mailer@v1"].Processed)
 			require.Zero(t, byName["mailer@v1"].DeadLettersPending)
 			require.Zero(t, byName["audit@v3"].Processed)
@@ -74,11 +77,16 @@ func TestStatus(t *testing.T) {
 
 			r = idemCLI(t, "status", "--store", dsn, "--queue", "other")
 			requireOK(t, r)
-			require.Regexp(t, `ledger@v1\s+3\s+\S+ \S+ \(\S+ ago\)\s+2\s+`, r.stdout)
+			require.Regexp(t, `ledger@v1\s+3\s+\S+ \S+ \(\S+ ago\)\s+1\s+2\s+`, r.stdout)
+			require.Contains(t, r.stdout, "IGNORED")
+
 			require.Regexp(t, `other\s+0\s+-`, r.stdout)
 			require.NotRegexp(t, `\npayments\s`, r.stdout)
 			require.Contains(t, r.stdout, "dead letters: 3 pending (")
 			t.Logf("status:\n%s", r.stdout)
+			r = idemCLI(t, "dlq", "audit", "--store", dsn)
+			requireOK(t, r)
+			require.Regexp(t, `ledger@v1\s+ignore\s+-\s+gone-1\s+order_deleted`, r.stdout)
 		})
 	}
 }
