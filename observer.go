@@ -34,7 +34,10 @@ const (
 // Event describes one settled delivery (or one failed dead-letter write), for metrics. It
 // carries no payload, and its Tenant and EventID are in their bounded form (BoundID).
 type Event struct {
-	Consumer  string
+	Consumer string
+	// Owner is the consumer's ConsumerConfig.Owner ("" when none): a low-cardinality label
+	// alerts route on.
+	Owner     string
 	Queue     string
 	Tenant    string
 	EventID   string
@@ -59,6 +62,13 @@ type Observer interface {
 	// Paused is called when the consumer pauses itself (a handler bug, or dead letters that
 	// cannot be written).
 	Paused(consumer string)
+}
+
+// OwnerObserver is an Observer that hears, when Run starts, the owner of the consumer
+// (ConsumerConfig.Owner, "" when none), so that its series carry the owner before any delivery
+// settles: a pause may come first. Run discovers it by type assertion.
+type OwnerObserver interface {
+	ConsumerOwner(consumer, owner string)
 }
 
 // MaintenanceObserver is an Observer that also hears of Run's self-maintenance: it is called

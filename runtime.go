@@ -47,6 +47,9 @@ func (c *Consumer[TTx]) Run(ctx context.Context, src Source) error {
 	if err := CheckSourceLimits(src, c.cfg.Retry, c.cfg.RedeliveryWindow); err != nil {
 		return fmt.Errorf("idem: consumer %s: %w", c.cfg.Name, err)
 	}
+	if oo, ok := c.cfg.Observer.(OwnerObserver); ok {
+		oo.ConsumerOwner(c.cfg.Name, c.cfg.Owner)
+	}
 	r := &runner[TTx]{c: c, src: src}
 	return r.run(ctx)
 }
@@ -310,7 +313,7 @@ func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.Ca
 	if res.Key.Tenant != "" {
 		msg.Tenant = res.Key.Tenant
 	}
-	ev := Event{Consumer: cfg.Name, Queue: r.src.Name(), Tenant: BoundID(msg.Tenant), EventID: BoundID(msg.EventID), Attempt: msg.Attempt}
+	ev := Event{Consumer: cfg.Name, Owner: cfg.Owner, Queue: r.src.Name(), Tenant: BoundID(msg.Tenant), EventID: BoundID(msg.EventID), Attempt: msg.Attempt}
 
 	// Settle with the broker on a context that survives shutdown for a moment.
 	sctx, scancel := context.WithTimeout(context.WithoutCancel(workCtx), 10*time.Second)
@@ -443,6 +446,7 @@ func (r *runner[TTx]) deadLetter(workCtx context.Context, stopFetch context.Canc
 		LastFailed:  now,
 		Status:      DeadLetterPending,
 		Source:      r.src.Name(),
+		Owner:       cfg.Owner,
 	}
 	// Settle with the broker on a context that survives shutdown for a moment.
 	settleCtx := func() (context.Context, context.CancelFunc) {

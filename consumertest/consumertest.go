@@ -126,6 +126,7 @@ func (e *env[TTx]) config(name string, h idem.Handler[TTx]) idem.ConsumerConfig[
 	return idem.ConsumerConfig[TTx]{
 		Batch:     batch,
 		Name:      name,
+		Owner:     "payments",
 		Handler:   h,
 		Retry:     fastRetry,
 		Retention: 48 * time.Hour,
@@ -365,6 +366,7 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 		require.Equal(e.t, idem.ReasonPermanentError, dl.Reason)
 		require.Equal(e.t, "ledger@v1", dl.Consumer)
 		require.Equal(e.t, "v1", dl.ConsumerVersion())
+		require.Equal(e.t, "payments", dl.Owner, "the consumer's owner is carried into its dead letters")
 		require.Equal(e.t, "acme", dl.Message.Tenant)
 		require.Equal(e.t, msg.Payload, dl.Message.Payload)
 		require.Equal(e.t, "abc", dl.Message.Headers["X-Trace"])

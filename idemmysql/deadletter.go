@@ -34,6 +34,9 @@ func (s *Store) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.
 	if dl.Reason == "" {
 		return idem.DeadLetter{}, fmt.Errorf("idemmysql: insert dead letter: Reason is empty")
 	}
+	if err := idem.ValidateOwner(dl.Owner); err != nil {
+		return idem.DeadLetter{}, fmt.Errorf("idemmysql: insert dead letter: %w", err)
+	}
 	first, last := dl.FirstFailed, dl.LastFailed
 	switch {
 	case first.IsZero() && last.IsZero():
@@ -55,8 +58,8 @@ func (s *Store) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.
 		res, err := tx.ExecContext(ctx, s.q.dlInsert,
 			dl.Consumer, []byte(m.Tenant), []byte(m.EventID), []byte(m.Type), nonNil(m.Payload), headers,
 			nullMicros(m.PublishedAt), nullMicros(m.OccurredAt), fp[:], keyHash(dl.Consumer, m.Tenant, m.EventID),
-			reason, errText, dl.Attempts, first.UnixMicro(), last.UnixMicro(), text(dl.Source),
-			dl.Attempts, errText, last.UnixMicro(), reason)
+			reason, errText, dl.Attempts, first.UnixMicro(), last.UnixMicro(), text(dl.Source), dl.Owner,
+			dl.Attempts, errText, last.UnixMicro(), reason, dl.Owner)
 		if err != nil {
 			return err
 		}
@@ -339,7 +342,7 @@ func scanDeadLetter(r scanner) (idem.DeadLetter, error) {
 	)
 	err := r.Scan(&dl.ID, &dl.Consumer, &dl.Message.Tenant, &dl.Message.EventID, &dl.Message.Type,
 		&dl.Message.Payload, &headers, &published, &occurred, &fp, &reason, &dl.Error, &dl.Attempts,
-		&first, &last, &stat, &dl.Source, &recovered)
+		&first, &last, &stat, &dl.Source, &recovered, &dl.Owner)
 	if err != nil {
 		return idem.DeadLetter{}, err
 	}

@@ -54,7 +54,8 @@ type queries struct {
 
 // dlColumns are the dead-letter columns in the order scanDeadLetter reads them.
 const dlColumns = `id, consumer, tenant, event_id, type, payload, headers, published_at, occurred_at,
-	fingerprint, reason, error, attempts, first_failed_at, last_failed_at, status, source, recovered_at`
+	fingerprint, reason, error, attempts, first_failed_at, last_failed_at, status, source, recovered_at,
+	owner`
 
 // queueColumns are the queue columns in the order QueueFetch reads them.
 const queueColumns = `id, token, attempts, event_id, tenant, type, payload, headers, occurred_at, enqueued_at,
@@ -85,9 +86,9 @@ func buildQueries(prefix string) queries {
 		// row's id, which the store then reads back.
 		dlInsert: p(`INSERT INTO {p}dead_letters (consumer, tenant, event_id, type, payload, headers,
 				published_at, occurred_at, fingerprint, key_hash, reason, error, attempts,
-				first_failed_at, last_failed_at, status, source)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)
-			ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id), attempts = ?, error = ?, last_failed_at = ?, reason = ?`),
+				first_failed_at, last_failed_at, status, source, owner)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)
+			ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id), attempts = ?, error = ?, last_failed_at = ?, reason = ?, owner = ?`),
 		dlGet:         p(`SELECT ` + dlColumns + ` FROM {p}dead_letters WHERE id = ?`),
 		dlList:        p(`SELECT ` + dlColumns + ` FROM {p}dead_letters`),
 		dlLockPending: p(`SELECT id, event_id FROM {p}dead_letters WHERE status = 'pending' AND id IN `),

@@ -35,6 +35,9 @@ func (s *Store) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.
 	if dl.Reason == "" {
 		return idem.DeadLetter{}, fmt.Errorf("idempg: insert dead letter: reason is empty")
 	}
+	if err := idem.ValidateOwner(dl.Owner); err != nil {
+		return idem.DeadLetter{}, fmt.Errorf("idempg: insert dead letter: %w", err)
+	}
 	first := orNow(dl.FirstFailed)
 	last := dl.LastFailed
 	if last.IsZero() {
@@ -48,7 +51,7 @@ func (s *Store) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.
 	row := s.pool.QueryRow(ctx, s.q.dlInsert,
 		dl.Consumer, m.Tenant, m.EventID, m.Type, m.Payload, headers,
 		nullTime(m.PublishedAt), nullTime(m.OccurredAt), dl.Fingerprint[:], string(dl.Reason), dl.Error,
-		dl.Attempts, first, last, dl.Source)
+		dl.Attempts, first, last, dl.Source, dl.Owner)
 	got, err := scanDeadLetter(row)
 	if err != nil {
 		return idem.DeadLetter{}, fmt.Errorf("idempg: insert dead letter: %w", err)
@@ -239,7 +242,7 @@ func scanDeadLetter(row pgx.Row) (idem.DeadLetter, error) {
 	)
 	err := row.Scan(&dl.ID, &dl.Consumer, &dl.Message.Tenant, &dl.Message.EventID, &dl.Message.Type,
 		&dl.Message.Payload, &headers, &published, &occurred, &fp, &reason, &dl.Error, &dl.Attempts,
-		&dl.FirstFailed, &dl.LastFailed, &status, &dl.Source, &recovered)
+		&dl.FirstFailed, &dl.LastFailed, &status, &dl.Source, &recovered, &dl.Owner)
 	if err != nil {
 		return idem.DeadLetter{}, err
 	}

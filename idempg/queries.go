@@ -39,7 +39,8 @@ type queries struct {
 // The columns read back from the dead-letter, queue and outbox tables, in scan order.
 const (
 	dlColumns = `id, consumer, tenant, event_id, type, payload, headers, published_at, occurred_at,
-		fingerprint, reason, error, attempts, first_failed_at, last_failed_at, status, source, recovered_at`
+		fingerprint, reason, error, attempts, first_failed_at, last_failed_at, status, source, recovered_at,
+		owner`
 	outboxColumns = `id, partition, event_id, tenant, topic, ordering_key, type, payload, headers,
 		occurred_at, created_at, attempts, last_error, next_attempt_at, first_attempt_at, dead,
 		coalesce(dead_letter_id, 0)`
@@ -98,11 +99,11 @@ func buildQueries(schema, prefix string, partitioned bool) queries {
 
 		dlInsert: `INSERT INTO {{dead_letters}} (consumer, tenant, event_id, type, payload, headers,
 			published_at, occurred_at, fingerprint, reason, error, attempts, first_failed_at,
-			last_failed_at, status, source)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'pending', $15)
+			last_failed_at, status, source, owner)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'pending', $15, $16)
 		ON CONFLICT (consumer, tenant, event_id, fingerprint) WHERE status = 'pending'
 		DO UPDATE SET attempts = excluded.attempts, error = excluded.error,
-			last_failed_at = excluded.last_failed_at, reason = excluded.reason
+			last_failed_at = excluded.last_failed_at, reason = excluded.reason, owner = excluded.owner
 		RETURNING {{dl_columns}}`,
 		dlGet:  `SELECT {{dl_columns}} FROM {{dead_letters}} WHERE id = $1`,
 		dlList: `SELECT {{dl_columns}} FROM {{dead_letters}}`,

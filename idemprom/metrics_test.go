@@ -20,12 +20,13 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 const (
 	consumer = "ledger@v1"
+	owner    = "payments"
 	queue    = "orders"
 )
 
 // ev returns an event of the test consumer and queue.
 func ev(o idem.Outcome, class idem.Class, reason idem.Reason) idem.Event {
-	return idem.Event{Consumer: consumer, Queue: queue, EventID: "evt-1", Tenant: "acme", Attempt: 1,
+	return idem.Event{Consumer: consumer, Owner: owner, Queue: queue, EventID: "evt-1", Tenant: "acme", Attempt: 1,
 		Outcome: o, ErrorType: class, Reason: reason, Duration: 3 * time.Millisecond}
 }
 
@@ -38,43 +39,43 @@ type series struct {
 
 func messages(o idem.Outcome, want float64) series {
 	return series{"messages_total{" + string(o) + "}", func(m *Metrics) prometheus.Collector {
-		return m.messages.WithLabelValues(consumer, queue, string(o))
+		return m.messages.WithLabelValues(consumer, owner, queue, string(o))
 	}, want}
 }
 
 func errorsOf(c idem.Class, want float64) series {
 	return series{"errors_total{" + c.String() + "}", func(m *Metrics) prometheus.Collector {
-		return m.errors.WithLabelValues(consumer, queue, c.String())
+		return m.errors.WithLabelValues(consumer, owner, queue, c.String())
 	}, want}
 }
 
 func deadLetters(r string, want float64) series {
 	return series{"dead_letters_total{" + r + "}", func(m *Metrics) prometheus.Collector {
-		return m.deadLetters.WithLabelValues(consumer, queue, r)
+		return m.deadLetters.WithLabelValues(consumer, owner, queue, r)
 	}, want}
 }
 
 func retries(want float64) series {
-	return series{"retries_total", func(m *Metrics) prometheus.Collector { return m.retries.WithLabelValues(consumer, queue) }, want}
+	return series{"retries_total", func(m *Metrics) prometheus.Collector { return m.retries.WithLabelValues(consumer, owner, queue) }, want}
 }
 
 func duplicates(want float64) series {
-	return series{"duplicates_ignored_total", func(m *Metrics) prometheus.Collector { return m.duplicates.WithLabelValues(consumer, queue) }, want}
+	return series{"duplicates_ignored_total", func(m *Metrics) prometheus.Collector { return m.duplicates.WithLabelValues(consumer, owner, queue) }, want}
 }
 
 func keyReuse(want float64) series {
-	return series{"key_reuse_total", func(m *Metrics) prometheus.Collector { return m.keyReuse.WithLabelValues(consumer, queue) }, want}
+	return series{"key_reuse_total", func(m *Metrics) prometheus.Collector { return m.keyReuse.WithLabelValues(consumer, owner, queue) }, want}
 }
 
 func ignored(reason string, want float64) series {
 	return series{"ignored_total{" + reason + "}", func(m *Metrics) prometheus.Collector {
-		return m.ignored.WithLabelValues(consumer, queue, reason)
+		return m.ignored.WithLabelValues(consumer, owner, queue, reason)
 	}, want}
 }
 
 func dlWriteFailures(want float64) series {
 	return series{"dead_letter_write_failures_total", func(m *Metrics) prometheus.Collector {
-		return m.dlFailures.WithLabelValues(consumer, queue)
+		return m.dlFailures.WithLabelValues(consumer, owner, queue)
 	}, want}
 }
 
@@ -206,11 +207,11 @@ func TestHistograms(t *testing.T) {
 			want: `
 # HELP idem_handling_seconds Time from the start of handling to the delivery's verdict, by outcome.
 # TYPE idem_handling_seconds histogram
-idem_handling_seconds_bucket{consumer="ledger@v1",outcome="processed",queue="orders",le="1"} 0
-idem_handling_seconds_bucket{consumer="ledger@v1",outcome="processed",queue="orders",le="2"} 1
-idem_handling_seconds_bucket{consumer="ledger@v1",outcome="processed",queue="orders",le="+Inf"} 1
-idem_handling_seconds_sum{consumer="ledger@v1",outcome="processed",queue="orders"} 1.5
-idem_handling_seconds_count{consumer="ledger@v1",outcome="processed",queue="orders"} 1
+idem_handling_seconds_bucket{consumer="ledger@v1",outcome="processed",owner="payments",queue="orders",le="1"} 0
+idem_handling_seconds_bucket{consumer="ledger@v1",outcome="processed",owner="payments",queue="orders",le="2"} 1
+idem_handling_seconds_bucket{consumer="ledger@v1",outcome="processed",owner="payments",queue="orders",le="+Inf"} 1
+idem_handling_seconds_sum{consumer="ledger@v1",outcome="processed",owner="payments",queue="orders"} 1.5
+idem_handling_seconds_count{consumer="ledger@v1",outcome="processed",owner="payments",queue="orders"} 1
 `,
 		},
 		{
@@ -224,12 +225,12 @@ idem_handling_seconds_count{consumer="ledger@v1",outcome="processed",queue="orde
 			want: `
 # HELP idem_recovery_seconds Time from a dead letter's first failure to the processing of its replay.
 # TYPE idem_recovery_seconds histogram
-idem_recovery_seconds_bucket{consumer="ledger@v1",le="60"} 1
-idem_recovery_seconds_bucket{consumer="ledger@v1",le="3600"} 1
-idem_recovery_seconds_bucket{consumer="ledger@v1",le="7200"} 2
-idem_recovery_seconds_bucket{consumer="ledger@v1",le="+Inf"} 2
-idem_recovery_seconds_sum{consumer="ledger@v1"} 7230
-idem_recovery_seconds_count{consumer="ledger@v1"} 2
+idem_recovery_seconds_bucket{consumer="ledger@v1",owner="payments",le="60"} 1
+idem_recovery_seconds_bucket{consumer="ledger@v1",owner="payments",le="3600"} 1
+idem_recovery_seconds_bucket{consumer="ledger@v1",owner="payments",le="7200"} 2
+idem_recovery_seconds_bucket{consumer="ledger@v1",owner="payments",le="+Inf"} 2
+idem_recovery_seconds_sum{consumer="ledger@v1",owner="payments"} 7230
+idem_recovery_seconds_count{consumer="ledger@v1",owner="payments"} 2
 `,
 		},
 		{
@@ -269,12 +270,16 @@ func TestPaused(t *testing.T) {
 		wantPaused float64
 		wantPauses float64
 	}{
-		{"pause", func(m *Metrics) { m.Paused(consumer) }, 1, 1},
+		// Run tells the owner (idem.OwnerObserver) before anything can pause.
+		{"pause", func(m *Metrics) { m.ConsumerOwner(consumer, owner); m.Paused(consumer) }, 1, 1},
+		{"owner told at start, nothing paused", func(m *Metrics) { m.ConsumerOwner(consumer, owner) }, 0, 0},
 		{"pause survives the event that follows it", func(m *Metrics) {
+			m.ConsumerOwner(consumer, owner)
 			m.Paused(consumer)
 			m.Observe(ev(idem.OutcomeAbandoned, idem.ClassPermanent, ""))
 		}, 1, 1},
 		{"resume clears the gauge, not the count", func(m *Metrics) {
+			m.Observe(ev(idem.OutcomeProcessed, idem.ClassUnknown, "")) // the owner, learnt from an event
 			m.Paused(consumer)
 			m.Resumed(consumer)
 			m.Paused(consumer)
@@ -287,8 +292,8 @@ func TestPaused(t *testing.T) {
 			t.Parallel()
 			m := New(Config{})
 			tt.feed(m)
-			require.InDelta(t, tt.wantPaused, testutil.ToFloat64(m.paused.WithLabelValues(consumer)), 0)
-			require.InDelta(t, tt.wantPauses, testutil.ToFloat64(m.pauses.WithLabelValues(consumer)), 0)
+			require.InDelta(t, tt.wantPaused, testutil.ToFloat64(m.paused.WithLabelValues(consumer, owner)), 0)
+			require.InDelta(t, tt.wantPauses, testutil.ToFloat64(m.pauses.WithLabelValues(consumer, owner)), 0)
 		})
 	}
 }
@@ -457,5 +462,5 @@ func TestObserveConcurrently(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	require.InDelta(t, workers*each, testutil.ToFloat64(m.messages.WithLabelValues(consumer, queue, "processed")), 0)
+	require.InDelta(t, workers*each, testutil.ToFloat64(m.messages.WithLabelValues(consumer, owner, queue, "processed")), 0)
 }

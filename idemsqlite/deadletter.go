@@ -31,6 +31,9 @@ func (s *Store) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.
 	if dl.Reason == "" {
 		return idem.DeadLetter{}, fmt.Errorf("idemsqlite: insert dead letter: Reason is empty")
 	}
+	if err := idem.ValidateOwner(dl.Owner); err != nil {
+		return idem.DeadLetter{}, fmt.Errorf("idemsqlite: insert dead letter: %w", err)
+	}
 	first, last := dl.FirstFailed, dl.LastFailed
 	switch {
 	case first.IsZero() && last.IsZero():
@@ -52,7 +55,7 @@ func (s *Store) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.
 		out, err = scanDeadLetter(c.QueryRowContext(ctx, s.q.dlInsert,
 			dl.Consumer, m.Tenant, m.EventID, m.Type, m.Payload, headers,
 			nullMicros(m.PublishedAt), nullMicros(m.OccurredAt), fp[:], string(dl.Reason), dl.Error,
-			dl.Attempts, first.UnixMicro(), last.UnixMicro(), dl.Source))
+			dl.Attempts, first.UnixMicro(), last.UnixMicro(), dl.Source, dl.Owner))
 		return err
 	})
 	if err != nil {
@@ -291,7 +294,7 @@ func scanDeadLetter(r scanner) (idem.DeadLetter, error) {
 	)
 	err := r.Scan(&dl.ID, &dl.Consumer, &dl.Message.Tenant, &dl.Message.EventID, &dl.Message.Type,
 		&dl.Message.Payload, &headers, &published, &occurred, &fp, &reason, &dl.Error, &dl.Attempts,
-		&first, &last, &stat, &dl.Source, &recovered)
+		&first, &last, &stat, &dl.Source, &recovered, &dl.Owner)
 	if err != nil {
 		return idem.DeadLetter{}, err
 	}

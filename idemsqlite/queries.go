@@ -50,7 +50,8 @@ type queries struct {
 
 // dlColumns are the dead-letter columns in the order scanDeadLetter reads them.
 const dlColumns = `id, consumer, tenant, event_id, type, payload, headers, published_at, occurred_at,
-	fingerprint, reason, error, attempts, first_failed_at, last_failed_at, status, source, recovered_at`
+	fingerprint, reason, error, attempts, first_failed_at, last_failed_at, status, source, recovered_at,
+	owner`
 
 // queueReturning are the queue columns in the order QueueFetch reads them.
 const queueReturning = `id, token, attempts, event_id, tenant, type, payload, headers, occurred_at, enqueued_at,
@@ -75,13 +76,14 @@ func buildQueries(prefix string) queries {
 
 		dlInsert: p(`INSERT INTO {p}dead_letters (consumer, tenant, event_id, type, payload, headers,
 				published_at, occurred_at, fingerprint, reason, error, attempts, first_failed_at,
-				last_failed_at, status, source)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)
+				last_failed_at, status, source, owner)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)
 			ON CONFLICT (consumer, tenant, event_id, fingerprint) WHERE status = 'pending' DO UPDATE SET
 				attempts = excluded.attempts,
 				error = excluded.error,
 				last_failed_at = excluded.last_failed_at,
-				reason = excluded.reason
+				reason = excluded.reason,
+				owner = excluded.owner
 			RETURNING ` + dlColumns),
 		dlGet:  p(`SELECT ` + dlColumns + ` FROM {p}dead_letters WHERE id = ?`),
 		dlList: p(`SELECT ` + dlColumns + ` FROM {p}dead_letters`),

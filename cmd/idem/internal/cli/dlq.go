@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -147,6 +148,7 @@ type deadLetterJSON struct {
 	EventID       string                `json:"event_id"`
 	Tenant        string                `json:"tenant"`
 	Consumer      string                `json:"consumer"`
+	Owner         string                `json:"owner"`
 	Type          string                `json:"type"`
 	Reason        idem.Reason           `json:"reason"`
 	Error         string                `json:"error"`
@@ -176,6 +178,7 @@ func toJSON(dl idem.DeadLetter, r *idem.Redactor) deadLetterJSON {
 		EventID:       dl.Message.EventID,
 		Tenant:        dl.Message.Tenant,
 		Consumer:      dl.Consumer,
+		Owner:         dl.Owner,
 		Type:          dl.Message.Type,
 		Reason:        dl.Reason,
 		Error:         r.Text(dl.Error),
@@ -256,9 +259,9 @@ func newDLQListCmd(e *env) *cobra.Command {
 				_, err := fmt.Fprintln(e.stdout, "no dead letters match")
 				return err
 			}
-			t := newTable(e.stdout, "ID", "CONSUMER", "TENANT", "EVENT ID", "REASON", "ATTEMPTS", "STATUS", "FIRST FAILED", "LAST FAILED", "ERROR")
+			t := newTable(e.stdout, "ID", "CONSUMER", "OWNER", "TENANT", "EVENT ID", "REASON", "ATTEMPTS", "STATUS", "FIRST FAILED", "LAST FAILED", "ERROR")
 			for _, dl := range dls {
-				t.row(strconv.FormatInt(dl.ID, 10), dl.Consumer, dl.Message.Tenant, dl.Message.EventID, string(dl.Reason),
+				t.row(strconv.FormatInt(dl.ID, 10), dl.Consumer, cmp.Or(dl.Owner, "-"), dl.Message.Tenant, dl.Message.EventID, string(dl.Reason),
 					strconv.Itoa(dl.Attempts), string(dl.Status), timeText(dl.FirstFailed), timeAgo(dl.LastFailed, now),
 					truncate(redactor.Text(dl.Error), errorColumnWidth))
 			}
@@ -347,6 +350,7 @@ func writeDeadLetter(e *env, dl idem.DeadLetter, r *idem.Redactor) error {
 	t.row("Event ID:", dl.Message.EventID)
 	t.row("Tenant:", dl.Message.Tenant)
 	t.row("Consumer:", dl.Consumer)
+	t.row("Owner:", cmp.Or(dl.Owner, "-"))
 	t.row("Type:", dl.Message.Type)
 	t.row("Source:", dl.Source)
 	t.row("Status:", string(dl.Status))

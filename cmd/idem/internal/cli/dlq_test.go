@@ -34,12 +34,13 @@ func TestDLQWorkflow(t *testing.T) {
 			var list []map[string]any
 			require.NoError(t, json.Unmarshal([]byte(r.stdout), &list), r.stdout)
 			require.Len(t, list, 2)
-			for _, key := range []string{"id", "event_id", "tenant", "consumer", "reason", "attempts", "status", "first_failed_at", "last_failed_at"} {
+			for _, key := range []string{"id", "event_id", "tenant", "consumer", "owner", "reason", "attempts", "status", "first_failed_at", "last_failed_at"} {
 				require.Contains(t, list[0], key)
 			}
 			require.Equal(t, "evt-1", list[0]["event_id"])
 			require.Equal(t, "acme", list[0]["tenant"])
 			require.Equal(t, "ledger@v1", list[0]["consumer"])
+			require.Equal(t, "payments", list[0]["owner"])
 			require.Equal(t, "permanent_error", list[0]["reason"])
 			require.EqualValues(t, 3, list[0]["attempts"])
 			require.Equal(t, "pending", list[0]["status"])
@@ -66,8 +67,8 @@ func TestDLQWorkflow(t *testing.T) {
 			requireOK(t, r)
 			lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 			require.Len(t, lines, 3)
-			require.Regexp(t, `^ID\s+CONSUMER\s+TENANT\s+EVENT ID\s+REASON\s+ATTEMPTS\s+STATUS\s+FIRST FAILED\s+LAST FAILED\s+ERROR$`, lines[0])
-			require.Regexp(t, `^`+id+`\s+ledger@v1\s+acme\s+evt-1\s+permanent_error\s+3\s+pending\s+`, lines[1])
+			require.Regexp(t, `^ID\s+CONSUMER\s+OWNER\s+TENANT\s+EVENT ID\s+REASON\s+ATTEMPTS\s+STATUS\s+FIRST FAILED\s+LAST FAILED\s+ERROR$`, lines[0])
+			require.Regexp(t, `^`+id+`\s+ledger@v1\s+payments\s+acme\s+evt-1\s+permanent_error\s+3\s+pending\s+`, lines[1])
 			t.Logf("dlq list:\n%s", r.stdout)
 
 			// show masks the Authorization header and the password field, keeps the rest.
@@ -80,6 +81,7 @@ func TestDLQWorkflow(t *testing.T) {
 			require.Contains(t, r.stdout, `"last4": "4242"`)
 			require.Contains(t, r.stdout, "trace-1")
 			require.Contains(t, r.stdout, "charge failed: card declined")
+			require.Regexp(t, `Owner:\s+payments`, r.stdout)
 			t.Logf("dlq show:\n%s", r.stdout)
 
 			r = idemCLI(t, "dlq", "show", id, "--store", dsn, "--json")

@@ -159,6 +159,7 @@ func seedDeadLetter(t testing.TB, st *connect.Stores, eventID string, reason ide
 	require.NoError(t, err)
 	dl, err := st.DeadLetters.InsertDeadLetter(context.Background(), idem.DeadLetter{
 		Consumer:    "ledger@v1",
+		Owner:       "payments",
 		Message:     msg,
 		Fingerprint: fp,
 		Reason:      reason,
