@@ -138,6 +138,12 @@ type ConsumerConfig[TTx any] struct {
 	Workers int
 	// Batch turns on batched processing (one transaction per batch of deliveries).
 	Batch BatchConfig
+	// HandlerTimeout, when positive, bounds one run of the handler: its context ends after it,
+	// so a handler stuck on a lock or a slow dependency gives its transaction (and, on SQLite,
+	// the database's write lock) back, and the delivery is retried with an error that says
+	// ErrHandlerTimeout. Zero (the default) leaves the handler bounded only by the lease and
+	// shutdown.
+	HandlerTimeout time.Duration
 	// ShutdownTimeout bounds the wait for in-flight deliveries when Run's context ends; what is
 	// left is nak'ed (default ShutdownTimeoutDefault).
 	ShutdownTimeout time.Duration
@@ -225,6 +231,9 @@ func (c ConsumerConfig[TTx]) Validate() error {
 	}
 	if c.Batch.Enabled && c.Batch.MaxWait < 0 {
 		errs = append(errs, fmt.Errorf("Batch.MaxWait is %v, want >= 0", c.Batch.MaxWait))
+	}
+	if c.HandlerTimeout < 0 {
+		errs = append(errs, fmt.Errorf("HandlerTimeout is %v, want >= 0 (0: no timeout)", c.HandlerTimeout))
 	}
 	if c.ShutdownTimeout < 0 {
 		errs = append(errs, fmt.Errorf("ShutdownTimeout is %v, want >= 0", c.ShutdownTimeout))

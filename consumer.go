@@ -289,12 +289,25 @@ func (c *Consumer[TTx]) finishResult(ctx context.Context, res Result, status Cla
 }
 
 // runHandler calls the handler, turning a panic into a *panicError so the transaction rolls back.
+// With a HandlerTimeout, the handler's context ends after it, and an error the handler returns
+// after that names the timeout (ErrHandlerTimeout) and is transient.
 func (c *Consumer[TTx]) runHandler(ctx context.Context, tx TTx, msg Message) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = &panicError{value: v, stack: debug.Stack()}
 		}
 	}()
+	if d := c.cfg.HandlerTimeout; d > 0 {
+		hctx, cancel := context.WithTimeoutCause(ctx, d, ErrHandlerTimeout)
+		defer cancel()
+		err = c.cfg.Handler(hctx, tx, msg)
+		if err != nil && ctx.Err() == nil && errors.Is(context.Cause(hctx), ErrHandlerTimeout) {
+			if _, ignored := ignoredOf(err); !ignored {
+				err = Transient(fmt.Errorf("%w (HandlerTimeout %v): %w", ErrHandlerTimeout, d, err))
+			}
+		}
+		return err
+	}
 	return c.cfg.Handler(ctx, tx, msg)
 }
 

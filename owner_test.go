@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -51,4 +52,37 @@ func TestNewConsumerRefusesBadOwner(t *testing.T) {
 		Handler: func(context.Context, *memTx, idem.Message) error { return nil },
 	})
 	require.ErrorContains(t, err, `Owner "Payments Team"`)
+}
+
+func TestHandlerTimeout(t *testing.T) {
+	t.Parallel()
+	store := newMemStore()
+	c, err := idem.NewConsumer[*memTx](store, idem.ConsumerConfig[*memTx]{
+		Name:           "ledger@v1",
+		HandlerTimeout: 20 * time.Millisecond,
+		Handler: func(ctx context.Context, _ *memTx, msg idem.Message) error {
+			if msg.EventID == "slow" {
+				<-ctx.Done() // a handler stuck on a lock until its context ends
+				return ctx.Err()
+			}
+			return nil
+		},
+	})
+	require.NoError(t, err)
+	start := time.Now()
+	r, err := c.Process(context.Background(), idem.Message{EventID: "slow", Payload: []byte(`{}`)})
+	require.ErrorIs(t, err, idem.ErrHandlerTimeout)
+	require.ErrorContains(t, err, "HandlerTimeout 20ms")
+	require.Less(t, time.Since(start), 5*time.Second)
+	require.Equal(t, idem.OutcomeFailed, r.Outcome)
+	require.Equal(t, idem.ClassTransient, r.Class)
+	require.Zero(t, store.claimCount(), "the claim rolled back")
+
+	r, err = c.Process(context.Background(), idem.Message{EventID: "fast", Payload: []byte(`{}`)})
+	require.NoError(t, err)
+	require.Equal(t, idem.OutcomeProcessed, r.Outcome)
+
+	_, err = idem.NewConsumer[*memTx](store, idem.ConsumerConfig[*memTx]{Name: "ledger@v1", HandlerTimeout: -time.Second,
+		Handler: func(context.Context, *memTx, idem.Message) error { return nil }})
+	require.ErrorContains(t, err, "HandlerTimeout is -1s")
 }
