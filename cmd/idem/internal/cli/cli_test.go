@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -55,11 +56,29 @@ func TestMigrateTwice(t *testing.T) {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
 			dsn := kind.dsn(t)
-			for range 2 {
-				r := idemCLI(t, "migrate", "--store", dsn)
-				requireOK(t, r)
-				require.Contains(t, r.stdout, "is migrated")
-			}
+			r := idemCLI(t, "migrate", "--store", dsn, "--status")
+			requireOK(t, r)
+			require.Contains(t, r.stdout, "no idem migrations recorded")
+
+			r = idemCLI(t, "migrate", "--store", dsn)
+			requireOK(t, r)
+			require.Regexp(t, `is migrated: applied \d+ \(001_claims, 002_dead_letters, .*090_dead_letter_owner`, r.stdout)
+
+			r = idemCLI(t, "migrate", "--store", dsn, "--json")
+			requireOK(t, r)
+			var out migrateJSON
+			require.NoError(t, json.Unmarshal([]byte(r.stdout), &out), r.stdout)
+			require.Empty(t, out.Applied, "the second run applies nothing")
+			require.NotEmpty(t, out.Migrations)
+			require.EqualValues(t, 1, out.Migrations[0].Version)
+
+			r = idemCLI(t, "migrate", "--store", dsn)
+			requireOK(t, r)
+			require.Contains(t, r.stdout, "is migrated: nothing to apply")
+
+			r = idemCLI(t, "migrate", "--store", dsn, "--status")
+			requireOK(t, r)
+			require.Regexp(t, `(?m)^090\s+\S*dead_letter_owner`, r.stdout)
 			// The migrated store answers the operator commands.
 			requireOK(t, idemCLI(t, "dlq", "list", "--store", dsn))
 		})
