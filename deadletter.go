@@ -103,6 +103,9 @@ type DeadLetter struct {
 	RecoveredAt time.Time
 	// Owner is the owner of the consumer that wrote it (ConsumerConfig.Owner; "" when none).
 	Owner string
+	// Topic is the topic the message arrived on when its delivery reported it (a TopicReporter:
+	// the JetStream subject), where a replay goes by default; "" when unknown.
+	Topic string
 }
 
 // ConsumerVersion returns the effect version part of Consumer ("v1" for "ledger@v1").

@@ -448,6 +448,9 @@ func (r *runner[TTx]) deadLetter(workCtx context.Context, stopFetch context.Canc
 		Source:      r.src.Name(),
 		Owner:       cfg.Owner,
 	}
+	if tr, ok := d.(TopicReporter); ok {
+		dl.Topic = tr.Topic()
+	}
 	// Settle with the broker on a context that survives shutdown for a moment.
 	settleCtx := func() (context.Context, context.CancelFunc) {
 		return context.WithTimeout(context.WithoutCancel(workCtx), 10*time.Second)

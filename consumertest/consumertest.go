@@ -367,6 +367,9 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 		require.Equal(e.t, "ledger@v1", dl.Consumer)
 		require.Equal(e.t, "v1", dl.ConsumerVersion())
 		require.Equal(e.t, "payments", dl.Owner, "the consumer's owner is carried into its dead letters")
+		if dl.Topic != "" { // a transport whose deliveries report their topic (idem.TopicReporter)
+			require.Equal(e.t, e.topic, dl.Topic, "the dead letter records the topic it arrived on")
+		}
 		require.Equal(e.t, "acme", dl.Message.Tenant)
 		require.Equal(e.t, msg.Payload, dl.Message.Payload)
 		require.Equal(e.t, "abc", dl.Message.Headers["X-Trace"])

@@ -51,7 +51,7 @@ func (s *Store) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.
 	row := s.pool.QueryRow(ctx, s.q.dlInsert,
 		dl.Consumer, m.Tenant, m.EventID, m.Type, m.Payload, headers,
 		nullTime(m.PublishedAt), nullTime(m.OccurredAt), dl.Fingerprint[:], string(dl.Reason), dl.Error,
-		dl.Attempts, first, last, dl.Source, dl.Owner)
+		dl.Attempts, first, last, dl.Source, dl.Owner, dl.Topic)
 	got, err := scanDeadLetter(row)
 	if err != nil {
 		return idem.DeadLetter{}, fmt.Errorf("idempg: insert dead letter: %w", err)
@@ -144,7 +144,7 @@ func (s *Store) SetDeadLetterStatus(ctx context.Context, p idem.SetDeadLetterSta
 	if len(p.IDs) == 0 {
 		return nil, nil
 	}
-	rows, err := s.pool.Query(ctx, s.q.dlSetStatus, p.IDs, string(p.Status), orNow(p.Now), p.Actor, action, p.Reason)
+	rows, err := s.pool.Query(ctx, s.q.dlSetStatus, p.IDs, string(p.Status), orNow(p.Now), p.Actor, action, p.Reason, p.Destination)
 	if err != nil {
 		return nil, fmt.Errorf("idempg: %s dead letters %v: %w", action, p.IDs, err)
 	}
@@ -191,7 +191,7 @@ func (s *Store) ListAudit(ctx context.Context, limit int) ([]idem.AuditEntry, er
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (idem.AuditEntry, error) {
 		var a idem.AuditEntry
-		err := r.Scan(&a.ID, &a.At, &a.Actor, &a.Action, &a.DeadLetterID, &a.EventID, &a.Reason)
+		err := r.Scan(&a.ID, &a.At, &a.Actor, &a.Action, &a.DeadLetterID, &a.EventID, &a.Reason, &a.Destination)
 		a.At = a.At.UTC()
 		return a, err
 	})
@@ -242,7 +242,7 @@ func scanDeadLetter(row pgx.Row) (idem.DeadLetter, error) {
 	)
 	err := row.Scan(&dl.ID, &dl.Consumer, &dl.Message.Tenant, &dl.Message.EventID, &dl.Message.Type,
 		&dl.Message.Payload, &headers, &published, &occurred, &fp, &reason, &dl.Error, &dl.Attempts,
-		&dl.FirstFailed, &dl.LastFailed, &status, &dl.Source, &recovered, &dl.Owner)
+		&dl.FirstFailed, &dl.LastFailed, &status, &dl.Source, &recovered, &dl.Owner, &dl.Topic)
 	if err != nil {
 		return idem.DeadLetter{}, err
 	}

@@ -40,7 +40,7 @@ type queries struct {
 const (
 	dlColumns = `id, consumer, tenant, event_id, type, payload, headers, published_at, occurred_at,
 		fingerprint, reason, error, attempts, first_failed_at, last_failed_at, status, source, recovered_at,
-		owner`
+		owner, topic`
 	outboxColumns = `id, partition, event_id, tenant, topic, ordering_key, type, payload, headers,
 		occurred_at, created_at, attempts, last_error, next_attempt_at, first_attempt_at, dead,
 		coalesce(dead_letter_id, 0)`
@@ -99,8 +99,8 @@ func buildQueries(schema, prefix string, partitioned bool) queries {
 
 		dlInsert: `INSERT INTO {{dead_letters}} (consumer, tenant, event_id, type, payload, headers,
 			published_at, occurred_at, fingerprint, reason, error, attempts, first_failed_at,
-			last_failed_at, status, source, owner)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'pending', $15, $16)
+			last_failed_at, status, source, owner, topic)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'pending', $15, $16, $17)
 		ON CONFLICT (consumer, tenant, event_id, fingerprint) WHERE status = 'pending'
 		DO UPDATE SET attempts = excluded.attempts, error = excluded.error,
 			last_failed_at = excluded.last_failed_at, reason = excluded.reason, owner = excluded.owner
@@ -113,8 +113,8 @@ func buildQueries(schema, prefix string, partitioned bool) queries {
 			WHERE id = ANY ($1) AND status = 'pending'
 			RETURNING id, event_id
 		)
-		INSERT INTO {{audit}} (at, actor, action, dead_letter_id, event_id, reason)
-		SELECT $3::timestamptz, $4::text, $5::text, id, event_id, $6::text FROM upd
+		INSERT INTO {{audit}} (at, actor, action, dead_letter_id, event_id, reason, destination)
+		SELECT $3::timestamptz, $4::text, $5::text, id, event_id, $6::text, $7::text FROM upd
 		RETURNING dead_letter_id`,
 		dlRecover: `UPDATE {{dead_letters}} SET recovered_at = $4
 			WHERE event_id = $3 AND consumer = $2 AND tenant = $1
@@ -124,7 +124,7 @@ func buildQueries(schema, prefix string, partitioned bool) queries {
 			WHERE status = 'pending' GROUP BY reason`,
 		auditInsert: `INSERT INTO {{audit}} (at, actor, action, dead_letter_id, event_id, reason)
 			VALUES ($1, $2, $3, 0, $4, $5)`,
-		auditList: `SELECT id, at, actor, action, dead_letter_id, event_id, reason
+		auditList: `SELECT id, at, actor, action, dead_letter_id, event_id, reason, destination
 			FROM {{audit}} ORDER BY id DESC LIMIT $1`,
 
 		queueInsert: `INSERT INTO {{queue}} (queue, event_id, tenant, type, payload, headers,

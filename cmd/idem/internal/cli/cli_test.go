@@ -121,7 +121,7 @@ func TestErrors(t *testing.T) {
 		{"replay unknown id", []string{"dlq", "replay", "--id", "999", "--store", migrated}, ExitFailure, "dead letter 999 does not exist"},
 		{"replay without selection", []string{"dlq", "replay", "--store", migrated}, ExitUsage, "say which dead letters"},
 		{"replay id and filter", []string{"dlq", "replay", "--id", "1", "--consumer", "x@v1", "--store", migrated}, ExitUsage, "do not combine"},
-		{"replay nats without topic", []string{"dlq", "replay", "--id", "1", "--broker", "nats://127.0.0.1:4222", "--store", migrated}, ExitUsage, "--topic is required"},
+		{"replay amqp without topic", []string{"dlq", "replay", "--id", "1", "--broker", "amqp://127.0.0.1:5672", "--store", migrated}, ExitUsage, "--topic is required"},
 		{"replay bad broker", []string{"dlq", "replay", "--id", "1", "--broker", "kafka://x", "--store", migrated}, ExitUsage, `unknown scheme "kafka"`},
 		{"discard without reason", []string{"dlq", "discard", "--id", "1", "--store", migrated}, ExitUsage, "--reason is required"},
 		{"unknown flag", []string{"dlq", "list", "--bogus"}, ExitUsage, "unknown flag: --bogus"},

@@ -441,10 +441,11 @@ func newDLQAuditCmd(e *env) *cobra.Command {
 					DeadLetterID int64     `json:"dead_letter_id"`
 					EventID      string    `json:"event_id"`
 					Reason       string    `json:"reason"`
+					Destination  string    `json:"destination"`
 				}
 				out := make([]auditJSON, 0, len(rows))
 				for _, a := range rows {
-					out = append(out, auditJSON{a.ID, a.At.UTC(), a.Actor, a.Action, a.DeadLetterID, a.EventID, a.Reason})
+					out = append(out, auditJSON{a.ID, a.At.UTC(), a.Actor, a.Action, a.DeadLetterID, a.EventID, a.Reason, a.Destination})
 				}
 				return writeJSON(e.stdout, out)
 			}
@@ -452,13 +453,13 @@ func newDLQAuditCmd(e *env) *cobra.Command {
 				_, err := fmt.Fprintln(e.stdout, "no audit rows yet")
 				return err
 			}
-			t := newTable(e.stdout, "ID", "AT", "ACTOR", "ACTION", "DEAD LETTER", "EVENT ID", "REASON")
+			t := newTable(e.stdout, "ID", "AT", "ACTOR", "ACTION", "DEAD LETTER", "EVENT ID", "DESTINATION", "REASON")
 			for _, a := range rows {
 				dl := strconv.FormatInt(a.DeadLetterID, 10)
 				if a.DeadLetterID == 0 {
 					dl = "-" // an ignored event (idem.Ignore) has no dead letter
 				}
-				t.row(strconv.FormatInt(a.ID, 10), timeText(a.At), a.Actor, a.Action, dl, a.EventID, a.Reason)
+				t.row(strconv.FormatInt(a.ID, 10), timeText(a.At), a.Actor, a.Action, dl, a.EventID, cmp.Or(a.Destination, "-"), a.Reason)
 			}
 			return t.flush()
 		},

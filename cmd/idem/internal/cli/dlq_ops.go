@@ -154,7 +154,8 @@ Select by --id, or by filter (--consumer, --reason, --tenant, --older-than). At 
 than the limit takes --all --yes; --all alone only says how many it would touch.
 
 --broker sql republishes into the queue table the dead letter came from (its source queue:NAME),
-or into --topic. --broker nats://HOST:PORT publishes to JetStream subject --topic (required);
+or into --topic. --broker nats://HOST:PORT publishes to JetStream subject --topic, by default the
+subject the message arrived on (recorded with dead letters from NATS);
 --broker amqp://… publishes to RabbitMQ queue --topic (required) through the default exchange;
 --broker redis://… adds to the Redis stream idem:<--topic> (--topic required).`,
 		Example: `  idem dlq replay --id 42
@@ -173,8 +174,8 @@ or into --topic. --broker nats://HOST:PORT publishes to JetStream subject --topi
 			if err != nil {
 				return usageError{fmt.Errorf("--broker: %w", err)}
 			}
-			if (bu.Kind == connect.BrokerNATS || bu.Kind == connect.BrokerAMQP || bu.Kind == connect.BrokerRedis) && strings.TrimSpace(topic) == "" {
-				return usagef("--topic is required with --broker %s: name the subject to republish to", bu)
+			if (bu.Kind == connect.BrokerAMQP || bu.Kind == connect.BrokerRedis) && strings.TrimSpace(topic) == "" {
+				return usagef("--topic is required with --broker %s: name the queue or stream to republish to", bu)
 			}
 			st, err := e.openStore(ctx, store, true)
 			if err != nil {
@@ -197,7 +198,8 @@ or into --topic. --broker nats://HOST:PORT publishes to JetStream subject --topi
 			if rp.Signer, err = e.replaySigner(keyFile); err != nil {
 				return err
 			}
-			res, rerr := rp.Replay(ctx, idem.ReplayParams{Selection: sel, Topic: strings.TrimSpace(topic), AsNewEvent: asNew})
+			res, rerr := rp.Replay(ctx, idem.ReplayParams{Selection: sel, Topic: strings.TrimSpace(topic), AsNewEvent: asNew,
+				ArrivalTopic: bu.Kind == connect.BrokerNATS})
 			if sf.jsonOut {
 				// Also after an error: the dead letters replayed before it are marked.
 				if err := writeJSON(e.stdout, replayJSON{Replayed: nonNil(res.Replayed), Remaining: res.Remaining}); err != nil {
@@ -207,6 +209,9 @@ or into --topic. --broker nats://HOST:PORT publishes to JetStream subject --topi
 			}
 			if len(res.Replayed) > 0 {
 				dest := "to the queues they came from"
+				if bu.Kind == connect.BrokerNATS {
+					dest = "to the subjects they arrived on"
+				}
 				if topic != "" {
 					dest = "to " + topic
 				}

@@ -134,9 +134,10 @@ func TestDLQWorkflow(t *testing.T) {
 			require.EqualValues(t, dl.ID, audit[0]["dead_letter_id"])
 			require.Equal(t, "evt-1", audit[0]["event_id"])
 			require.Equal(t, "fixed the card service", audit[0]["reason"])
+			require.Equal(t, "payments", audit[0]["destination"], "the audit says where the replay went")
 			r = idemCLI(t, "dlq", "audit", "--store", dsn)
 			requireOK(t, r)
-			require.Regexp(t, `\n\d+\s+\S+ \S+\s+alice \(os:tester\)\s+replay\s+`+id+`\s+evt-1\s+fixed the card service`, r.stdout)
+			require.Regexp(t, `\n\d+\s+\S+ \S+\s+alice \(os:tester\)\s+replay\s+`+id+`\s+evt-1\s+payments\s+fixed the card service`, r.stdout)
 
 			// list --status replayed finds it.
 			r = idemCLI(t, "dlq", "list", "--store", dsn, "--json", "--status", "replayed")

@@ -91,7 +91,7 @@ func TestStatus(t *testing.T) {
 			t.Logf("status:\n%s", r.stdout)
 			r = idemCLI(t, "dlq", "audit", "--store", dsn)
 			requireOK(t, r)
-			require.Regexp(t, `ledger@v1\s+ignore\s+-\s+gone-1\s+order_deleted`, r.stdout)
+			require.Regexp(t, `ledger@v1\s+ignore\s+-\s+gone-1\s+-\s+order_deleted`, r.stdout)
 		})
 	}
 }
