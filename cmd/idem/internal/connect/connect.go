@@ -108,6 +108,11 @@ func ParseStore(raw string) (StoreURL, error) {
 		}
 		schema := q.Get("idem_schema")
 		q.Del("idem_schema")
+		if schema != "" && !validSchemaName(schema) {
+			// Checked here so that the message names the URL's parameter, not a library field.
+			return StoreURL{}, fmt.Errorf("store URL %q: idem_schema %q is not a schema name idem can use (want a letter or underscore, then up to 40 letters, digits or underscores)",
+				redactDSN(raw), schema)
+		}
 		// Encode writes a space as '+', which pgx reads literally ("options=-c x=y" would break);
 		// a literal '+' is already %2B, so every '+' left is a space.
 		u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
@@ -124,6 +129,24 @@ func ParseStore(raw string) (StoreURL, error) {
 		}
 		return StoreURL{}, fmt.Errorf("store URL %q: unknown scheme %q (want sqlite, postgres or mysql)", redactDSN(raw), scheme)
 	}
+}
+
+// validSchemaName is idempg's rule for Config.Schema: a letter or underscore, then letters,
+// digits or underscores, at most 41 bytes in all.
+func validSchemaName(s string) bool {
+	if s == "" || len(s) > 41 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '_', 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case '0' <= c && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // mysqlDSN translates mysql://USER:PASSWORD@HOST:PORT/DB?PARAMS into the driver's DSN,
