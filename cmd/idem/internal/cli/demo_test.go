@@ -36,7 +36,7 @@ func TestDemoFlags(t *testing.T) {
 	requireOneLineError(t, idemCLI(t, "demo", "--timeout", "later"), ExitUsage, `invalid duration "later"`)
 	r := idemCLI(t, "demo", "--help")
 	requireOK(t, r)
-	for _, f := range []string{"--store", "--broker", "--events", "--concurrency", "--seed", "--duplicates", "--transient", "--poison", "--crash", "--timeout", "--json"} {
+	for _, f := range []string{"--store", "--broker", "--events", "--concurrency", "--seed", "--duplicates", "--transient", "--poison", "--lost-acks", "--timeout", "--json"} {
 		require.Contains(t, r.stdout, f)
 	}
 	require.Contains(t, r.stdout, DemoStoreDefault)
