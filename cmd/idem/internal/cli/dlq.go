@@ -53,8 +53,7 @@ row per dead letter (see dlq audit).`,
 type dlFilterFlags struct {
 	consumer, tenant, reason, status string
 	olderThan                        time.Duration
-	// reasonFlag is the name of the dead-letter reason filter ("reason", or "with-reason" for
-	// discard, whose --reason is the explanation written to the audit trail).
+	// reasonFlag is the name of the dead-letter reason filter ("reason" for every command).
 	reasonFlag string
 }
 

@@ -239,29 +239,34 @@ subject the message arrived on (recorded with dead letters from NATS);
 
 func newDLQDiscardCmd(e *env) *cobra.Command {
 	var (
-		store, why string
-		sf         selectFlags
+		store, note string
+		sf          selectFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "discard",
-		Short: "Retire dead letters for good, with a reason",
-		Long: `discard marks pending dead letters discarded, with --reason (required) recorded in one
-audit row per dead letter. Nothing is published. Select as for replay: --id, or filters, where the
-dead-letter reason filter is --with-reason (because --reason is the explanation); at most --limit
-(default 10) per run unless --all --yes.`,
-		Example: `  idem dlq discard --id 42 --reason "test event from staging"
-  idem dlq discard --with-reason key_reuse --consumer ledger@v1 --reason "producer bug #123, fixed"`,
+		Short: "Retire dead letters for good, saying why",
+		Long: `discard marks pending dead letters discarded, with --note (required: why) recorded in one
+audit row per dead letter. Nothing is published. Select as for list and replay: --id, or filters
+(--consumer, --reason, --tenant, --older-than); at most --limit (default 10) per run unless
+--all --yes.`,
+		Example: `  idem dlq discard --id 42 --note "test event from staging"
+  idem dlq discard --reason key_reuse --consumer ledger@v1 --note "producer bug #123, fixed"`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			if strings.TrimSpace(why) == "" {
-				return usagef("--reason is required: say why these dead letters are discarded (it goes into the audit trail)")
+			if r := strings.TrimSpace(sf.filter.reason); r != "" && !idem.Reason(r).Valid() {
+				// --reason used to be the explanation here: say so rather than only refuse.
+				return usagef("--reason %q is not a dead-letter reason (want one of %s): as in list and replay, --reason selects dead letters; say why they are discarded with --note",
+					sf.filter.reason, reasonList())
+			}
+			if strings.TrimSpace(note) == "" {
+				return usagef("--note is required: say why these dead letters are discarded (it goes into the audit trail)")
 			}
 			sel, err := sf.selection(e)
 			if err != nil {
 				return err
 			}
-			sel.Reason = strings.TrimSpace(why)
+			sel.Reason = strings.TrimSpace(note)
 			st, err := e.openStore(ctx, store, true)
 			if err != nil {
 				return err
@@ -290,8 +295,10 @@ dead-letter reason filter is --with-reason (because --reason is the explanation)
 		},
 	}
 	storeFlag(cmd, &store)
-	cmd.Flags().StringVar(&why, "reason", "", "why they are discarded, recorded in the audit trail (required)")
-	sf.add(cmd, "discard", "with-reason")
+	cmd.Flags().StringVar(&note, "note", "", "why they are discarded, recorded in the audit trail (required)")
+	sf.add(cmd, "discard", "reason")
+	cmd.Flags().StringVar(&sf.filter.reason, "with-reason", "", "old name of --reason")
+	_ = cmd.Flags().MarkDeprecated("with-reason", "use --reason")
 	return cmd
 }
 

@@ -230,11 +230,13 @@ func TestDLQDiscard(t *testing.T) {
 	b := seedDeadLetter(t, st, "b", idem.ReasonKeyReuse, time.Hour)
 	c := seedDeadLetter(t, st, "c", idem.ReasonInvalidPayload, time.Hour)
 
-	requireOneLineError(t, idemCLI(t, "dlq", "discard", "--id", strconv.FormatInt(a.ID, 10), "--store", dsn), ExitUsage, "--reason is required")
-	requireOneLineError(t, idemCLI(t, "dlq", "discard", "--with-reason", "bogus", "--reason", "x", "--store", dsn), ExitUsage, `--with-reason "bogus" is not a dead-letter reason`)
-	requireOneLineError(t, idemCLI(t, "dlq", "discard", "--all", "--reason", "cleanup", "--store", dsn), ExitUsage, "--all would discard 3 pending dead letters; add --yes")
+	requireOneLineError(t, idemCLI(t, "dlq", "discard", "--id", strconv.FormatInt(a.ID, 10), "--store", dsn), ExitUsage, "--note is required")
+	requireOneLineError(t, idemCLI(t, "dlq", "discard", "--id", strconv.FormatInt(a.ID, 10), "--reason", "test data", "--store", dsn), ExitUsage,
+		`--reason "test data" is not a dead-letter reason`)
+	requireOneLineError(t, idemCLI(t, "dlq", "discard", "--reason", "bogus", "--note", "x", "--store", dsn), ExitUsage, `--reason "bogus" is not a dead-letter reason`)
+	requireOneLineError(t, idemCLI(t, "dlq", "discard", "--all", "--note", "cleanup", "--store", dsn), ExitUsage, "--all would discard 3 pending dead letters; add --yes")
 
-	r := idemCLI(t, "dlq", "discard", "--with-reason", "key_reuse", "--reason", "producer bug #12", "--store", dsn)
+	r := idemCLI(t, "dlq", "discard", "--reason", "key_reuse", "--note", "producer bug #12", "--store", dsn)
 	requireOK(t, r)
 	require.Contains(t, r.stdout, fmt.Sprintf("discarded 2 dead letters: %d, %d", a.ID, b.ID))
 	for id, want := range map[int64]idem.DeadLetterStatus{a.ID: idem.DeadLetterDiscarded, b.ID: idem.DeadLetterDiscarded, c.ID: idem.DeadLetterPending} {
@@ -242,7 +244,7 @@ func TestDLQDiscard(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, want, got.Status)
 	}
-	r = idemCLI(t, "dlq", "discard", "--id", strconv.FormatInt(c.ID, 10), "--reason", "test data", "--actor", "bob", "--json", "--store", dsn)
+	r = idemCLI(t, "dlq", "discard", "--id", strconv.FormatInt(c.ID, 10), "--note", "test data", "--actor", "bob", "--json", "--store", dsn)
 	requireOK(t, r)
 	require.JSONEq(t, fmt.Sprintf(`{"discarded":[%d],"remaining":0}`, c.ID), r.stdout)
 
