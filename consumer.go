@@ -292,6 +292,12 @@ func (c *Consumer[TTx]) finishResult(ctx context.Context, res Result, status Cla
 // With a HandlerTimeout, the handler's context ends after it, and an error the handler returns
 // after that names the timeout (ErrHandlerTimeout) and is transient.
 func (c *Consumer[TTx]) runHandler(ctx context.Context, tx TTx, msg Message) (err error) {
+	if t := c.cfg.Tracer; t != nil {
+		var end func(error)
+		ctx, end = t.StartHandler(ctx, msg)
+		// Deferred first, so it runs after the recover below has turned a panic into err.
+		defer func() { end(err) }()
+	}
 	defer func() {
 		if v := recover(); v != nil {
 			err = &panicError{value: v, stack: debug.Stack()}
