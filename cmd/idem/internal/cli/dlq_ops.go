@@ -169,12 +169,8 @@ or into --topic. --broker nats://HOST:PORT publishes to JetStream subject --topi
 				return err
 			}
 			sel.Reason = note
-			bu, err := connect.ParseBroker(broker)
-			if err != nil {
-				return usageError{fmt.Errorf("--broker: %w", err)}
-			}
-			if (bu.Kind == connect.BrokerNATS || bu.Kind == connect.BrokerAMQP || bu.Kind == connect.BrokerRedis) && strings.TrimSpace(topic) == "" {
-				return usagef("--topic is required with --broker %s: name the subject to republish to", bu)
+			if err := checkReplayTarget(broker, topic); err != nil {
+				return err
 			}
 			st, err := e.openStore(ctx, store, true)
 			if err != nil {
@@ -187,16 +183,11 @@ or into --topic. --broker nats://HOST:PORT publishes to JetStream subject --topi
 			if err := checkIDs(ctx, st, sel.IDs); err != nil {
 				return err
 			}
-			b, err := connect.OpenBroker(ctx, broker, st, connect.BrokerOptions{Name: "idem dlq replay"})
+			rp, b, err := e.openReplayer(ctx, st, broker, keyFile, "idem dlq replay", false)
 			if err != nil {
 				return err
 			}
 			defer b.Close()
-
-			rp := idem.NewReplayer(st.DeadLetters, b.Sink)
-			if rp.Signer, err = e.replaySigner(keyFile); err != nil {
-				return err
-			}
 			res, rerr := rp.Replay(ctx, idem.ReplayParams{Selection: sel, Topic: strings.TrimSpace(topic), AsNewEvent: asNew})
 			if sf.jsonOut {
 				// Also after an error: the dead letters replayed before it are marked.
@@ -288,6 +279,36 @@ dead-letter reason filter is --with-reason (because --reason is the explanation)
 	cmd.Flags().StringVar(&why, "reason", "", "why they are discarded, recorded in the audit trail (required)")
 	sf.add(cmd, "discard", "with-reason")
 	return cmd
+}
+
+// checkReplayTarget refuses a --broker that names no place to republish to without --topic
+// (the dead letter's source queue is only known for the queue table).
+func checkReplayTarget(broker, topic string) error {
+	bu, err := connect.ParseBroker(broker)
+	if err != nil {
+		return usageError{fmt.Errorf("--broker: %w", err)}
+	}
+	if (bu.Kind == connect.BrokerNATS || bu.Kind == connect.BrokerAMQP || bu.Kind == connect.BrokerRedis) && strings.TrimSpace(topic) == "" {
+		return usagef("--topic is required with --broker %s: name the subject to republish to", bu)
+	}
+	return nil
+}
+
+// openReplayer opens the broker replays go through and returns a Replayer over st that
+// republishes there, signed with the operator replay key when one is configured (see
+// replaySigner). dlq replay and serve share it; the caller closes the broker.
+func (e *env) openReplayer(ctx context.Context, st *connect.Stores, broker, keyFile, name string, reconnect bool) (*idem.Replayer, *connect.Broker, error) {
+	signer, err := e.replaySigner(keyFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := connect.OpenBroker(ctx, broker, st, connect.BrokerOptions{Name: name, Reconnect: reconnect})
+	if err != nil {
+		return nil, nil, err
+	}
+	rp := idem.NewReplayer(st.DeadLetters, b.Sink)
+	rp.Signer = signer
+	return rp, b, nil
 }
 
 // nonNil makes an empty id list encode as [] rather than be omitted.
