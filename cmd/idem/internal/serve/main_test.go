@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +21,9 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/connect"
+	"github.com/idemkit/idem/cmd/idem/internal/inspect"
 	"github.com/idemkit/idem/cmd/idem/internal/testdb"
+	"github.com/idemkit/idem/idemrelay"
 	"github.com/idemkit/idem/internal/testenv"
 )
 
@@ -120,6 +123,27 @@ func seed(t testing.TB, st *connect.Stores, now time.Time) seeded {
 	for i, ago := range []time.Duration{30 * time.Minute, 2 * time.Minute, time.Minute, 10 * time.Second} {
 		claim("done-"+string(rune('a'+i)), now.Add(-ago))
 	}
+
+	// Three outbox rows waiting, and a relay holding the first one's partition.
+	var out []idem.Outgoing
+	for _, w := range []string{"w1", "w2", "w3"} {
+		out = append(out, idem.Outgoing{EventID: "out-" + w, Tenant: "acme", Topic: "payments.captured", Key: w, Payload: []byte(`{}`)})
+	}
+	var err error
+	switch {
+	case st.SQLite != nil:
+		err = st.SQLite.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error { return st.SQLite.EnqueueTx(ctx, tx, out...) })
+	case st.Postgres != nil:
+		err = st.Postgres.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error { return st.Postgres.EnqueueTx(ctx, tx, out...) })
+	}
+	require.NoError(t, err)
+	parts, err := inspect.OutboxPartitions(ctx, st)
+	require.NoError(t, err)
+	require.NotEmpty(t, parts)
+	_, ok, err := st.Outbox.LeaseAcquire(ctx, idem.LeaseParams{Name: idemrelay.PartitionLeasePrefix + strconv.Itoa(parts[0].Partition),
+		Owner: "relay-a", TTL: time.Hour, Now: time.Now()})
+	require.NoError(t, err)
+	require.True(t, ok)
 	return s
 }
 

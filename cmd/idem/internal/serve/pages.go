@@ -124,7 +124,7 @@ type reasonCount struct {
 
 func (s *Server) consumersPage(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	p := s.base(w, r, "Consumers", "consumers")
+	p := s.base(w, r, "Overview", "consumers")
 	d, err := s.consumersData(ctx, p.Now)
 	if err != nil {
 		s.storeFail(w, r, "read the consumers", err)

@@ -64,6 +64,11 @@ func TestPagesRender(t *testing.T) {
 			}
 			// ledger@v1 has 4 claims, 3 of them in the last 5 minutes.
 			require.Regexp(t, `ledger@v1</a></td>\s*<td class="n">4</td>`, body)
+			require.Contains(t, body, "0.6/min")
+			// The outbox: 3 rows waiting, the first one's partition held by relay-a.
+			require.Contains(t, body, `3 waiting`)
+			require.Contains(t, body, `id="partitions"`)
+			require.Contains(t, body, `relay-a`)
 
 			code, body = b.get("/deadletters")
 			require.Equal(t, http.StatusOK, code)
