@@ -214,6 +214,7 @@ func TestBrowser(t *testing.T) {
 		visible("preview-count"))
 	require.Equal(t, "1 pending dead letter will be replayed.", text("preview-count"))
 	require.Equal(t, idem.DeadLetterPending, status(t, st, sd.ledgerOld), "the preview changes nothing")
+	do(chromedp.SendKeys(chromedp.ID("note"), "wallet w1 reopened"))
 	screenshot(t, bctx, "confirm")
 	do(chromedp.Click(chromedp.ID("confirm")), visible("audit"))
 	require.Contains(t, text("flash"), "Replayed 1 dead letter (#"+id(sd.ledgerOld)+") as alice (idem serve)")
@@ -221,6 +222,7 @@ func TestBrowser(t *testing.T) {
 	require.Contains(t, audit, "alice (idem serve)")
 	require.Contains(t, audit, "replay")
 	require.Contains(t, audit, "evt-old")
+	require.Contains(t, audit, "wallet w1 reopened")
 
 	// The consumer applies the replayed event, once, and the dead letter records its recovery.
 	require.Eventually(t, func() bool {
