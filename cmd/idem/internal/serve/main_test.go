@@ -40,6 +40,7 @@ type storeKind struct {
 var storeKinds = []storeKind{
 	{"sqlite", sqliteStores},
 	{"postgres", postgresStores},
+	{"mysql", mysqlStores},
 }
 
 // openStores opens dsn, migrates it and closes it at cleanup.
@@ -74,6 +75,15 @@ func postgresStores(t testing.TB) *connect.Stores {
 		_, _ = st.Postgres.Pool().Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
 		st.Close()
 	})
+	return st
+}
+
+// mysqlStores is a store in a fresh database of IDEM_MYSQL_URL (or a skip), dropped at cleanup.
+func mysqlStores(t testing.TB) *connect.Stores {
+	t.Helper()
+	_, dsn := testdb.MySQLDatabase(t)
+	st := openStores(t, dsn)
+	t.Cleanup(st.Close) // before the database is dropped: cleanups run last first
 	return st
 }
 
@@ -117,6 +127,8 @@ func seed(t testing.TB, st *connect.Stores, now time.Time) seeded {
 			err = st.SQLite.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error { _, err := st.SQLite.ClaimTx(ctx, tx, p); return err })
 		case st.Postgres != nil:
 			err = st.Postgres.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error { _, err := st.Postgres.ClaimTx(ctx, tx, p); return err })
+		case st.MySQL != nil:
+			err = st.MySQL.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error { _, err := st.MySQL.ClaimTx(ctx, tx, p); return err })
 		}
 		require.NoError(t, err)
 	}
@@ -135,6 +147,8 @@ func seed(t testing.TB, st *connect.Stores, now time.Time) seeded {
 		err = st.SQLite.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error { return st.SQLite.EnqueueTx(ctx, tx, out...) })
 	case st.Postgres != nil:
 		err = st.Postgres.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error { return st.Postgres.EnqueueTx(ctx, tx, out...) })
+	case st.MySQL != nil:
+		err = st.MySQL.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error { return st.MySQL.EnqueueTx(ctx, tx, out...) })
 	}
 	require.NoError(t, err)
 	parts, err := inspect.OutboxPartitions(ctx, st)

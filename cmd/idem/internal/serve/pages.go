@@ -184,7 +184,6 @@ func (s *Server) consumersData(ctx context.Context, now time.Time) (consumersDat
 		d.Scraped = len(s.cfg.MetricsURLs) > 0
 		for name, m := range last.Consumers {
 			row := get(name)
-			m := m
 			row.Metrics = &m
 			for _, c := range slices.Sorted(maps.Keys(m.Errors)) {
 				row.ErrorClasses = append(row.ErrorClasses, classCount{c, m.Errors[c]})
