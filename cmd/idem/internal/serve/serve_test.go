@@ -321,3 +321,29 @@ func TestScrapedMetrics(t *testing.T) {
 		Errors: map[string]float64{"unknown": 0, "transient": 2, "permanent": 1}}, c)
 	require.Equal(t, []float64{3}, deltas(hist, func(sm sample) float64 { return sm.Consumers["ledger@v1"].errorsTotal() }))
 }
+
+// TestRunWhileServing: the sampler appends to the history while pages read it.
+func TestRunWhileServing(t *testing.T) {
+	t.Parallel()
+	st := sqliteStores(t)
+	seed(t, st, time.Now())
+	s, hs := newServer(t, st, Config{SampleInterval: 5 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Run(ctx)
+	}()
+	b := newBrowser(t, hs)
+	for range 10 {
+		code, _ := b.get("/")
+		require.Equal(t, http.StatusOK, code)
+	}
+	require.Eventually(t, func() bool { return len(s.snapshot()) >= 3 }, 10*time.Second, 5*time.Millisecond)
+	cancel()
+	<-done
+	n := len(s.snapshot())
+	_, body := b.get("/")
+	require.Contains(t, body, fmt.Sprintf("Charts over time: %d samples", n))
+	require.NotContains(t, body, `aria-label="not enough samples yet"`, "every chart has points")
+}
