@@ -342,6 +342,9 @@ func parseAge(s string) (time.Duration, error) {
 	if n, ok := strings.CutSuffix(s, "d"); ok {
 		var days int
 		days, err = strconv.Atoi(n)
+		if days > 36500 { // a century: beyond it the product overflows soon
+			days = -1
+		}
 		d = time.Duration(days) * 24 * time.Hour
 	} else {
 		d, err = time.ParseDuration(s)

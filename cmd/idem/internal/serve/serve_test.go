@@ -129,7 +129,7 @@ func TestFilters(t *testing.T) {
 					require.Equal(t, contains(tc.want, id), has, "query %q, dead letter %d", tc.query, id)
 				}
 			}
-			for _, bad := range []string{"reason=nope", "age=soon", "status=lost", "limit=0"} {
+			for _, bad := range []string{"reason=nope", "age=soon", "age=-1h", "age=99999999999d", "status=lost", "limit=0", "limit=1001"} {
 				code, body := b.get("/deadletters?" + bad)
 				require.Equal(t, http.StatusBadRequest, code, bad)
 				require.Contains(t, body, `id="filter-error"`, bad)
