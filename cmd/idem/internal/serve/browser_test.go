@@ -164,10 +164,10 @@ func TestBrowser(t *testing.T) {
 
 	// A filter narrows the list.
 	do(chromedp.SetValue(chromedp.ID("f-reason"), "retries_exhausted"),
-		chromedp.Click(chromedp.ID("f-apply")),
-		chromedp.Sleep(200*time.Millisecond),
-		visible("deadletters"))
-	require.Contains(t, location(), "reason=retries_exhausted")
+		chromedp.Click(chromedp.ID("f-apply")))
+	require.Eventually(t, func() bool { return strings.Contains(location(), "reason=retries_exhausted") },
+		20*time.Second, 20*time.Millisecond, "the filter form was not submitted")
+	do(visible("deadletters"))
 	require.Equal(t, []string{id(sd.ledgerNew)}, listed())
 	do(chromedp.Navigate(u+"/deadletters?tenant=acme"), visible("deadletters"))
 	require.Equal(t, []string{id(sd.ledgerOld), id(sd.mailer)}, listed())
@@ -186,6 +186,9 @@ func TestBrowser(t *testing.T) {
 		chromedp.Click(chromedp.ID("discard-one")),
 		chromedp.Sleep(300*time.Millisecond))
 	require.True(t, strings.HasSuffix(location(), "/deadletters/"+id(sd.mailer)), location())
+	missing, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`document.getElementById('discard-reason').validity.valueMissing`))
+	require.NoError(t, err)
+	require.True(t, missing, "the empty reason field is what stopped the form")
 	require.Equal(t, idem.DeadLetterPending, status(t, st, sd.mailer))
 
 	// A consumer over the queue table, applying each event once.
