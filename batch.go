@@ -87,15 +87,17 @@ func (b BatchConfig) withDefaults() BatchConfig {
 // earlier in the same batch is processed after the batch commits, on its own, so it is seen as
 // the duplicate it is.
 func (c *Consumer[TTx]) ProcessBatch(ctx context.Context, msgs []Message) []Result {
-	return c.processBatch(ctx, msgs, nil)
+	return c.processBatch(ctx, msgs, nil, nil)
 }
 
-func (c *Consumer[TTx]) processBatch(ctx context.Context, msgs []Message, settles []func(context.Context, TTx) error) []Result {
+// processBatch is ProcessBatch with in-transaction settle hooks and, when traced, each
+// delivery's trace (its handler runs under it).
+func (c *Consumer[TTx]) processBatch(ctx context.Context, msgs []Message, settles []func(context.Context, TTx) error, traces []DeliveryTrace) []Result {
 	bs := c.batchStore
 	results := make([]Result, len(msgs))
 	if bs == nil {
 		for i, m := range msgs {
-			results[i] = c.process(ctx, m, settleAt(settles, i))
+			results[i] = c.process(traceAt(ctx, traces, i), m, settleAt(settles, i))
 		}
 		return results
 	}
@@ -124,7 +126,7 @@ func (c *Consumer[TTx]) processBatch(ctx context.Context, msgs []Message, settle
 	// such failure costs one extra transaction.
 	its, ps := items, params
 	for len(its) > 0 {
-		failedAt := c.applyBatch(ctx, bs, its, ps, results, settles, c.cfg.Batch.Savepoints)
+		failedAt := c.applyBatch(ctx, bs, its, ps, results, settles, traces, c.cfg.Batch.Savepoints)
 		if failedAt < 0 {
 			break
 		}
@@ -135,7 +137,7 @@ func (c *Consumer[TTx]) processBatch(ctx context.Context, msgs []Message, settle
 	}
 	slices.Sort(later)
 	for _, i := range later {
-		results[i] = c.process(ctx, msgs[i], settleAt(settles, i))
+		results[i] = c.process(traceAt(ctx, traces, i), msgs[i], settleAt(settles, i))
 	}
 	return results
 }
@@ -160,8 +162,8 @@ var errBatchAborted = errors.New("idem: batch attempt aborted by a failing event
 // constraint refuses), the transaction rolls back and each event is claimed and applied alone,
 // in a transaction of its own: only the unclaimable event fails, with the database's own
 // error, and the others proceed. That costs a transaction per event, for this batch only.
-func (c *Consumer[TTx]) applyBatch(ctx context.Context, bs BatchStore[TTx], items []batchItem, params []ClaimParams, results []Result, settles []func(context.Context, TTx) error, savepoints bool) int {
-	failedAt, claimErr := c.applyBatchOnce(ctx, bs, items, params, results, settles, savepoints)
+func (c *Consumer[TTx]) applyBatch(ctx context.Context, bs BatchStore[TTx], items []batchItem, params []ClaimParams, results []Result, settles []func(context.Context, TTx) error, traces []DeliveryTrace, savepoints bool) int {
+	failedAt, claimErr := c.applyBatchOnce(ctx, bs, items, params, results, settles, traces, savepoints)
 	if claimErr == nil {
 		return failedAt
 	}
@@ -172,7 +174,7 @@ func (c *Consumer[TTx]) applyBatch(ctx context.Context, bs BatchStore[TTx], item
 		return -1
 	}
 	for j := range items {
-		c.applyBatch(ctx, bs, items[j:j+1], params[j:j+1], results, settles, savepoints)
+		c.applyBatch(ctx, bs, items[j:j+1], params[j:j+1], results, settles, traces, savepoints)
 	}
 	return -1
 }
@@ -185,7 +187,7 @@ func (e *errClaimBatch) Unwrap() error { return e.err }
 
 // applyBatchOnce is applyBatch without the fallback: when the multi-row claim fails it writes
 // no result and returns the claim's error.
-func (c *Consumer[TTx]) applyBatchOnce(ctx context.Context, bs BatchStore[TTx], items []batchItem, params []ClaimParams, results []Result, settles []func(context.Context, TTx) error, savepoints bool) (int, error) {
+func (c *Consumer[TTx]) applyBatchOnce(ctx context.Context, bs BatchStore[TTx], items []batchItem, params []ClaimParams, results []Result, settles []func(context.Context, TTx) error, traces []DeliveryTrace, savepoints bool) (int, error) {
 	checker, _ := bs.(TxEndChecker[TTx])
 	statuses := make([]ClaimStatus, len(items))
 	failed := make([]error, len(items))
@@ -210,7 +212,7 @@ func (c *Consumer[TTx]) applyBatchOnce(ctx context.Context, bs BatchStore[TTx], 
 			statuses[j] = cr.Status
 			settle := settleAt(settles, it.i)
 			apply := func(ctx context.Context, tx TTx) error {
-				if err := c.runHandler(ctx, tx, it.msg); err != nil {
+				if err := c.runHandler(traceAt(ctx, traces, it.i), tx, it.msg); err != nil {
 					return err
 				}
 				if settle != nil {
@@ -306,6 +308,14 @@ func (c *Consumer[TTx]) applyBatchOnce(ctx context.Context, bs BatchStore[TTx], 
 		}
 	}
 	return -1, nil
+}
+
+// traceAt returns ctx carrying the trace of delivery i (ctx itself when not traced).
+func traceAt(ctx context.Context, traces []DeliveryTrace, i int) context.Context {
+	if traces == nil || traces[i] == nil {
+		return ctx
+	}
+	return traces[i].Context(ctx)
 }
 
 func settleAt[TTx any](settles []func(context.Context, TTx) error, i int) func(context.Context, TTx) error {

@@ -154,6 +154,8 @@ type ConsumerConfig[TTx any] struct {
 	Logger *slog.Logger
 	// Observer receives one Event per settled delivery, for metrics (package idemprom).
 	Observer Observer
+	// Tracer, when set, traces each delivery and its handler (package idemotel: OpenTelemetry).
+	Tracer Tracer
 	// Now returns the current time (default time.Now); tests move it.
 	Now func() time.Time
 	// Rand is the retry jitter source (default a private math/rand/v2 source).

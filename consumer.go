@@ -260,6 +260,12 @@ func (c *Consumer[TTx]) finishResult(ctx context.Context, res Result, status Cla
 
 // runHandler calls the handler, turning a panic into a *panicError so the transaction rolls back.
 func (c *Consumer[TTx]) runHandler(ctx context.Context, tx TTx, msg Message) (err error) {
+	if t := c.cfg.Tracer; t != nil {
+		var end func(error)
+		ctx, end = t.StartHandler(ctx, msg)
+		// Deferred first, so it runs after the recover below has turned a panic into err.
+		defer func() { end(err) }()
+	}
 	defer func() {
 		if v := recover(); v != nil {
 			err = &panicError{value: v, stack: debug.Stack()}
