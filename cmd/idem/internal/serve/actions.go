@@ -29,6 +29,8 @@ type confirmData struct {
 	Missing []int64
 	Reason  string
 	Note    string
+	// Destination says where replays go.
+	Destination string
 }
 
 // action handles POST /deadletters/replay and /deadletters/discard. Every guard answers 403:
@@ -110,7 +112,10 @@ func (s *Server) action(kind actionKind) http.HandlerFunc {
 
 // preview shows what an action would touch and asks to confirm.
 func (s *Server) preview(w http.ResponseWriter, r *http.Request, kind actionKind, ids []int64, reason, note string) {
-	d := confirmData{Action: kind, IDs: ids, Reason: reason, Note: note}
+	d := confirmData{Action: kind, IDs: ids, Reason: reason, Note: note, Destination: "the queue each one came from (its source)"}
+	if s.cfg.Topic != "" {
+		d.Destination = s.cfg.Topic
+	}
 	for _, id := range ids {
 		dl, err := s.cfg.Stores.DeadLetters.GetDeadLetter(r.Context(), id)
 		switch {

@@ -243,6 +243,7 @@ func TestReplayAndDiscard(t *testing.T) {
 			code, body := b.post("/deadletters/replay", url.Values{"csrf": {csrf}, "id": ids})
 			require.Equal(t, http.StatusOK, code, body)
 			require.Contains(t, body, "2 pending dead letters will be replayed")
+			require.Contains(t, body, "to the queue each one came from")
 			require.Equal(t, idem.DeadLetterPending, status(t, st, sd.ledgerOld))
 
 			// Confirm.
