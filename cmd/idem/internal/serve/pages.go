@@ -30,6 +30,8 @@ type page struct {
 	ReadOnly bool
 	// Login is true when a token login is possible.
 	Login bool
+	// Proxy is true when an authenticating proxy's header may carry the user.
+	Proxy bool
 	Store string
 	Flash string
 	Now   time.Time
@@ -39,7 +41,7 @@ type page struct {
 func (s *Server) base(w http.ResponseWriter, r *http.Request, title, nav string) page {
 	a := s.actor(r)
 	return page{Title: title, Nav: nav, CSRF: s.csrfToken(w, r), Actor: a, CanAct: s.actionsEnabled() && a != "",
-		ReadOnly: s.cfg.ReadOnly, Login: s.cfg.Token != "" && !s.cfg.ReadOnly, Store: s.cfg.Stores.URL.String(),
+		ReadOnly: s.cfg.ReadOnly, Login: s.cfg.Token != "" && !s.cfg.ReadOnly, Proxy: s.cfg.TrustHeader != "" && !s.cfg.ReadOnly, Store: s.cfg.Stores.URL.String(),
 		Now: s.cfg.Now().UTC()}
 }
 

@@ -173,6 +173,23 @@ func TestGuards(t *testing.T) {
 			require.Equal(t, http.StatusForbidden, code)
 			require.Contains(t, body, "read-only")
 
+			// Behind a proxy: the header names the user; without it nobody may act, and the
+			// token login is not available.
+			_, px := newServer(t, st, Config{TrustHeader: "X-Forwarded-User"})
+			b = newBrowser(t, px)
+			code, body = b.post("/deadletters/replay", url.Values{"csrf": {b.csrf()}, "id": {id}})
+			require.Equal(t, http.StatusForbidden, code)
+			require.Contains(t, body, "not logged in")
+			code, _ = b.login(testToken, "mallory")
+			require.Equal(t, http.StatusForbidden, code)
+			b.header.Set("X-Forwarded-User", "carol")
+			code, body = b.post("/deadletters/replay", url.Values{"csrf": {b.csrf()}, "id": {id}})
+			require.Equal(t, http.StatusOK, code, "a preview")
+			require.Contains(t, body, "1 pending dead letter will be replayed")
+			b.header.Set("X-Forwarded-User", strings.Repeat("c", nameMax+1))
+			code, _ = b.post("/deadletters/replay", url.Values{"csrf": {b.csrf()}, "id": {id}})
+			require.Equal(t, http.StatusForbidden, code, "a name over the limit is nobody")
+
 			_, hs := newServer(t, st, Config{Token: testToken})
 			b = newBrowser(t, hs)
 			// Not logged in.
@@ -264,7 +281,11 @@ func TestReplayAndDiscard(t *testing.T) {
 
 			// Discard through the proxy's header, with a reason.
 			b2 := newBrowser(t, hs)
+			_, body = b2.get("/deadletters")
+			require.NotContains(t, body, `type="checkbox"`, "no actions before the proxy names the user")
 			b2.header.Set("X-Forwarded-User", "bob")
+			_, body = b2.get("/deadletters")
+			require.Contains(t, body, `acting as <b id="actor">bob (idem serve)</b>`)
 			mid := strconv.FormatInt(sd.mailer, 10)
 			code, body = b2.post("/deadletters/discard", url.Values{"csrf": {b2.csrf()}, "id": {mid}, "reason": {"test mail from staging"}, "confirm": {"yes"}})
 			require.Equal(t, http.StatusOK, code, body)
