@@ -188,3 +188,88 @@ func scanSQL[T any](ctx context.Context, db *sql.DB, q string, args []any, scan 
 func noSQL(s *connect.Stores) error {
 	return fmt.Errorf("store %s: no SQL database to inspect", s.URL)
 }
+
+// PendingCount is one consumer's pending dead letters.
+type PendingCount struct {
+	Consumer string
+	Count    int64
+	// Oldest is the first failure of the oldest one.
+	Oldest time.Time
+}
+
+// PendingDeadLetters counts pending dead letters per consumer with the oldest first failure,
+// ordered by consumer: one grouped query instead of reading every row.
+func PendingDeadLetters(ctx context.Context, s *connect.Stores) ([]PendingCount, error) {
+	const q = `SELECT consumer, COUNT(*), MIN(first_failed_at) FROM %s WHERE status = 'pending' GROUP BY consumer ORDER BY consumer`
+	if db, table, ok := sqlTable(s, "dead_letters"); ok {
+		return scanSQL(ctx, db, fmt.Sprintf(q, table), nil, func(r *sql.Rows) (PendingCount, error) {
+			var (
+				c      PendingCount
+				micros int64
+			)
+			err := r.Scan(&c.Consumer, &c.Count, &micros)
+			c.Oldest = time.UnixMicro(micros).UTC()
+			return c, err
+		})
+	}
+	if s.Postgres != nil {
+		rows, err := s.Postgres.Pool().Query(ctx, fmt.Sprintf(q, pgTable(s, "dead_letters")))
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, func(r pgx.CollectableRow) (PendingCount, error) {
+			var c PendingCount
+			err := r.Scan(&c.Consumer, &c.Count, &c.Oldest)
+			c.Oldest = c.Oldest.UTC()
+			return c, err
+		})
+	}
+	return nil, noSQL(s)
+}
+
+// PendingSources returns the distinct sources of pending dead letters ("queue:payments",
+// "outbox:orders", a stream), sorted.
+func PendingSources(ctx context.Context, s *connect.Stores) ([]string, error) {
+	const q = `SELECT DISTINCT source FROM %s WHERE status = 'pending' ORDER BY source`
+	if db, table, ok := sqlTable(s, "dead_letters"); ok {
+		return scanSQL(ctx, db, fmt.Sprintf(q, table), nil, func(r *sql.Rows) (string, error) {
+			var src string
+			return src, r.Scan(&src)
+		})
+	}
+	if s.Postgres != nil {
+		rows, err := s.Postgres.Pool().Query(ctx, fmt.Sprintf(q, pgTable(s, "dead_letters")))
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	return nil, noSQL(s)
+}
+
+// RecoveryTimes returns, for the most recently recovered dead letters (at most limit), the time
+// from each one's first failure to the processing of its replay.
+func RecoveryTimes(ctx context.Context, s *connect.Stores, limit int) ([]time.Duration, error) {
+	if db, table, ok := sqlTable(s, "dead_letters"); ok {
+		q := fmt.Sprintf(`SELECT recovered_at - first_failed_at FROM %s WHERE recovered_at IS NOT NULL ORDER BY recovered_at DESC LIMIT ?`, table)
+		return scanSQL(ctx, db, q, []any{limit}, func(r *sql.Rows) (time.Duration, error) {
+			var micros int64
+			err := r.Scan(&micros)
+			return time.Duration(micros) * time.Microsecond, err
+		})
+	}
+	if s.Postgres != nil {
+		q := fmt.Sprintf(`SELECT (extract(epoch FROM recovered_at - first_failed_at) * 1000000)::bigint FROM %s
+			WHERE recovered_at IS NOT NULL ORDER BY recovered_at DESC LIMIT $1`, pgTable(s, "dead_letters"))
+		rows, err := s.Postgres.Pool().Query(ctx, q, limit)
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, func(r pgx.CollectableRow) (time.Duration, error) {
+			var micros int64
+			err := r.Scan(&micros)
+			return time.Duration(micros) * time.Microsecond, err
+		})
+	}
+	return nil, noSQL(s)
+}

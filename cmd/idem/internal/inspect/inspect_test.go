@@ -61,6 +61,65 @@ func claim(t *testing.T, st *connect.Stores, consumer, eventID string, at time.T
 	require.NoError(t, err)
 }
 
+// open opens and migrates the store dsn names, closed at cleanup.
+func open(t *testing.T, dsn string) *connect.Stores {
+	t.Helper()
+	ctx := context.Background()
+	st, err := connect.OpenStore(ctx, dsn, connect.Options{MaxConns: 2})
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	require.NoError(t, st.Migrator.Migrate(ctx))
+	return st
+}
+
+// TestDeadLetters: pending counts per consumer, the sources of pending ones, and recovery
+// times, on every store.
+func TestDeadLetters(t *testing.T) {
+	t.Parallel()
+	for _, k := range stores {
+		t.Run(k.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			st := open(t, k.dsn(t))
+			base := time.Now().UTC().Truncate(time.Second).Add(-time.Hour)
+			ins := func(consumer, eventID, source string, failed time.Time) idem.DeadLetter {
+				dl, err := st.DeadLetters.InsertDeadLetter(ctx, idem.DeadLetter{Consumer: consumer,
+					Message: idem.Message{EventID: eventID, Tenant: "acme", Payload: []byte(`{}`)},
+					Reason:  idem.ReasonPermanentError, Attempts: 1, FirstFailed: failed, LastFailed: failed,
+					Status: idem.DeadLetterPending, Source: source})
+				require.NoError(t, err)
+				return dl
+			}
+			ins("ledger@v1", "a", "queue:payments", base.Add(10*time.Minute))
+			ins("ledger@v1", "b", "queue:payments", base)
+			ins("mailer@v2", "c", "outbox:mail", base.Add(20*time.Minute))
+			done := ins("ledger@v1", "d", "queue:refunds", base.Add(5*time.Minute))
+			_, err := st.DeadLetters.SetDeadLetterStatus(ctx, idem.SetDeadLetterStatusParams{IDs: []int64{done.ID},
+				Status: idem.DeadLetterReplayed, Actor: "tester", Now: base.Add(30 * time.Minute)})
+			require.NoError(t, err)
+			_, err = st.DeadLetters.RecordRecovery(ctx, idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "d"}, done.ID, base.Add(45*time.Minute))
+			require.NoError(t, err)
+
+			pending, err := inspect.PendingDeadLetters(ctx, st)
+			require.NoError(t, err)
+			require.Len(t, pending, 2)
+			require.Equal(t, "ledger@v1", pending[0].Consumer)
+			require.EqualValues(t, 2, pending[0].Count)
+			require.WithinDuration(t, base, pending[0].Oldest, time.Millisecond)
+			require.Equal(t, "mailer@v2", pending[1].Consumer)
+			require.EqualValues(t, 1, pending[1].Count)
+
+			sources, err := inspect.PendingSources(ctx, st)
+			require.NoError(t, err)
+			require.Equal(t, []string{"outbox:mail", "queue:payments"}, sources)
+
+			rec, err := inspect.RecoveryTimes(ctx, st, 10)
+			require.NoError(t, err)
+			require.Equal(t, []time.Duration{40 * time.Minute}, rec)
+		})
+	}
+}
+
 // TestClaims: counts per consumer and per minute, with the bucket edges where the clock puts
 // them, on every store.
 func TestClaims(t *testing.T) {
@@ -69,10 +128,7 @@ func TestClaims(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			st, err := connect.OpenStore(ctx, k.dsn(t), connect.Options{MaxConns: 2})
-			require.NoError(t, err)
-			t.Cleanup(st.Close)
-			require.NoError(t, st.Migrator.Migrate(ctx))
+			st := open(t, k.dsn(t))
 
 			base := time.Now().UTC().Truncate(time.Minute).Add(-10 * time.Minute)
 			claim(t, st, "ledger@v1", "a", base.Add(-time.Second)) // the minute before: outside

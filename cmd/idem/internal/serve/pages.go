@@ -167,16 +167,13 @@ func (s *Server) consumersData(ctx context.Context, now time.Time) (consumersDat
 			row.PerMinute[i] += float64(p.Count)
 		}
 	}
-	pending, err := st.DeadLetters.ListDeadLetters(ctx, idem.DeadLetterFilter{Status: idem.DeadLetterPending, Limit: 1 << 20})
+	pending, err := inspect.PendingDeadLetters(ctx, st)
 	if err != nil {
-		return d, fmt.Errorf("list pending dead letters: %w", err)
+		return d, fmt.Errorf("count pending dead letters: %w", err)
 	}
-	for _, dl := range pending {
-		row := get(dl.Consumer)
-		row.DLPending++
-		if row.OldestPending.IsZero() || dl.FirstFailed.Before(row.OldestPending) {
-			row.OldestPending = dl.FirstFailed
-		}
+	for _, p := range pending {
+		row := get(p.Consumer)
+		row.DLPending, row.OldestPending = p.Count, p.Oldest
 	}
 	hist := s.snapshot()
 	d.Samples = len(hist)
@@ -252,15 +249,9 @@ func (s *Server) consumersData(ctx context.Context, now time.Time) (consumersDat
 		d.ByReason = append(d.ByReason, reasonCount{string(reason), n})
 	}
 	slices.SortFunc(d.ByReason, func(a, b reasonCount) int { return cmp.Or(cmp.Compare(b.N, a.N), cmp.Compare(a.Reason, b.Reason)) })
-	replayed, err := st.DeadLetters.ListDeadLetters(ctx, idem.DeadLetterFilter{Status: idem.DeadLetterReplayed, Limit: 1 << 20})
+	recov, err := inspect.RecoveryTimes(ctx, st, recoveryWindow)
 	if err != nil {
-		return d, fmt.Errorf("list replayed dead letters: %w", err)
-	}
-	var recov []time.Duration
-	for _, dl := range replayed {
-		if !dl.RecoveredAt.IsZero() {
-			recov = append(recov, dl.RecoveredAt.Sub(dl.FirstFailed))
-		}
+		return d, fmt.Errorf("recovery times: %w", err)
 	}
 	if len(recov) > 0 {
 		slices.Sort(recov)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/internal/inspect"
 )
 
 // scrapeMax bounds the body read from one metrics endpoint.
@@ -94,17 +94,17 @@ func (s *Server) queues(ctx context.Context) ([]string, error) {
 	if len(s.cfg.Queues) > 0 {
 		return s.cfg.Queues, nil
 	}
-	dls, err := s.cfg.Stores.DeadLetters.ListDeadLetters(ctx, idem.DeadLetterFilter{Status: idem.DeadLetterPending, Limit: 1 << 20})
+	sources, err := inspect.PendingSources(ctx, s.cfg.Stores)
 	if err != nil {
-		return nil, fmt.Errorf("list pending dead letters: %w", err)
+		return nil, fmt.Errorf("sources of pending dead letters: %w", err)
 	}
-	seen := map[string]bool{}
-	for _, dl := range dls {
-		if q, ok := strings.CutPrefix(dl.Source, "queue:"); ok && q != "" {
-			seen[q] = true
+	var queues []string
+	for _, src := range sources {
+		if q, ok := strings.CutPrefix(src, "queue:"); ok && q != "" {
+			queues = append(queues, q)
 		}
 	}
-	return slices.Sorted(maps.Keys(seen)), nil
+	return queues, nil
 }
 
 // snapshot returns a copy of the samples, oldest first.

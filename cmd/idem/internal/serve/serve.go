@@ -42,6 +42,8 @@ const (
 	batchMax = 100
 	// payloadShowMax bounds the payload the detail page shows.
 	payloadShowMax = 64 << 10
+	// recoveryWindow is how many of the latest recoveries the median and longest are taken over.
+	recoveryWindow = 10000
 )
 
 // Config configures a Server. Stores is required; everything else has a default.
