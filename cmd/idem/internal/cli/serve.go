@@ -12,6 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/internal/connect"
 	"github.com/idemkit/idem/cmd/idem/internal/serve"
 )
 
@@ -79,11 +81,14 @@ dead letter came from).`,
 				return err
 			}
 			defer st.Close()
-			rp, b, err := e.openReplayer(ctx, st, broker, keyFile, "idem serve", true)
-			if err != nil {
-				return err
+			var rp *idem.Replayer
+			if !readOnly { // a read-only dashboard never publishes: no broker connection
+				var b *connect.Broker
+				if rp, b, err = e.openReplayer(ctx, st, broker, keyFile, "idem serve", true); err != nil {
+					return err
+				}
+				defer b.Close()
 			}
-			defer b.Close()
 			srv, err := serve.New(serve.Config{
 				Stores: st, Replayer: rp, Topic: strings.TrimSpace(topic),
 				Token: token, TrustHeader: trustHeader, ReadOnly: readOnly,
@@ -137,7 +142,7 @@ dead letter came from).`,
 	brokerFlag(cmd, &broker)
 	fl := cmd.Flags()
 	fl.StringVar(&addr, "addr", serveAddrDefault, "address to listen on (keep it on localhost unless a reverse proxy fronts it)")
-	fl.StringVar(&token, "token", "", "token that enables replay and discard for whoever logs in with it (default $"+ServeTokenEnv+"; at least 16 characters)")
+	fl.StringVar(&token, "token", "", "token that enables replay and discard for whoever logs in with it (default $"+ServeTokenEnv+", better: a flag shows in ps; at least 16 characters)")
 	fl.StringVar(&trustHeader, "trust-header", "", "request header an authenticating reverse proxy sets to the user's name (such as X-Forwarded-User); requests carrying it may act as that user")
 	fl.BoolVar(&readOnly, "read-only", false, "refuse every replay and discard")
 	fl.StringVar(&topic, "topic", "", "where replays go: a queue name (sql) or subject (nats, amqp, redis); default: the dead letter's source queue")
