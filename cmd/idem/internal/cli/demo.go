@@ -33,10 +33,15 @@ on nothing but Go with the default SQLite store.
 
 The verdict is printed as a table (or one JSON object with --json); the exit status is 0 only when
 the verdict is ok. demo does not read $` + StoreEnv + `: it writes synthetic events and should never
-land in a real database by accident.`,
+land in a real database by accident.
+
+With --http there is no broker: the relay signs each event and POSTs it to a webhook ingress
+(idemwebhook) on a loopback port, retrying 503s and cut connections as a webhook provider does;
+a crash then cuts the connection after the commit, before the answer.`,
 		Example: `  idem demo
   idem demo --events 1000 --crash 0.01 --json
-  idem demo --store postgres://postgres@127.0.0.1/test --broker nats://127.0.0.1:4222`,
+  idem demo --store postgres://postgres@127.0.0.1/test --broker nats://127.0.0.1:4222
+  idem demo --http --events 2000`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -94,6 +99,7 @@ land in a real database by accident.`,
 	fl.Float64Var(&opts.Poison, "poison", defaults.Poison, "rate of poison events that must be dead-lettered (0 to 1)")
 	fl.Float64Var(&opts.Crash, "crash", defaults.Crash, "rate of simulated crashes after commit, before ack (0 to 1)")
 	fl.Var(newDuration(&opts.Timeout, defaults.Timeout), "timeout", "give up after this long")
+	fl.BoolVar(&opts.HTTP, "http", false, "deliver through a webhook ingress over HTTP instead of a broker (signed POSTs, retried like a provider)")
 	fl.StringVar(&logLevel, "log-level", "error", "log level on stderr: debug, info, warn or error")
 	jsonFlag(cmd, &jsonOut)
 	return cmd

@@ -37,6 +37,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/connect"
 	"github.com/idemkit/idem/idemrelay"
+	"github.com/idemkit/idem/idemwebhook"
 	"github.com/idemkit/idem/retry"
 )
 
@@ -113,6 +114,11 @@ type Options struct {
 	// Timeout bounds the run: past it the verdict fails with "did not drain within …"
 	// (default TimeoutDefault).
 	Timeout time.Duration
+	// HTTP replaces the broker with HTTP: the relay signs each event and POSTs it to a webhook
+	// ingress (idemwebhook) on a loopback port, which runs it through the consumer's path and
+	// answers after the commit; the relay retries as a webhook provider does. Crashes cut the
+	// connection after the commit, before the answer. Broker must stay "sql"; Batch is unused.
+	HTTP bool
 	// Progress, when set, is called with the number of orders settled so far, from one
 	// goroutine, at most ten times a second.
 	Progress func(done, total int)
@@ -192,6 +198,12 @@ func (o Options) Validate() error {
 	if o.Timeout <= 0 {
 		errs = append(errs, fmt.Errorf("--timeout %v: want a positive duration", o.Timeout))
 	}
+	if o.HTTP && o.Broker != BrokerDefault {
+		errs = append(errs, errHTTPWithBroker)
+	}
+	if o.HTTP && o.Batch > 1 {
+		errs = append(errs, errors.New("--http delivers one event per request: --batch does not apply"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -211,6 +223,9 @@ func Run(ctx context.Context, opts Options) (Verdict, error) {
 	v := Verdict{Store: su.String(), Broker: bu.Kind, Seed: o.Seed, DeadLettered: map[string]int{}}
 	if bu.Kind == connect.BrokerNATS || bu.Kind == connect.BrokerAMQP || bu.Kind == connect.BrokerRedis {
 		v.Broker = idem.RedactURL(bu.URL)
+	}
+	if o.HTTP {
+		v.Broker = "http (webhook ingress)"
 	}
 
 	// On PostgreSQL every worker holds a connection for its transaction; the producer, the
@@ -301,8 +316,15 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 		insertLedger: db.sql(`INSERT INTO {ledger} (run_id, event_id, wallet_id, amount_cents) VALUES (?, ?, ?, ?)`),
 		creditWallet: db.sql(`UPDATE {wallets} SET balance_cents = balance_cents + ? WHERE run_id = ? AND id = ?`),
 	}
-	var err error
-	if bu.Kind == "nats" {
+	var (
+		err  error
+		hook *httpBroker
+	)
+	if o.HTTP {
+		if s.br, hook, err = newHTTPBroker(s.runID, s.plan, o.Logger); err != nil {
+			return v, fmt.Errorf("webhook ingress: %w", err)
+		}
+	} else if bu.Kind == "nats" {
 		s.br, err = natsBroker(ctx, bu.URL, o.natsStream, o.natsRoot, s.runID)
 		if err != nil {
 			return v, fmt.Errorf("broker %s: %w", v.Broker, err)
@@ -327,10 +349,14 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 	if o.Batch > 1 {
 		batch = idem.BatchConfig{Enabled: true, Size: o.Batch}
 	}
+	handler := flaky(s.plan, s.failed, s.credit)
+	if o.HTTP {
+		handler = countAttempts(s.plan, handler)
+	}
 	consumer, err := idem.NewConsumer(store, idem.ConsumerConfig[TTx]{
 		Batch:            batch,
 		Name:             consumerName,
-		Handler:          flaky(s.plan, s.failed, s.credit),
+		Handler:          handler,
 		Validator:        idem.ValidatorFunc(validatePayment),
 		Retry:            retryPolicy,
 		RedeliveryWindow: s.br.redelivery,
@@ -341,6 +367,13 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 	})
 	if err != nil {
 		return v, err
+	}
+	if hook != nil {
+		ingress, err := idemwebhook.New(consumer, idemwebhook.Config{Verifier: hook.verifier, DeadLetters: store})
+		if err != nil {
+			return v, err
+		}
+		hook.attach(ingress)
 	}
 	sink := &chaosSink{Sink: s.br.sink, plan: s.plan, runPrefix: s.runID + "-", again: s.br.again, reuse: s.br.reuse, log: o.Logger, done: map[int]bool{}}
 	relay, err := idemrelay.New(store, store, sink, idemrelay.Config{
@@ -384,6 +417,9 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 	cv.DuplicatesInjected = int(sink.injected.Load())
 	cv.DuplicatesDroppedByBroker = int(sink.dropped.Load())
 	cv.CrashesInjected = int(source.n.Load())
+	if hook != nil {
+		cv.CrashesInjected = int(hook.crashes.Load())
+	}
 	for i := range s.failed {
 		if s.failed[i].Load() {
 			cv.TransientInjected++
