@@ -17,7 +17,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/connect"
@@ -28,7 +27,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	testenv.MainWith(m, func() error { return goleak.Find() })
+	// Chromium's pipes and the HTTP clients' connections take a moment to close on a loaded
+	// machine: look for leaks for up to ten seconds, not goleak's one.
+	testenv.MainWith(m, func() error { return testenv.FindLeaks(10 * time.Second) })
 }
 
 // storeKind opens a fresh, migrated store of one kind for a test.
