@@ -151,7 +151,6 @@ func TestBrowser(t *testing.T) {
 	do(chromedp.Navigate(u+"/"), visible("consumers"))
 	require.Contains(t, text("consumers"), "ledger@v1")
 	require.Contains(t, text("consumers"), "mailer@v2")
-	screenshot(t, bctx, "consumers")
 
 	// Log in.
 	do(chromedp.Navigate(u+"/login"), visible("token"),
@@ -244,6 +243,7 @@ func TestBrowser(t *testing.T) {
 	require.Contains(t, detail, "after the first failure")
 	do(chromedp.Navigate(u+"/"), visible("consumers"))
 	require.Contains(t, text("recovery"), "1 recovered after replay")
+	screenshot(t, bctx, "consumers")
 	do(chromedp.Navigate(u+"/audit"), visible("audit"))
 	screenshot(t, bctx, "audit")
 }
