@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -106,7 +107,10 @@ func (s *Server) action(kind actionKind) http.HandlerFunc {
 				return
 			}
 		}
-		s.showAudit(w, r, msg)
+		// Post/redirect/get: reloading the result does not send the form again. The message is
+		// signed so that a link cannot make the page claim what did not happen.
+		q := url.Values{"done": {msg}, "sig": {s.sign("flash", msg)}}
+		http.Redirect(w, r, "/audit?"+q.Encode(), http.StatusSeeOther)
 	}
 }
 

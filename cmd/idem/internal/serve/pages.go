@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/hmac"
 	"errors"
 	"fmt"
 	"maps"
@@ -433,11 +434,14 @@ func (s *Server) deadLetterPage(w http.ResponseWriter, r *http.Request) {
 
 // Audit page.
 
+// auditPage shows the audit trail, with the result of the action that redirected here when its
+// signature holds.
 func (s *Server) auditPage(w http.ResponseWriter, r *http.Request) {
-	s.showAudit(w, r, "")
-}
-
-func (s *Server) showAudit(w http.ResponseWriter, r *http.Request, flash string) {
+	q := r.URL.Query()
+	flash := q.Get("done")
+	if flash != "" && !hmac.Equal([]byte(q.Get("sig")), []byte(s.sign("flash", flash))) {
+		flash = ""
+	}
 	limit := 200
 	if l := r.URL.Query().Get("limit"); l != "" {
 		if n, err := strconv.Atoi(l); err == nil && n > 0 && n <= listLimitMax {

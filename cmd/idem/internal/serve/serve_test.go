@@ -303,6 +303,9 @@ func TestReplayAndDiscard(t *testing.T) {
 
 			_, body = b.get("/audit")
 			require.Contains(t, body, "test mail from staging")
+			require.NotContains(t, body, `id="flash"`)
+			_, body = b.get("/audit?" + url.Values{"done": {"Replayed everything"}, "sig": {"00"}}.Encode())
+			require.NotContains(t, body, "Replayed everything", "an unsigned result is not shown")
 			_, body = b.get("/deadletters/" + mid)
 			require.Contains(t, body, "bob (idem serve)")
 		})
