@@ -356,7 +356,8 @@ type deadLettersData struct {
 	Truncated bool
 	Reasons   []idem.Reason
 	Consumers []string
-	ErrorText func(string) string
+	// PendingIDs are the pending dead letters shown, at most batchMax, for "replay all shown".
+	PendingIDs []int64
 }
 
 func (s *Server) deadLettersPage(w http.ResponseWriter, r *http.Request) {
@@ -373,6 +374,11 @@ func (s *Server) deadLettersPage(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		d.Rows, d.Truncated = rows, len(rows) == f.Limit
+		for _, dl := range rows {
+			if dl.Status == idem.DeadLetterPending && len(d.PendingIDs) < batchMax {
+				d.PendingIDs = append(d.PendingIDs, dl.ID)
+			}
+		}
 	}
 	claims, err := inspect.ClaimCounts(r.Context(), s.cfg.Stores)
 	if err == nil {

@@ -256,6 +256,11 @@ func TestReplayAndDiscard(t *testing.T) {
 			csrf := b.csrf()
 			ids := []string{strconv.FormatInt(sd.ledgerOld, 10), strconv.FormatInt(sd.ledgerNew, 10)}
 
+			// "Replay all shown" offers the filtered list's pending ids.
+			_, body := b.get("/deadletters?consumer=ledger@v1")
+			require.Contains(t, body, fmt.Sprintf(`name="id" value="%d,%d"`, sd.ledgerOld, sd.ledgerNew))
+			require.Contains(t, body, "Replay all 2 pending shown")
+
 			// Preview: counts, changes nothing.
 			code, body := b.post("/deadletters/replay", url.Values{"csrf": {csrf}, "id": ids})
 			require.Equal(t, http.StatusOK, code, body)
