@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -75,6 +76,11 @@ dead letter came from).`,
 			}
 			if err := checkReplayTarget(broker, topic); err != nil {
 				return err
+			}
+			for _, m := range metrics {
+				if u, err := url.Parse(m); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+					return usagef("--metrics %q: want an http:// or https:// URL of a /metrics endpoint", m)
+				}
 			}
 			st, err := e.openStoreConns(ctx, store, true, serveMaxConns)
 			if err != nil {

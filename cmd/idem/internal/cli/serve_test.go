@@ -27,6 +27,8 @@ func TestServeFlags(t *testing.T) {
 		{[]string{"--broker", "nats://127.0.0.1:4222"}, "--topic is required"},
 		{[]string{"--sample-interval", "0s"}, "--sample-interval"},
 		{[]string{"--log-format", "xml"}, "--log-format"},
+		{[]string{"--metrics", "localhost:9464/metrics"}, "--metrics"},
+		{[]string{"--metrics", "file:///etc/passwd"}, "--metrics"},
 	} {
 		r := idemCLI(t, append([]string{"serve", "--store", dsn}, tc.args...)...)
 		requireOneLineError(t, r, ExitUsage, tc.want)
