@@ -39,6 +39,11 @@ type queries struct {
 	queueExtend string
 	queueStats  string
 
+	subInsert     string
+	subDelete     string
+	subDeleteJobs string
+	subList       string
+
 	outboxInsert        string
 	outboxFetch         string // partition list, then outboxFetchTail
 	outboxMarkPublished string // followed by an id list
@@ -104,8 +109,16 @@ func buildQueries(prefix string) queries {
 		dlStats: p(`SELECT reason, count(*), min(first_failed_at) FROM {p}dead_letters
 			WHERE status = 'pending' GROUP BY reason`),
 
+		// One job per subscription of the topic (the last four arguments), in its queue
+		// CONCAT(topic, '#', name), or one job in the queue named like the topic when it has
+		// none. Under READ COMMITTED both halves read the statement's one snapshot, without locks.
 		queueInsert: p(`INSERT INTO {p}queue (queue, event_id, tenant, type, payload, headers, occurred_at,
-			enqueued_at, available_at, last_error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '')`),
+				enqueued_at, available_at, last_error)
+			SELECT target.q, ?, ?, ?, ?, ?, ?, ?, ?, '' FROM (
+				SELECT CONCAT(?, '#', name) AS q FROM {p}queue_subscriptions WHERE topic = ?
+				UNION ALL
+				SELECT ? FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM {p}queue_subscriptions WHERE topic = ?)
+			) AS target`),
 		queueLock: p(`SELECT id FROM {p}queue
 			WHERE queue = ? AND available_at <= ? AND (lease_until IS NULL OR lease_until <= ?)
 			ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`),
@@ -121,6 +134,11 @@ func buildQueries(prefix string) queries {
 		queueExtend: p(`UPDATE {p}queue SET lease_until = ?
 			WHERE id = ? AND token = ? AND lease_until > ?`),
 		queueStats: p(`SELECT count(*), min(enqueued_at) FROM {p}queue WHERE queue = ?`),
+
+		subInsert:     p(`INSERT IGNORE INTO {p}queue_subscriptions (topic, name, created_at) VALUES (?, ?, ?)`),
+		subDelete:     p(`DELETE FROM {p}queue_subscriptions WHERE topic = ? AND name = ?`),
+		subDeleteJobs: p(`DELETE FROM {p}queue WHERE queue = ? LIMIT ?`),
+		subList:       p(`SELECT name FROM {p}queue_subscriptions WHERE topic = ? ORDER BY name`),
 
 		outboxInsert: p(`INSERT INTO {p}outbox (partition_id, event_id, tenant, topic, ordering_key, type,
 			payload, headers, occurred_at, created_at, next_attempt_at, last_error)

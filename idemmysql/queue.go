@@ -22,7 +22,8 @@ func (s *Store) QueuePublish(ctx context.Context, queue string, msgs ...idem.Mes
 }
 
 // QueuePublishTx inserts msgs into queue inside tx, so they commit or roll back with the
-// caller's business write. Waiters in this process are woken after commit when tx came from
+// caller's business write. When queue is a topic with subscriptions (QueueSubscribe), each
+// message becomes one job per subscription, in the same statement. Waiters in this process are woken after commit when tx came from
 // InTx, and at once otherwise.
 func (s *Store) QueuePublishTx(ctx context.Context, tx *sql.Tx, queue string, msgs ...idem.Message) error {
 	if queue == "" {
@@ -43,8 +44,9 @@ func (s *Store) QueuePublishTx(ctx context.Context, tx *sql.Tx, queue string, ms
 		if err != nil {
 			return fmt.Errorf("idemmysql: publish event %s to queue %q: %w", m.EventID, queue, err)
 		}
-		if _, err := tx.ExecContext(ctx, s.q.queueInsert, []byte(queue), []byte(m.EventID), []byte(m.Tenant), []byte(m.Type),
-			nonNil(m.Payload), headers, nullMicros(m.OccurredAt), now, now); err != nil {
+		q := []byte(queue)
+		if _, err := tx.ExecContext(ctx, s.q.queueInsert, []byte(m.EventID), []byte(m.Tenant), []byte(m.Type),
+			nonNil(m.Payload), headers, nullMicros(m.OccurredAt), now, now, q, q, q, q); err != nil {
 			return fmt.Errorf("idemmysql: publish event %s to queue %q: %w", m.EventID, queue, err)
 		}
 	}

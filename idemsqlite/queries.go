@@ -36,6 +36,11 @@ type queries struct {
 	queueRelease    string
 	queueStats      string
 
+	subInsert     string
+	subDelete     string
+	subDeleteJobs string
+	subList       string
+
 	outboxInsert        string
 	outboxFetch         string
 	outboxMarkPublished string
@@ -99,8 +104,14 @@ func buildQueries(prefix string) queries {
 		dlStatsPending: p(`SELECT reason, count(*), min(first_failed_at) FROM {p}dead_letters
 			WHERE status = 'pending' GROUP BY reason`),
 
+		// One job per subscription of topic ?1, in its queue ?1 || '#' || name, or one job in the
+		// queue ?1 when the topic has none (SQLite's single writer makes the two halves agree).
 		queueInsert: p(`INSERT INTO {p}queue (queue, event_id, tenant, type, payload, headers, occurred_at,
-			enqueued_at, available_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+				enqueued_at, available_at)
+			SELECT q, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9 FROM (
+				SELECT ?1 || '#' || name AS q FROM {p}queue_subscriptions WHERE topic = ?1
+				UNION ALL
+				SELECT ?1 WHERE NOT EXISTS (SELECT 1 FROM {p}queue_subscriptions WHERE topic = ?1))`),
 		// first_fetched_at keeps the first fetch's time: the retry budget counts from it.
 		queueFetch: p(`UPDATE {p}queue SET lease_until = ?1, token = token + 1, attempts = attempts + 1,
 				first_fetched_at = coalesce(first_fetched_at, ?3)
@@ -121,6 +132,12 @@ func buildQueries(prefix string) queries {
 				attempts = max(attempts - 1, 0)
 			WHERE id = ? AND token = ? AND lease_until IS NOT NULL`),
 		queueStats: p(`SELECT count(*), min(enqueued_at) FROM {p}queue WHERE queue = ?`),
+
+		subInsert: p(`INSERT INTO {p}queue_subscriptions (topic, name, created_at) VALUES (?, ?, ?)
+			ON CONFLICT (topic, name) DO NOTHING`),
+		subDelete:     p(`DELETE FROM {p}queue_subscriptions WHERE topic = ? AND name = ?`),
+		subDeleteJobs: p(`DELETE FROM {p}queue WHERE id IN (SELECT id FROM {p}queue WHERE queue = ? LIMIT ?)`),
+		subList:       p(`SELECT name FROM {p}queue_subscriptions WHERE topic = ? ORDER BY name`),
 
 		outboxInsert: p(`INSERT INTO {p}outbox ("partition", event_id, tenant, topic, ordering_key, type,
 			payload, headers, occurred_at, created_at, next_attempt_at)

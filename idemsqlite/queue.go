@@ -24,7 +24,8 @@ func (s *Store) QueuePublish(ctx context.Context, queue string, msgs ...idem.Mes
 }
 
 // QueuePublishTx inserts msgs into queue inside tx, so they commit or roll back with the
-// caller's business write. Waiters in this process are woken after commit when tx came from
+// caller's business write. When queue is a topic with subscriptions (QueueSubscribe), each
+// message becomes one job per subscription, in the same statement. Waiters in this process are woken after commit when tx came from
 // InTx, and at once otherwise.
 func (s *Store) QueuePublishTx(ctx context.Context, tx *sql.Tx, queue string, msgs ...idem.Message) error {
 	if queue == "" {
