@@ -36,6 +36,7 @@ the verdict is ok. demo does not read $` + StoreEnv + `: it writes synthetic eve
 land in a real database by accident.`,
 		Example: `  idem demo
   idem demo --events 1000 --crash 0.01 --json
+  idem demo --fanout --events 2000
   idem demo --store postgres://postgres@127.0.0.1/test --broker nats://127.0.0.1:4222`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -87,6 +88,7 @@ land in a real database by accident.`,
 	fl.StringVar(&opts.Broker, "broker", defaults.Broker, "broker: sql (the queue table in the store), nats://HOST:PORT, amqp://USER:PASSWORD@HOST:PORT/VHOST or redis://USER:PASSWORD@HOST:PORT/DB")
 	fl.IntVar(&opts.Events, "events", defaults.Events, "events to produce")
 	fl.IntVar(&opts.Concurrency, "concurrency", defaults.Concurrency, "consumer workers")
+	fl.BoolVar(&opts.FanOut, "fanout", false, "also run an e-mail consumer of the same topic, each on a queue-table subscription of its own (fan-out); both must apply every event once (needs --broker sql)")
 	fl.IntVar(&opts.Batch, "batch", 0, "process up to this many deliveries per transaction (batched mode; 0 or 1: one per event)")
 	fl.Int64Var(&opts.Seed, "seed", defaults.Seed, "random seed: the same seed injects the same faults")
 	fl.Float64Var(&opts.Duplicates, "duplicates", defaults.Duplicates, "rate of duplicated deliveries (0 to 1)")

@@ -14,7 +14,7 @@ import (
 )
 
 // database runs the demo's own SQL on either store. Statements are written with ? placeholders
-// and {orders}, {ledger}, {wallets}, {dead_letters}, {outbox} for table names; the database
+// and {orders}, {ledger}, {wallets}, {emails}, {dead_letters}, {outbox} for table names; the database
 // rewrites both for its dialect and schema.
 type database struct {
 	sqlite *sql.DB       // set for SQLite and MySQL (database/sql, ? placeholders)
@@ -48,6 +48,7 @@ func newDatabase(st *connect.Stores) *database {
 		"{orders}", qual("demo_orders"),
 		"{ledger}", qual("demo_ledger"),
 		"{wallets}", qual("demo_wallets"),
+		"{emails}", qual("demo_emails"),
 		"{dead_letters}", qual(prefix+"dead_letters"),
 		"{outbox}", qual(prefix+"outbox"),
 	)
@@ -151,6 +152,14 @@ var (
 			wallet_id    TEXT    NOT NULL,
 			amount_cents INTEGER NOT NULL)`,
 		`CREATE INDEX IF NOT EXISTS demo_ledger_event ON {ledger} (run_id, event_id)`,
+		// The e-mail consumer's receipts (--fanout), append-only like the ledger.
+		`CREATE TABLE IF NOT EXISTS {emails} (
+			id           INTEGER PRIMARY KEY AUTOINCREMENT,
+			run_id       TEXT    NOT NULL,
+			event_id     TEXT    NOT NULL,
+			wallet_id    TEXT    NOT NULL,
+			amount_cents INTEGER NOT NULL)`,
+		`CREATE INDEX IF NOT EXISTS demo_emails_event ON {emails} (run_id, event_id)`,
 		`CREATE TABLE IF NOT EXISTS {wallets} (
 			run_id        TEXT    NOT NULL,
 			id            TEXT    NOT NULL,
@@ -179,6 +188,14 @@ var (
 			amount_cents BIGINT       NOT NULL,
 			KEY demo_ledger_event (run_id, event_id)
 		) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+		`CREATE TABLE IF NOT EXISTS {emails} (
+			id           BIGINT       NOT NULL AUTO_INCREMENT PRIMARY KEY,
+			run_id       VARCHAR(64)  NOT NULL,
+			event_id     VARCHAR(255) NOT NULL,
+			wallet_id    VARCHAR(64)  NOT NULL,
+			amount_cents BIGINT       NOT NULL,
+			KEY demo_emails_event (run_id, event_id)
+		) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
 		`CREATE TABLE IF NOT EXISTS {wallets} (
 			run_id        VARCHAR(64) NOT NULL,
 			id            VARCHAR(64) NOT NULL,
@@ -204,6 +221,13 @@ var (
 			wallet_id    text      NOT NULL,
 			amount_cents bigint    NOT NULL)`,
 		`CREATE INDEX IF NOT EXISTS demo_ledger_event ON {ledger} (run_id, event_id)`,
+		`CREATE TABLE IF NOT EXISTS {emails} (
+			id           bigserial PRIMARY KEY,
+			run_id       text      NOT NULL,
+			event_id     text      NOT NULL,
+			wallet_id    text      NOT NULL,
+			amount_cents bigint    NOT NULL)`,
+		`CREATE INDEX IF NOT EXISTS demo_emails_event ON {emails} (run_id, event_id)`,
 		`CREATE TABLE IF NOT EXISTS {wallets} (
 			run_id        text   NOT NULL,
 			id            text   NOT NULL,
