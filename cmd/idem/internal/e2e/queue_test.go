@@ -34,17 +34,17 @@ func queueHarness[TTx any](store idem.QueueTxStore[TTx]) transporttest.Harness {
 
 // queueSubscriptionHarness is the queue-table transport with a subscription per source name:
 // fan-out. A subscription receives only what is published after it exists, as in a deployment
-// that subscribes before producers publish: NewTopic subscribes the suite's names, and each
-// source registers its own when opened (idempotent).
+// that subscribes before producers publish: NewTopic subscribes names, and each source
+// registers its own when opened (idempotent).
 func queueSubscriptionHarness[TTx any](store interface {
 	idem.QueueTxStore[TTx]
 	idem.QueueSubscriptionStore
-}) transporttest.Harness {
+}, names []string) transporttest.Harness {
 	return transporttest.Harness{
 		Features: transporttest.Features{DelayedNak: true, Persistent: true, FanOut: true},
 		NewTopic: func(tb testing.TB) string {
 			topic := testdb.Name("q_")
-			for _, name := range transporttest.SourceNames {
+			for _, name := range names {
 				if err := store.QueueSubscribe(context.Background(), topic, name); err != nil {
 					tb.Fatal(err)
 				}
@@ -74,28 +74,28 @@ func TestQueueSubscriptions(t *testing.T) {
 	t.Run("Postgres", func(t *testing.T) {
 		t.Parallel()
 		store, _ := testdb.Postgres(t)
-		transporttest.Exercise(t, queueSubscriptionHarness[pgx.Tx](store))
+		transporttest.Exercise(t, queueSubscriptionHarness[pgx.Tx](store, transporttest.SourceNames))
 		consumertest.ExerciseFanOut(t, func(tb testing.TB) (storetest.Bundle[pgx.Tx], transporttest.Harness) {
 			store, b := testdb.Postgres(tb)
-			return b, queueSubscriptionHarness[pgx.Tx](store)
+			return b, queueSubscriptionHarness[pgx.Tx](store, transporttest.SourceNames)
 		})
 	})
 	t.Run("SQLite", func(t *testing.T) {
 		t.Parallel()
 		store, _ := testdb.SQLite(t)
-		transporttest.Exercise(t, queueSubscriptionHarness[*sql.Tx](store))
+		transporttest.Exercise(t, queueSubscriptionHarness[*sql.Tx](store, transporttest.SourceNames))
 		consumertest.ExerciseFanOut(t, func(tb testing.TB) (storetest.Bundle[*sql.Tx], transporttest.Harness) {
 			store, b := testdb.SQLite(tb)
-			return b, queueSubscriptionHarness[*sql.Tx](store)
+			return b, queueSubscriptionHarness[*sql.Tx](store, transporttest.SourceNames)
 		})
 	})
 	t.Run("MySQL", func(t *testing.T) {
 		t.Parallel()
 		store, _ := testdb.MySQL(t)
-		transporttest.Exercise(t, queueSubscriptionHarness[*sql.Tx](store))
+		transporttest.Exercise(t, queueSubscriptionHarness[*sql.Tx](store, transporttest.SourceNames))
 		consumertest.ExerciseFanOut(t, func(tb testing.TB) (storetest.Bundle[*sql.Tx], transporttest.Harness) {
 			store, b := testdb.MySQL(tb)
-			return b, queueSubscriptionHarness[*sql.Tx](store)
+			return b, queueSubscriptionHarness[*sql.Tx](store, transporttest.SourceNames)
 		}, consumertest.Batched(10))
 	})
 }
