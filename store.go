@@ -217,7 +217,7 @@ type QueueTxStore[TTx any] interface {
 
 // QueueSubscriptionStore is a QueueStore with subscriptions: fan-out on the queue table. A
 // publish to a topic that has subscriptions inserts one job per subscription, in the queue
-// SubscriptionQueue(topic, name), in the same statement, so each subscription receives every
+// SubscriptionQueue(topic, name), in the same transaction, so each subscription receives every
 // event with its own leases, retries and dead letters, and a relay still publishes once. A topic
 // without subscriptions keeps one job per message in the queue named like the topic, shared by
 // competing consumers. A subscription receives only what is published after it is committed.

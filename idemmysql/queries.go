@@ -109,16 +109,8 @@ func buildQueries(prefix string) queries {
 		dlStats: p(`SELECT reason, count(*), min(first_failed_at) FROM {p}dead_letters
 			WHERE status = 'pending' GROUP BY reason`),
 
-		// One job per subscription of the topic (the last four arguments), in its queue
-		// CONCAT(topic, '#', name), or one job in the queue named like the topic when it has
-		// none. Under READ COMMITTED both halves read the statement's one snapshot, without locks.
 		queueInsert: p(`INSERT INTO {p}queue (queue, event_id, tenant, type, payload, headers, occurred_at,
-				enqueued_at, available_at, last_error)
-			SELECT target.q, ?, ?, ?, ?, ?, ?, ?, ?, '' FROM (
-				SELECT CONCAT(?, '#', name) AS q FROM {p}queue_subscriptions WHERE topic = ?
-				UNION ALL
-				SELECT ? FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM {p}queue_subscriptions WHERE topic = ?)
-			) AS target`),
+			enqueued_at, available_at, last_error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '')`),
 		queueLock: p(`SELECT id FROM {p}queue
 			WHERE queue = ? AND available_at <= ? AND (lease_until IS NULL OR lease_until <= ?)
 			ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`),

@@ -2,6 +2,7 @@ package idemmysql
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -58,6 +59,34 @@ func (s *Store) QueueUnsubscribe(ctx context.Context, topic, name string) (int, 
 			return deleted, nil
 		}
 	}
+}
+
+// publishTargets returns the queues a publish to queue inserts into, read inside tx: the queue of
+// each subscription of the topic queue, or queue itself when it has none. One lookup per publish
+// rather than per message keeps a publish to a topic without subscriptions as cheap as before;
+// it is a consistent (non-locking) read, so it never blocks a QueueSubscribe, and the inserts
+// follow the one set of subscriptions it saw.
+func (s *Store) publishTargets(ctx context.Context, tx *sql.Tx, queue string) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, s.q.subList, []byte(queue))
+	if err != nil {
+		return nil, fmt.Errorf("subscriptions: %w", err)
+	}
+	defer rows.Close()
+	var targets []string
+	for rows.Next() {
+		var name []byte
+		if err := rows.Scan(&name); err != nil {
+			return nil, fmt.Errorf("subscriptions: %w", err)
+		}
+		targets = append(targets, queue+idem.SubscriptionSeparator+string(name))
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, fmt.Errorf("subscriptions: %w", err)
+	}
+	if len(targets) == 0 {
+		targets = []string{queue}
+	}
+	return targets, nil
 }
 
 // QueueSubscriptions lists the subscriptions of topic, by name.

@@ -104,14 +104,8 @@ func buildQueries(prefix string) queries {
 		dlStatsPending: p(`SELECT reason, count(*), min(first_failed_at) FROM {p}dead_letters
 			WHERE status = 'pending' GROUP BY reason`),
 
-		// One job per subscription of topic ?1, in its queue ?1 || '#' || name, or one job in the
-		// queue ?1 when the topic has none (SQLite's single writer makes the two halves agree).
 		queueInsert: p(`INSERT INTO {p}queue (queue, event_id, tenant, type, payload, headers, occurred_at,
-				enqueued_at, available_at)
-			SELECT q, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9 FROM (
-				SELECT ?1 || '#' || name AS q FROM {p}queue_subscriptions WHERE topic = ?1
-				UNION ALL
-				SELECT ?1 WHERE NOT EXISTS (SELECT 1 FROM {p}queue_subscriptions WHERE topic = ?1))`),
+			enqueued_at, available_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		// first_fetched_at keeps the first fetch's time: the retry budget counts from it.
 		queueFetch: p(`UPDATE {p}queue SET lease_until = ?1, token = token + 1, attempts = attempts + 1,
 				first_fetched_at = coalesce(first_fetched_at, ?3)

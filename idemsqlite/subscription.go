@@ -2,6 +2,7 @@ package idemsqlite
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -54,6 +55,35 @@ func (s *Store) QueueUnsubscribe(ctx context.Context, topic, name string) (int, 
 			return deleted, nil
 		}
 	}
+}
+
+// publishTargets returns the queues a publish to queue inserts into, read inside tx: the queue of
+// each subscription of the topic queue, or queue itself when it has none. One lookup per publish
+// rather than per message keeps a publish to a topic without subscriptions as cheap as before.
+// The lookup and the inserts share tx's snapshot, and SQLite serialises writers (a write
+// committed after the lookup fails tx's first insert with SQLITE_BUSY), so they see one set of
+// subscriptions.
+func (s *Store) publishTargets(ctx context.Context, tx *sql.Tx, queue string) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, s.q.subList, queue)
+	if err != nil {
+		return nil, fmt.Errorf("subscriptions: %w", err)
+	}
+	defer rows.Close()
+	var targets []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, fmt.Errorf("subscriptions: %w", err)
+		}
+		targets = append(targets, queue+idem.SubscriptionSeparator+name)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, fmt.Errorf("subscriptions: %w", err)
+	}
+	if len(targets) == 0 {
+		targets = []string{queue}
+	}
+	return targets, nil
 }
 
 // QueueSubscriptions lists the subscriptions of topic, by name.

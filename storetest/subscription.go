@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -182,4 +183,35 @@ func checkQueueSubscriptionWait[TTx any](t *testing.T, f QueueFactory[TTx]) {
 	}
 	_, got := fetchAll(t, b, subQueue(t, "t", "ledger"))
 	require.True(t, slices.Equal([]string{"e1"}, got), "got %v", got)
+}
+
+// BenchmarkQueuePublish measures QueuePublish of batches of 10 messages to a topic with 0, 1 and
+// 4 subscriptions (each subscription is one more job per message), reporting messages per second.
+func BenchmarkQueuePublish[TTx any](b *testing.B, factory QueueFactory[TTx]) {
+	const batch = 10
+	for _, subs := range []int{0, 1, 4} {
+		b.Run(fmt.Sprintf("subscriptions=%d", subs), func(b *testing.B) {
+			bundle := factory(b, QueueConfig{})
+			store, ok := bundle.Store.(subscriptionStore[TTx])
+			if !ok {
+				b.Skip("the store has no queue subscriptions")
+			}
+			ctx := context.Background()
+			for i := range subs {
+				require.NoError(b, store.QueueSubscribe(ctx, "bench", fmt.Sprintf("s%d", i)))
+			}
+			msgs := make([]idem.Message, batch)
+			b.ResetTimer()
+			start := time.Now()
+			for i := range b.N {
+				for j := range msgs {
+					msgs[j] = idem.Message{EventID: fmt.Sprintf("e%d-%d", i, j), Tenant: "acme", Type: "t", Payload: []byte(`{"amount":1}`)}
+				}
+				if err := store.QueuePublish(ctx, "bench", msgs...); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N*batch)/time.Since(start).Seconds(), "msgs/s")
+		})
+	}
 }
