@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"testing"
 	"time"
 
@@ -71,6 +72,22 @@ func TestStatus(t *testing.T) {
 			require.EqualValues(t, 2, rep.Queues[1].Backlog)
 			require.NotNil(t, rep.Queues[1].OldestAt)
 			require.Zero(t, rep.Outbox.Backlog)
+
+			// A topic with subscriptions: each subscription's queue follows it.
+			subs, ok := st.Queue.(idem.QueueSubscriptionStore)
+			require.True(t, ok, "every store has subscriptions")
+			require.NoError(t, subs.QueueSubscribe(ctx, "orders", "ledger"))
+			require.NoError(t, subs.QueueSubscribe(ctx, "orders", "email"))
+			require.NoError(t, st.Queue.QueuePublish(ctx, "orders", idem.Message{EventID: "o1"}, idem.Message{EventID: "o2"}))
+			r = idemCLI(t, "status", "--store", dsn, "--json", "--queue", "orders", "--queue", "orders#email")
+			requireOK(t, r)
+			rep = statusReport{}
+			require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep), r.stdout)
+			var got []string
+			for _, q := range rep.Queues {
+				got = append(got, q.Queue+"="+strconv.FormatInt(q.Backlog, 10))
+			}
+			require.Equal(t, []string{"orders=0", "orders#email=2", "orders#ledger=2"}, got)
 
 			r = idemCLI(t, "status", "--store", dsn, "--queue", "other")
 			requireOK(t, r)
