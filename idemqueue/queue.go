@@ -98,6 +98,10 @@ type Source[TTx any] struct {
 
 	subMu      sync.Mutex
 	subscribed bool
+
+	// orphan is a fetch whose Receive gave up before it returned, for the next Receive to adopt.
+	orphanMu sync.Mutex
+	orphan   *inflight
 }
 
 var _ idem.Source = (*Source[any])(nil)
@@ -156,9 +160,10 @@ func (s *Source[TTx]) Close() error { return nil }
 // Receive leases up to max available jobs, waiting (LISTEN/NOTIFY on PostgreSQL, polling on
 // SQLite) until at least one is there or ctx ends. A Receive that gives up gives back what it
 // took: the fetch runs apart from ctx (a fetch cancelled mid-way may still have committed its
-// leases), and when ctx ends first Receive returns ctx.Err() at once while the jobs the fetch
-// leased are released, with the attempt it counted taken back (QueueRelease, when the store has
-// it; else they are nak'ed, and the attempt stays counted).
+// leases), and when ctx ends first Receive returns ctx.Err() at once; the next Receive takes over
+// that fetch, or else the jobs it leased are released when it returns, with the attempt it counted
+// taken back (QueueRelease, when the store has it; else they are nak'ed, and the attempt stays
+// counted).
 func (s *Source[TTx]) Receive(ctx context.Context, max int) ([]idem.Delivery, error) {
 	if max < 1 {
 		max = 1
@@ -193,35 +198,83 @@ func (s *Source[TTx]) Receive(ctx context.Context, max int) ([]idem.Delivery, er
 // fetchTimeout bounds a fetch that runs apart from its Receive's context.
 const fetchTimeout = time.Minute
 
+// inflight is one store fetch running apart from the Receive that started it. done is closed
+// when it returns, after jobs and err are set.
+type inflight struct {
+	done chan struct{}
+	jobs []idem.QueueJob
+	err  error
+}
+
 // fetch leases up to max jobs. The store call does not see ctx: when ctx ends first, fetch
-// returns ctx.Err() at once and the jobs leased meanwhile are given back when the call returns.
+// returns ctx.Err() at once and leaves the fetch to the Source as its orphan; the next Receive
+// adopts it (takes its jobs) instead of starting a fetch of its own, and when it returns with
+// nobody adopting it, its jobs are given back. So receives that keep giving up (a batch's
+// MaxWait, a shutdown) never pile up fetches: at most one runs per receiving goroutine.
 func (s *Source[TTx]) fetch(ctx context.Context, max int) ([]idem.QueueJob, error) {
-	type result struct {
-		jobs []idem.QueueJob
-		err  error
+	s.orphanMu.Lock()
+	f := s.orphan
+	s.orphan = nil
+	s.orphanMu.Unlock()
+	if f == nil {
+		f = s.startFetch(ctx, max)
 	}
-	done := make(chan result, 1)
+	select {
+	case <-f.done:
+		if f.err == nil && len(f.jobs) > 0 && ctx.Err() != nil {
+			s.giveBack(context.WithoutCancel(ctx), f.jobs)
+			return nil, ctx.Err()
+		}
+		if len(f.jobs) > max { // an adopted fetch for a larger max
+			s.giveBack(context.WithoutCancel(ctx), f.jobs[max:])
+			return f.jobs[:max], f.err
+		}
+		return f.jobs, f.err
+	case <-ctx.Done():
+		s.orphanMu.Lock()
+		select {
+		case <-f.done: // it returned meanwhile, and saw no orphan: its jobs are ours to give back
+			s.orphanMu.Unlock()
+			if f.err == nil {
+				s.giveBack(context.WithoutCancel(ctx), f.jobs)
+			}
+		default:
+			if s.orphan != nil { // another receive left one first: this one is given back on return
+				go func() {
+					<-f.done
+					if f.err == nil {
+						s.giveBack(context.WithoutCancel(ctx), f.jobs)
+					}
+				}()
+			} else {
+				s.orphan = f
+			}
+			s.orphanMu.Unlock()
+		}
+		return nil, ctx.Err()
+	}
+}
+
+// startFetch starts a store fetch of up to max jobs apart from ctx. When it returns while it is
+// the Source's orphan (nobody adopted it), its jobs are given back.
+func (s *Source[TTx]) startFetch(ctx context.Context, max int) *inflight {
+	f := &inflight{done: make(chan struct{})}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fetchTimeout)
 	go func() {
 		defer cancel()
-		jobs, err := s.store.QueueFetch(fctx, idem.QueueFetchParams{Queue: s.queue, Max: max, Lease: s.cfg.Lease, Now: s.cfg.Now()})
-		done <- result{jobs, err}
-	}()
-	select {
-	case r := <-done:
-		if r.err == nil && len(r.jobs) > 0 && ctx.Err() != nil {
-			s.giveBack(context.WithoutCancel(ctx), r.jobs)
-			return nil, ctx.Err()
+		f.jobs, f.err = s.store.QueueFetch(fctx, idem.QueueFetchParams{Queue: s.queue, Max: max, Lease: s.cfg.Lease, Now: s.cfg.Now()})
+		close(f.done)
+		s.orphanMu.Lock()
+		orphaned := s.orphan == f
+		if orphaned {
+			s.orphan = nil
 		}
-		return r.jobs, r.err
-	case <-ctx.Done():
-		go func() {
-			if r := <-done; r.err == nil {
-				s.giveBack(context.WithoutCancel(ctx), r.jobs)
-			}
-		}()
-		return nil, ctx.Err()
-	}
+		s.orphanMu.Unlock()
+		if orphaned && f.err == nil {
+			s.giveBack(context.WithoutCancel(ctx), f.jobs)
+		}
+	}()
+	return f
 }
 
 // releaser is a queue store that can give a leased job back as if it had never been fetched.
