@@ -28,8 +28,7 @@ const project = "idem-test"
 // suiteNames are the durable consumer names transporttest and consumertest open sources under.
 // A Pub/Sub subscription only receives messages published after it exists, as a deployment
 // creates its subscriptions before producers publish; so NewTopic creates one per name.
-var suiteNames = []string{"bench", "cancelled", "closed", "concurrent", "confirm", "ctx", "dedup", "extend",
-	"fenced", "handover", "lease", "max", "nakdelay", "naknow", "refused", "resume", "reuse", "roundtrip", "term", "ledger"}
+var suiteNames = transporttest.SourceNames
 
 // fake starts an in-process pstest server and a client connected to it.
 func fake(tb testing.TB) *pubsub.Client {
