@@ -69,7 +69,7 @@ func pubsubHarnessNamed(tb testing.TB, names []string) transporttest.Harness {
 		return sub
 	}
 	return transporttest.Harness{
-		Features: transporttest.Features{DelayedNak: true, Persistent: true},
+		Features: transporttest.Features{DelayedNak: true, Persistent: true, FanOut: true},
 		NewTopic: func(tb testing.TB) string {
 			topic := testdb.Name("ps_")
 			_, err := client.TopicAdminClient.CreateTopic(context.Background(), &pubsubpb.Topic{Name: "projects/" + pubsubProject + "/topics/" + topic})
