@@ -105,8 +105,14 @@ type ConsumerConfig[TTx any] struct {
 	// Name is the consumer name with its effect version, "ledger@v1" (required). Bumping the
 	// version deliberately re-applies events already processed by the old version.
 	Name string
-	// Handler applies the effect (required).
+	// Handler applies the effect of one event (required unless SetHandler is set, in which
+	// case it defaults to SetHandler called with a set of one).
 	Handler Handler[TTx]
+	// SetHandler, when set, applies the effects of a batch's new events at once (see
+	// Consumer.ProcessSet): with Batch.Enabled, Run processes each batch through it, and falls
+	// back to Handler event by event when a set fails. Handler and SetHandler must apply the
+	// same effect.
+	SetHandler SetHandler[TTx]
 	// Authenticator, when set, verifies each message and decides its tenant.
 	Authenticator Authenticator
 	// Validator, when set, checks each message before the handler sees it.
@@ -154,6 +160,8 @@ type ConsumerConfig[TTx any] struct {
 	Logger *slog.Logger
 	// Observer receives one Event per settled delivery, for metrics (package idemprom).
 	Observer Observer
+	// Tracer, when set, traces each delivery and its handler (package idemotel: OpenTelemetry).
+	Tracer Tracer
 	// Now returns the current time (default time.Now); tests move it.
 	Now func() time.Time
 	// Rand is the retry jitter source (default a private math/rand/v2 source).
@@ -163,6 +171,9 @@ type ConsumerConfig[TTx any] struct {
 // WithDefaults returns a copy of c with zero fields set to their defaults.
 func (c ConsumerConfig[TTx]) WithDefaults() ConsumerConfig[TTx] {
 	c.Retry = c.Retry.WithDefaults()
+	if c.Handler == nil && c.SetHandler != nil {
+		c.Handler = setOfOne(c.SetHandler)
+	}
 	if c.Retention == 0 {
 		c.Retention = RetentionDefault
 	}
@@ -203,7 +214,7 @@ func (c ConsumerConfig[TTx]) Validate() error {
 		errs = append(errs, fmt.Errorf("Name %q: use letters, digits, '.', '_', '-' and one '@' before the effect version", c.Name))
 	}
 	if c.Handler == nil {
-		errs = append(errs, errors.New("Handler is nil"))
+		errs = append(errs, errors.New("Handler is nil (set Handler, SetHandler or both)"))
 	}
 	if err := c.Retry.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("Retry: %w", err))

@@ -122,7 +122,12 @@ func (c *Consumer[TTx]) prepare(ctx context.Context, msg Message, now time.Time)
 
 	// Trust after verification: the tenant comes from the verified channel.
 	if c.cfg.Authenticator != nil {
-		if err := c.cfg.Authenticator.Authenticate(ctx, &msg); err != nil {
+		// Only this copy goes to the heap (the Authenticator gets a pointer), and only when an
+		// Authenticator is set: the batched paths prepare every event.
+		verified := msg
+		err := c.cfg.Authenticator.Authenticate(ctx, &verified)
+		msg = verified
+		if err != nil {
 			if !errors.Is(err, ErrUnauthenticated) {
 				err = fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 			}
@@ -260,6 +265,12 @@ func (c *Consumer[TTx]) finishResult(ctx context.Context, res Result, status Cla
 
 // runHandler calls the handler, turning a panic into a *panicError so the transaction rolls back.
 func (c *Consumer[TTx]) runHandler(ctx context.Context, tx TTx, msg Message) (err error) {
+	if t := c.cfg.Tracer; t != nil {
+		var end func(error)
+		ctx, end = t.StartHandler(ctx, msg)
+		// Deferred first, so it runs after the recover below has turned a panic into err.
+		defer func() { end(err) }()
+	}
 	defer func() {
 		if v := recover(); v != nil {
 			err = &panicError{value: v, stack: debug.Stack()}

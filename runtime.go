@@ -225,15 +225,36 @@ func (r *runner[TTx]) handleBatch(workCtx context.Context, ds []Delivery, stopFe
 			settles[i] = ta.AckTx
 		}
 	}
+	// Each delivery settles under its own trace; the batch's transaction runs under the batch's.
+	bctx, dctxs := workCtx, make([]context.Context, len(ds))
+	var traces []DeliveryTrace
+	if cfg.Tracer != nil {
+		var endBatch func()
+		bctx, endBatch = cfg.Tracer.StartBatch(workCtx, cfg.Name, r.src.Name(), msgs)
+		defer endBatch()
+		traces = make([]DeliveryTrace, len(ds))
+	}
+	for i := range ds {
+		dctxs[i] = workCtx
+		if traces != nil {
+			traces[i] = cfg.Tracer.StartDelivery(bctx, cfg.Name, r.src.Name(), msgs[i])
+			dctxs[i] = withDeliveryTrace(workCtx, traces[i])
+		}
+	}
 	// One lost lease cancels the batch: the shared transaction cannot drop one event's
 	// statements once they are under way, so all roll back and are retried.
-	hctx, cancel := context.WithCancelCause(workCtx)
+	hctx, cancel := context.WithCancelCause(bctx)
 	defer cancel(nil)
 	stopExtend := r.extendLease(hctx, cancel, ds...)
-	results := r.c.processBatch(hctx, msgs, settles)
+	var results []Result
+	if cfg.SetHandler != nil {
+		results = r.c.processSet(hctx, msgs, settles, traces)
+	} else {
+		results = r.c.processBatch(hctx, msgs, settles, traces)
+	}
 	stopExtend()
 	for i, d := range ds {
-		r.settle(workCtx, hctx, stopFetch, d, msgs[i], results[i], start, firsts[i], settles[i] != nil)
+		r.settle(dctxs[i], hctx, stopFetch, d, msgs[i], results[i], start, firsts[i], settles[i] != nil)
 	}
 }
 
@@ -286,6 +307,9 @@ func (r *runner[TTx]) handle(workCtx context.Context, d Delivery, stopFetch cont
 	}
 	start := cfg.Now()
 	msg, first := r.begin(d, start)
+	if cfg.Tracer != nil {
+		workCtx = withDeliveryTrace(workCtx, cfg.Tracer.StartDelivery(workCtx, cfg.Name, r.src.Name(), msg))
+	}
 
 	hctx, cancel := context.WithCancelCause(workCtx)
 	defer cancel(nil)
@@ -310,7 +334,7 @@ func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.Ca
 	if res.Key.Tenant != "" {
 		msg.Tenant = res.Key.Tenant
 	}
-	ev := Event{Consumer: cfg.Name, Queue: r.src.Name(), Tenant: BoundID(msg.Tenant), EventID: BoundID(msg.EventID), Attempt: msg.Attempt}
+	ev := Event{Consumer: cfg.Name, Queue: r.src.Name(), Tenant: BoundID(msg.Tenant), EventID: BoundID(msg.EventID), Attempt: msg.Attempt, Result: res.Outcome}
 
 	// Settle with the broker on a context that survives shutdown for a moment.
 	sctx, scancel := context.WithTimeout(context.WithoutCancel(workCtx), 10*time.Second)
@@ -591,6 +615,9 @@ func (r *runner[TTx]) finish(ctx context.Context, ev Event, msg Message, start t
 	ev.Duration = r.c.cfg.Now().Sub(start)
 	if r.c.cfg.Observer != nil {
 		r.c.cfg.Observer.Observe(ev)
+	}
+	if dt := deliveryTraceFrom(ctx); dt != nil {
+		dt.Observe(ev)
 	}
 	if !r.c.cfg.Logger.Enabled(ctx, level) {
 		return

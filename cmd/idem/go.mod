@@ -16,15 +16,20 @@ replace github.com/idemkit/idem/idemredis => ../../idemredis
 
 replace github.com/idemkit/idem/idemprom => ../../idemprom
 
+replace github.com/idemkit/idem/idemotel => ../../idemotel
+
 replace github.com/idemkit/idem/idemschema => ../../idemschema
 
 require (
 	cloud.google.com/go/pubsub/v2 v2.9.0
 	github.com/ThreeDotsLabs/watermill v1.5.1
+	github.com/aws/aws-sdk-go-v2 v1.48.0
+	github.com/aws/aws-sdk-go-v2/service/sqs v1.53.0
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/idemkit/idem v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idemamqp v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idemnats v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idem/idemotel v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idempg v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idemprom v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idemredis v0.0.0-00010101000000-000000000000
@@ -41,6 +46,8 @@ require (
 	github.com/stretchr/testify v1.12.1
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
+	go.opentelemetry.io/otel/sdk v1.47.0
+	go.opentelemetry.io/otel/trace v1.47.0
 	go.uber.org/goleak v1.3.0
 	google.golang.org/api v0.304.0
 	google.golang.org/grpc v1.84.0
@@ -53,6 +60,9 @@ require (
 	cloud.google.com/go/compute/metadata v0.10.0 // indirect
 	cloud.google.com/go/iam v1.14.0 // indirect
 	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/aws/aws-sdk-go-v2/internal/configsources v1.5.12 // indirect
+	github.com/aws/aws-sdk-go-v2/internal/endpoints/v2 v2.8.12 // indirect
+	github.com/aws/smithy-go v1.28.9 // indirect
 	github.com/felixge/httpsnoop v1.1.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
@@ -72,8 +82,6 @@ require (
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
-	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
-	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect
@@ -92,6 +100,7 @@ require (
 	github.com/idemkit/idem/idemkafka v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idemmysql v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idempubsub v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idem/idemsqs v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/internal/watermillsuite v0.0.0-00010101000000-000000000000
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
@@ -130,3 +139,5 @@ replace github.com/idemkit/idem/idemmysql => ../../idemmysql
 replace github.com/idemkit/idem/idemkafka => ../../idemkafka
 
 replace github.com/idemkit/idem/idempubsub => ../../idempubsub
+
+replace github.com/idemkit/idem/idemsqs => ../../idemsqs

@@ -33,11 +33,17 @@ on nothing but Go with the default SQLite store.
 
 The verdict is printed as a table (or one JSON object with --json); the exit status is 0 only when
 the verdict is ok. demo does not read $` + StoreEnv + `: it writes synthetic events and should never
-land in a real database by accident.`,
+land in a real database by accident.
+
+With --http there is no broker: the relay signs each event and POSTs it to a webhook ingress
+(idemwebhook) on a loopback port, retrying 503s and cut connections as a webhook provider does;
+a crash then cuts the connection after the commit, before the answer.`,
 		Example: `  idem demo
   idem demo --events 1000 --crash 0.01 --json
+  idem demo --store postgres://postgres@127.0.0.1/test --broker nats://127.0.0.1:4222
+  idem demo --http --events 2000
   idem demo --fanout --events 2000
-  idem demo --store postgres://postgres@127.0.0.1/test --broker nats://127.0.0.1:4222`,
+  idem demo --broker sqs://127.0.0.1:5000    # moto_server -p 5000: SQS on this machine`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -85,7 +91,7 @@ land in a real database by accident.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&storeFlag, "store", defaults.Store, "store DSN: sqlite://PATH, postgres://USER:PASSWORD@HOST:PORT/DB or mysql://USER:PASSWORD@HOST:PORT/DB")
-	fl.StringVar(&opts.Broker, "broker", defaults.Broker, "broker: sql (the queue table in the store), nats://HOST:PORT, amqp://USER:PASSWORD@HOST:PORT/VHOST or redis://USER:PASSWORD@HOST:PORT/DB")
+	fl.StringVar(&opts.Broker, "broker", defaults.Broker, "broker: sql (the queue table in the store), nats://HOST:PORT, amqp://USER:PASSWORD@HOST:PORT/VHOST, redis://USER:PASSWORD@HOST:PORT/DB or sqs://HOST:PORT?region=REGION&tls=1 (SQS, or an emulator such as moto_server; credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
 	fl.IntVar(&opts.Events, "events", defaults.Events, "events to produce")
 	fl.IntVar(&opts.Concurrency, "concurrency", defaults.Concurrency, "consumer workers")
 	fl.BoolVar(&opts.FanOut, "fanout", false, "also run an e-mail consumer of the same topic, each on a queue-table subscription of its own (fan-out); both must apply every event once (needs --broker sql)")
@@ -96,6 +102,7 @@ land in a real database by accident.`,
 	fl.Float64Var(&opts.Poison, "poison", defaults.Poison, "rate of poison events that must be dead-lettered (0 to 1)")
 	fl.Float64Var(&opts.Crash, "crash", defaults.Crash, "rate of simulated crashes after commit, before ack (0 to 1)")
 	fl.Var(newDuration(&opts.Timeout, defaults.Timeout), "timeout", "give up after this long")
+	fl.BoolVar(&opts.HTTP, "http", false, "deliver through a webhook ingress over HTTP instead of a broker (signed POSTs, retried like a provider)")
 	fl.StringVar(&logLevel, "log-level", "error", "log level on stderr: debug, info, warn or error")
 	jsonFlag(cmd, &jsonOut)
 	return cmd

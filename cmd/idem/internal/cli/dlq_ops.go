@@ -173,7 +173,7 @@ or into --topic. --broker nats://HOST:PORT publishes to JetStream subject --topi
 			if err != nil {
 				return usageError{fmt.Errorf("--broker: %w", err)}
 			}
-			if (bu.Kind == connect.BrokerNATS || bu.Kind == connect.BrokerAMQP || bu.Kind == connect.BrokerRedis) && strings.TrimSpace(topic) == "" {
+			if (bu.Kind == connect.BrokerNATS || bu.Kind == connect.BrokerAMQP || bu.Kind == connect.BrokerRedis || bu.Kind == connect.BrokerSQS) && strings.TrimSpace(topic) == "" {
 				return usagef("--topic is required with --broker %s: name the subject to republish to", bu)
 			}
 			st, err := e.openStore(ctx, store, true)

@@ -36,7 +36,9 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/connect"
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
 	"github.com/idemkit/idem/idemrelay"
+	"github.com/idemkit/idem/idemwebhook"
 	"github.com/idemkit/idem/retry"
 )
 
@@ -102,7 +104,8 @@ type Options struct {
 	// idem_schema=NAME to use a schema of its own; the demo's tables go there too).
 	Store string
 	// Broker is "sql" (the queue table in the store, the default), nats://HOST:PORT,
-	// amqp://USER:PASSWORD@HOST:PORT/VHOST or redis://USER:PASSWORD@HOST:PORT/DB.
+	// amqp://USER:PASSWORD@HOST:PORT/VHOST, redis://USER:PASSWORD@HOST:PORT/DB or
+	// sqs://HOST:PORT?region=REGION (SQS, or an emulator such as moto_server).
 	Broker string
 	// Events is the number of orders (default EventsDefault).
 	Events int
@@ -125,6 +128,11 @@ type Options struct {
 	// Timeout bounds the run: past it the verdict fails with "did not drain within …"
 	// (default TimeoutDefault).
 	Timeout time.Duration
+	// HTTP replaces the broker with HTTP: the relay signs each event and POSTs it to a webhook
+	// ingress (idemwebhook) on a loopback port, which runs it through the consumer's path and
+	// answers after the commit; the relay retries as a webhook provider does. Crashes cut the
+	// connection after the commit, before the answer. Broker must stay "sql"; Batch is unused.
+	HTTP bool
 	// Progress, when set, is called with the number of orders settled so far, from one
 	// goroutine, at most ten times a second.
 	Progress func(done, total int)
@@ -207,6 +215,15 @@ func (o Options) Validate() error {
 	if o.Timeout <= 0 {
 		errs = append(errs, fmt.Errorf("--timeout %v: want a positive duration", o.Timeout))
 	}
+	if o.HTTP && o.Broker != BrokerDefault {
+		errs = append(errs, errHTTPWithBroker)
+	}
+	if o.HTTP && o.FanOut {
+		errs = append(errs, errors.New("--fanout needs the queue table's subscriptions: --http delivers through the webhook ingress instead"))
+	}
+	if o.HTTP && o.Batch > 1 {
+		errs = append(errs, errors.New("--http delivers one event per request: --batch does not apply"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -224,8 +241,11 @@ func Run(ctx context.Context, opts Options) (Verdict, error) {
 	su, _ := connect.ParseStore(o.Store)
 	bu, _ := connect.ParseBroker(o.Broker)
 	v := Verdict{Store: su.String(), Broker: bu.Kind, Seed: o.Seed, DeadLettered: map[string]int{}}
-	if bu.Kind == connect.BrokerNATS || bu.Kind == connect.BrokerAMQP || bu.Kind == connect.BrokerRedis {
+	if bu.Kind == connect.BrokerNATS || bu.Kind == connect.BrokerAMQP || bu.Kind == connect.BrokerRedis || bu.Kind == connect.BrokerSQS {
 		v.Broker = idem.RedactURL(bu.URL)
+	}
+	if o.HTTP {
+		v.Broker = "http (webhook ingress)"
 	}
 
 	// On PostgreSQL every worker holds a connection for its transaction; the producer, the
@@ -290,7 +310,7 @@ func pgExec(ctx context.Context, tx pgx.Tx, q string, args ...any) (int64, error
 type scenario[TTx any] struct {
 	o     Options
 	runID string
-	plan  []order
+	plan  []payments.Order
 	store demoStore[TTx]
 	db    *database
 	exec  txExec[TTx]
@@ -310,7 +330,7 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 	s := &scenario[TTx]{
 		o:            o,
 		runID:        v.RunID,
-		plan:         newPlan(o.Seed, o.Events, rates{o.Duplicates, o.Transient, o.Poison, o.Crash}),
+		plan:         payments.Plan(o.Seed, o.Events, payments.Rates{Duplicates: o.Duplicates, Transient: o.Transient, Poison: o.Poison, Crash: o.Crash}),
 		store:        store,
 		db:           db,
 		exec:         exec,
@@ -320,8 +340,15 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 		creditWallet: db.sql(`UPDATE {wallets} SET balance_cents = balance_cents + ? WHERE run_id = ? AND id = ?`),
 		insertEmail:  db.sql(`INSERT INTO {emails} (run_id, event_id, wallet_id, amount_cents) VALUES (?, ?, ?, ?)`),
 	}
-	var err error
-	if bu.Kind == "nats" {
+	var (
+		err  error
+		hook *httpBroker
+	)
+	if o.HTTP {
+		if s.br, hook, err = newHTTPBroker(s.runID, s.plan, o.Logger); err != nil {
+			return v, fmt.Errorf("webhook ingress: %w", err)
+		}
+	} else if bu.Kind == "nats" {
 		s.br, err = natsBroker(ctx, bu.URL, o.natsStream, o.natsRoot, s.runID)
 		if err != nil {
 			return v, fmt.Errorf("broker %s: %w", v.Broker, err)
@@ -332,6 +359,10 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 		}
 	} else if bu.Kind == connect.BrokerRedis {
 		if s.br, err = redisBroker(ctx, bu, s.runID); err != nil {
+			return v, fmt.Errorf("broker %s: %w", v.Broker, err)
+		}
+	} else if bu.Kind == connect.BrokerSQS {
+		if s.br, err = sqsBroker(ctx, bu, s.runID); err != nil {
 			return v, fmt.Errorf("broker %s: %w", v.Broker, err)
 		}
 	} else if s.br, err = queueBroker[TTx](ctx, store, s.runID, o.FanOut); err != nil {
@@ -346,11 +377,15 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 	if o.Batch > 1 {
 		batch = idem.BatchConfig{Enabled: true, Size: o.Batch}
 	}
+	handler := flaky(s.plan, s.failed, s.credit)
+	if o.HTTP {
+		handler = countAttempts(s.plan, handler)
+	}
 	consumer, err := idem.NewConsumer(store, idem.ConsumerConfig[TTx]{
 		Batch:            batch,
 		Name:             consumerName,
-		Handler:          flaky(s.plan, s.failed, s.credit),
-		Validator:        idem.ValidatorFunc(validatePayment),
+		Handler:          handler,
+		Validator:        idem.ValidatorFunc(payments.Validate),
 		Retry:            retryPolicy,
 		RedeliveryWindow: s.br.redelivery,
 		Workers:          o.Concurrency,
@@ -360,6 +395,13 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 	})
 	if err != nil {
 		return v, err
+	}
+	if hook != nil {
+		ingress, err := idemwebhook.New(consumer, idemwebhook.Config{Verifier: hook.verifier, DeadLetters: store})
+		if err != nil {
+			return v, err
+		}
+		hook.attach(ingress)
 	}
 	sink := &chaosSink{Sink: s.br.sink, plan: s.plan, runPrefix: s.runID + "-", again: s.br.again, reuse: s.br.reuse, log: o.Logger, done: map[int]bool{}}
 	relay, err := idemrelay.New(store, store, sink, idemrelay.Config{
@@ -386,7 +428,7 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 			Batch:            batch,
 			Name:             emailConsumerName,
 			Handler:          s.sendEmail,
-			Validator:        idem.ValidatorFunc(validatePayment),
+			Validator:        idem.ValidatorFunc(payments.Validate),
 			Retry:            retryPolicy,
 			RedeliveryWindow: s.br.redelivery,
 			Workers:          o.Concurrency,
@@ -443,6 +485,9 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 	cv.DuplicatesInjected = int(sink.injected.Load())
 	cv.DuplicatesDroppedByBroker = int(sink.dropped.Load())
 	cv.CrashesInjected = int(source.n.Load())
+	if hook != nil {
+		cv.CrashesInjected = int(hook.crashes.Load())
+	}
 	for i := range s.failed {
 		if s.failed[i].Load() {
 			cv.TransientInjected++
@@ -559,11 +604,11 @@ func (s *scenario[TTx]) drainState(ctx context.Context) (drain, error) {
 
 // createWallets creates the run's wallets with a zero balance.
 func (s *scenario[TTx]) createWallets(ctx context.Context) error {
-	args := make([]any, 0, 2*walletCount)
-	for w := range walletCount {
-		args = append(args, s.runID, walletID(w))
+	args := make([]any, 0, 2*payments.WalletCount)
+	for w := range payments.WalletCount {
+		args = append(args, s.runID, payments.WalletID(w))
 	}
-	q := s.db.sql(insertValues("{wallets}", []string{"run_id", "id"}, walletCount))
+	q := s.db.sql(insertValues("{wallets}", []string{"run_id", "id"}, payments.WalletCount))
 	return s.store.InTx(ctx, func(ctx context.Context, tx TTx) error {
 		_, err := s.exec(ctx, tx, q, args...)
 		return err
@@ -580,7 +625,7 @@ func (s *scenario[TTx]) produce(ctx context.Context) error {
 		var ready []int
 		rest := reuse[:0]
 		for _, i := range reuse {
-			if s.appliedByAll(eventID(s.runID, s.plan[i].target)) {
+			if s.appliedByAll(payments.EventID(s.runID, s.plan[i].Target)) {
 				ready = append(ready, i)
 			} else {
 				rest = append(rest, i)
@@ -590,7 +635,7 @@ func (s *scenario[TTx]) produce(ctx context.Context) error {
 		return s.write(ctx, ready)
 	}
 	for i, o := range s.plan {
-		if o.poison == poisonKeyReuse {
+		if o.Poison == payments.PoisonKeyReuse {
 			reuse = append(reuse, i)
 		} else {
 			batch = append(batch, i)
@@ -684,16 +729,13 @@ func (s *scenario[TTx]) write(ctx context.Context, idxs []int) error {
 	outs := make([]idem.Outgoing, 0, len(idxs))
 	for _, i := range idxs {
 		o := s.plan[i]
-		id := eventID(s.runID, i)
-		if o.poison == poisonKeyReuse {
-			id = eventID(s.runID, o.target)
-		}
-		args = append(args, i, s.runID, id, walletID(o.wallet), o.amount, o.valid(), o.poison)
+		id := o.EventID(s.runID)
+		args = append(args, i, s.runID, id, payments.WalletID(o.Wallet), o.Amount, o.Valid(), o.Poison)
 		outs = append(outs, idem.Outgoing{
 			EventID:    id,
 			Topic:      s.br.topic,
-			Type:       eventType,
-			Payload:    o.payload(),
+			Type:       payments.EventType,
+			Payload:    o.Payload(),
 			Headers:    map[string]string{headerOrder: strconv.Itoa(i)},
 			OccurredAt: now,
 		})
@@ -722,41 +764,18 @@ func (s *scenario[TTx]) write(ctx context.Context, idxs []int) error {
 func (s *scenario[TTx]) committed(idxs []int, at time.Time) {
 	for _, i := range idxs {
 		o := s.plan[i]
-		if o.poison == poisonKeyReuse {
+		if o.Poison == payments.PoisonKeyReuse {
 			continue // its event id belongs to the original order
 		}
 		s.tally.committed[i].Store(at.UnixNano())
 	}
 }
 
-// validatePayment is the consumer's Validator: the payload must be a payment.captured with
-// every field the handler uses.
-func validatePayment(_ context.Context, msg idem.Message) error {
-	if msg.Type != eventType {
-		return fmt.Errorf("%w: type %q, want %q", idem.ErrInvalidPayload, msg.Type, eventType)
-	}
-	var p payment
-	if err := json.Unmarshal(msg.Payload, &p); err != nil {
-		return fmt.Errorf("%w: payload is not JSON: %v", idem.ErrInvalidPayload, err)
-	}
-	switch {
-	case p.OrderID == nil:
-		return fmt.Errorf("%w: order_id is missing", idem.ErrInvalidPayload)
-	case p.WalletID == nil || *p.WalletID == "":
-		return fmt.Errorf("%w: wallet_id is missing", idem.ErrInvalidPayload)
-	case p.AmountCents == nil:
-		return fmt.Errorf("%w: amount_cents is missing", idem.ErrInvalidPayload)
-	case *p.AmountCents <= 0:
-		return fmt.Errorf("%w: amount_cents is %d, want > 0", idem.ErrInvalidPayload, *p.AmountCents)
-	}
-	return nil
-}
-
 // sendEmail is the email@v1 handler of --fanout: it records the payment receipt it would send,
 // one demo_emails row, in the transaction that holds the event's claim (a real one would write
 // an outbox intent for the mail relay here).
 func (s *scenario[TTx]) sendEmail(ctx context.Context, tx TTx, msg idem.Message) error {
-	var p payment
+	var p payments.Payment
 	if err := json.Unmarshal(msg.Payload, &p); err != nil || p.WalletID == nil || p.AmountCents == nil {
 		return idem.Permanent(fmt.Errorf("%w: event %s: not a payment", idem.ErrInvalidPayload, msg.EventID))
 	}
@@ -770,7 +789,7 @@ func (s *scenario[TTx]) sendEmail(ctx context.Context, tx TTx, msg idem.Message)
 // credit is the ledger@v1 handler: one ledger row and the wallet's balance, in the
 // transaction that holds the event's claim.
 func (s *scenario[TTx]) credit(ctx context.Context, tx TTx, msg idem.Message) error {
-	var p payment
+	var p payments.Payment
 	if err := json.Unmarshal(msg.Payload, &p); err != nil || p.WalletID == nil || p.AmountCents == nil {
 		return idem.Permanent(fmt.Errorf("%w: event %s: not a payment", idem.ErrInvalidPayload, msg.EventID))
 	}
