@@ -228,11 +228,12 @@ func (c *Consumer[TTx]) applyBatchOnce(ctx context.Context, bs BatchStore[TTx], 
 	checker, _ := bs.(TxEndChecker[TTx])
 	statuses := make([]ClaimStatus, len(items))
 	failed := make([]error, len(items))
+	ignored := make([]*IgnoredError, len(items))
 	failedAt := -1
 	var failure error
 	err := c.store.InTx(ctx, func(ctx context.Context, tx TTx) error {
 		for j := range failed {
-			failed[j], statuses[j] = nil, 0
+			failed[j], statuses[j], ignored[j] = nil, 0, nil
 		}
 		crs, err := bs.ClaimBatchTx(ctx, tx, params)
 		if err != nil {
@@ -290,6 +291,23 @@ func (c *Consumer[TTx]) applyBatchOnce(ctx context.Context, bs BatchStore[TTx], 
 					if ended(err) {
 						return errBatchAborted
 					}
+					if ig, ok := ignoredOf(err); ok {
+						// The savepoint took the handler's effect back; the claim stays, with
+						// its audit row, and the delivery settles like a duplicate's.
+						if err := c.recordIgnore(ctx, tx, params[j].Key, ig.Reason, params[j].Now); err != nil {
+							return err
+						}
+						ignored[j] = ig
+						if settle != nil {
+							if err := bs.SavepointTx(ctx, tx, settle); err != nil {
+								if ended(err) {
+									return errBatchAborted
+								}
+								failed[j] = err
+							}
+						}
+						continue
+					}
 					failed[j] = err
 					if rerr := bs.ReleaseClaimTx(ctx, tx, params[j].Key); rerr != nil {
 						return fmt.Errorf("idem: release claim %s after handler error: %w", params[j].Key, rerr)
@@ -325,6 +343,12 @@ func (c *Consumer[TTx]) applyBatchOnce(ctx context.Context, bs BatchStore[TTx], 
 	if errors.Is(err, errBatchAborted) {
 		// Everything rolled back, the failing event's claim with it.
 		it := items[failedAt]
+		if ig, ok := ignoredOf(failure); ok && statuses[failedAt] == ClaimNew && !errors.Is(failure, ErrTxEnded) {
+			// The handler's effect rolled back with the batch; its claim and audit row commit
+			// in a transaction of their own.
+			results[it.i] = c.commitIgnore(ctx, results[it.i], ig.Reason, params[failedAt].Now, settleAt(settles, it.i))
+			return failedAt, nil
+		}
 		results[it.i] = c.finishResult(ctx, results[it.i], statuses[failedAt], failure)
 		return failedAt, nil
 	}
@@ -340,6 +364,8 @@ func (c *Consumer[TTx]) applyBatchOnce(ctx context.Context, bs BatchStore[TTx], 
 			results[it.i] = c.finishResult(ctx, res, 0, err)
 		case failed[j] != nil:
 			results[it.i] = c.finishResult(ctx, res, statuses[j], failed[j])
+		case ignored[j] != nil:
+			results[it.i] = ignoredResult(res, ignored[j].Reason)
 		default:
 			results[it.i] = c.finishResult(ctx, res, statuses[j], nil)
 		}

@@ -16,6 +16,9 @@ const (
 	OutcomeDuplicate Outcome = "duplicate"
 	// OutcomeKeyReuse: the key was claimed with another fingerprint; nothing applied.
 	OutcomeKeyReuse Outcome = "key_reuse"
+	// OutcomeIgnored: the handler returned Ignore; the claim and an audit row committed, none of
+	// the handler's effect did. Result.Reason and Event.Reason carry the handler's reason.
+	OutcomeIgnored Outcome = "ignored"
 	// OutcomeFailed: the handler or the database failed; everything rolled back.
 	OutcomeFailed Outcome = "failed"
 	// OutcomeRetried: failed and handed back to the broker for a later attempt.
@@ -35,17 +38,21 @@ const (
 // carries no payload, and its Tenant and EventID are in their bounded form (BoundID).
 type Event struct {
 	Consumer string
-	Queue    string
-	Tenant   string
-	EventID  string
-	Attempt  int
-	Outcome  Outcome
+	// Owner is the consumer's ConsumerConfig.Owner ("" when none): a low-cardinality label
+	// alerts route on.
+	Owner   string
+	Queue   string
+	Tenant  string
+	EventID string
+	Attempt int
+	Outcome Outcome
 	// Result is what the claim and the handler found before the verdict (Result.Outcome of
-	// Process): processed, duplicate, key_reuse or failed. Outcome is the verdict on the
-	// delivery that followed (a failure is retried, dead-lettered or abandoned).
+	// Process): processed, duplicate, key_reuse, ignored or failed. Outcome is the verdict on
+	// the delivery that followed (a failure is retried, dead-lettered or abandoned).
 	Result    Outcome
 	ErrorType Class
-	// Reason is set when Outcome is OutcomeDeadLettered or OutcomeDeadLetterFailed.
+	// Reason is set when Outcome is OutcomeDeadLettered or OutcomeDeadLetterFailed, and holds
+	// the handler's reason when Outcome is OutcomeIgnored.
 	Reason Reason
 	// Delay is the retry delay when Outcome is OutcomeRetried.
 	Delay    time.Duration
@@ -62,6 +69,13 @@ type Observer interface {
 	// Paused is called when the consumer pauses itself (a handler bug, or dead letters that
 	// cannot be written).
 	Paused(consumer string)
+}
+
+// OwnerObserver is an Observer that hears, when Run starts, the owner of the consumer
+// (ConsumerConfig.Owner, "" when none), so that its series carry the owner before any delivery
+// settles: a pause may come first. Run discovers it by type assertion.
+type OwnerObserver interface {
+	ConsumerOwner(consumer, owner string)
 }
 
 // MaintenanceObserver is an Observer that also hears of Run's self-maintenance: it is called

@@ -47,6 +47,9 @@ func (c *Consumer[TTx]) Run(ctx context.Context, src Source) error {
 	if err := CheckSourceLimits(src, c.cfg.Retry, c.cfg.RedeliveryWindow); err != nil {
 		return fmt.Errorf("idem: consumer %s: %w", c.cfg.Name, err)
 	}
+	if oo, ok := c.cfg.Observer.(OwnerObserver); ok {
+		oo.ConsumerOwner(c.cfg.Name, c.cfg.Owner)
+	}
 	r := &runner[TTx]{c: c, src: src}
 	return r.run(ctx)
 }
@@ -334,7 +337,7 @@ func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.Ca
 	if res.Key.Tenant != "" {
 		msg.Tenant = res.Key.Tenant
 	}
-	ev := Event{Consumer: cfg.Name, Queue: r.src.Name(), Tenant: BoundID(msg.Tenant), EventID: BoundID(msg.EventID), Attempt: msg.Attempt, Result: res.Outcome}
+	ev := Event{Consumer: cfg.Name, Owner: cfg.Owner, Queue: r.src.Name(), Tenant: BoundID(msg.Tenant), EventID: BoundID(msg.EventID), Attempt: msg.Attempt, Result: res.Outcome}
 
 	// Settle with the broker on a context that survives shutdown for a moment.
 	sctx, scancel := context.WithTimeout(context.WithoutCancel(workCtx), 10*time.Second)
@@ -360,6 +363,17 @@ func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.Ca
 			}
 		}
 		r.finish(sctx, ev, msg, start, slog.LevelDebug, nil, res.Reason)
+		return
+	case OutcomeIgnored:
+		// Settled like a duplicate: the claim committed, so a redelivery changes nothing.
+		r.verdict(d)
+		ev.Outcome, ev.Reason = OutcomeIgnored, res.Reason
+		if !ackedInTx {
+			if err := d.Ack(sctx); err != nil {
+				r.log(sctx, slog.LevelWarn, "idem: ack failed after commit", msg, res.Outcome, start, err, ClassTransient)
+			}
+		}
+		r.finish(sctx, ev, msg, start, slog.LevelInfo, nil, res.Reason)
 		return
 	case OutcomeKeyReuse:
 		r.deadLetter(workCtx, stopFetch, d, msg, res, ReasonKeyReuse, ev, start)
@@ -456,6 +470,10 @@ func (r *runner[TTx]) deadLetter(workCtx context.Context, stopFetch context.Canc
 		LastFailed:  now,
 		Status:      DeadLetterPending,
 		Source:      r.src.Name(),
+		Owner:       cfg.Owner,
+	}
+	if tr, ok := d.(TopicReporter); ok {
+		dl.Topic = tr.Topic()
 	}
 	// Settle with the broker on a context that survives shutdown for a moment.
 	settleCtx := func() (context.Context, context.CancelFunc) {

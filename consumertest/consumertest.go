@@ -145,6 +145,7 @@ func (e *env[TTx]) config(name string, h idem.Handler[TTx]) idem.ConsumerConfig[
 	return idem.ConsumerConfig[TTx]{
 		Batch:      batch,
 		Name:       name,
+		Owner:      "payments",
 		Handler:    h,
 		SetHandler: set,
 		Retry:      fastRetry,
@@ -311,6 +312,64 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 		require.EqualValues(e.t, 1, e.ledger("evt-h"))
 	})
 
+	run("IgnoreAcksWithoutEffect", func(e *env[TTx]) {
+		var calls atomic.Int64
+		credit := storetest.CreditHandler(e.b)
+		c, err := idem.NewConsumer(e.b.Store, e.config("ledger@v1", func(ctx context.Context, tx TTx, msg idem.Message) error {
+			calls.Add(1)
+			if err := credit(ctx, tx, msg); err != nil {
+				return err
+			}
+			if msg.EventID == "evt-gone" {
+				return idem.Ignore("order_deleted") // written, then rolled back: the target is gone
+			}
+			return nil
+		}))
+		require.NoError(e.t, err)
+		stop := e.run(c, e.source("ledger"))
+		gone := storetest.PaymentMessage("acme", "evt-gone", storetest.Payment{Wallet: "w1", Amount: 5})
+		e.publish(gone, storetest.PaymentMessage("acme", "evt-kept", storetest.Payment{Wallet: "w1", Amount: 7}))
+		e.eventually(20*time.Second, "ignored and processed", func() bool {
+			return e.rec.Count(idem.OutcomeIgnored, "evt-gone") == 1 && e.rec.Count(idem.OutcomeProcessed, "evt-kept") == 1
+		})
+		if !e.h.Features.BrokerDedup { // a broker that dedups would drop the republish
+			e.publish(gone) // a redelivery of an ignored event is a duplicate
+			e.eventually(20*time.Second, "the republish seen as a duplicate", func() bool { return e.rec.Count(idem.OutcomeDuplicate, "evt-gone") == 1 })
+		}
+		// Longer than a lease: an acked ignore must not come back.
+		time.Sleep(e.lease + 500*time.Millisecond)
+		require.NoError(e.t, stop())
+		require.EqualValues(e.t, 2, calls.Load(), "each handler ran once")
+		require.Equal(e.t, 1, e.rec.Count(idem.OutcomeIgnored, "evt-gone"))
+		for _, ev := range e.rec.Events("evt-gone") {
+			if ev.Outcome == idem.OutcomeIgnored {
+				require.Equal(e.t, idem.Reason("order_deleted"), ev.Reason)
+			}
+		}
+		require.EqualValues(e.t, 0, e.ledger("evt-gone"), "nothing of the ignored effect committed")
+		require.EqualValues(e.t, 1, e.ledger("evt-kept"))
+		bal, err := e.b.Balance(e.ctx, "w1")
+		require.NoError(e.t, err)
+		require.EqualValues(e.t, 7, bal)
+		n, err := e.b.ClaimRows(e.ctx, idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-gone"})
+		require.NoError(e.t, err)
+		require.EqualValues(e.t, 1, n, "the claim is kept")
+		require.Empty(e.t, e.deadLetters("evt-gone"))
+		if _, ok := e.b.Store.(idem.IgnoreStore[TTx]); ok {
+			audit, err := e.b.Store.ListAudit(e.ctx, 100)
+			require.NoError(e.t, err)
+			var ignores int
+			for _, a := range audit {
+				if a.EventID == "evt-gone" && a.Action == idem.AuditActionIgnore {
+					ignores++
+					require.Equal(e.t, "order_deleted", a.Reason)
+				}
+			}
+			require.Equal(e.t, 1, ignores, "one audit row")
+		}
+		require.Contains(e.t, e.logs.String(), `"reason":"order_deleted"`)
+	})
+
 	run("PermanentErrorDeadLettersOnce", func(e *env[TTx]) {
 		var calls atomic.Int64
 		c, err := idem.NewConsumer(e.b.Store, e.config("ledger@v1", func(ctx context.Context, tx TTx, msg idem.Message) error {
@@ -333,6 +392,10 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 		require.Equal(e.t, idem.ReasonPermanentError, dl.Reason)
 		require.Equal(e.t, "ledger@v1", dl.Consumer)
 		require.Equal(e.t, "v1", dl.ConsumerVersion())
+		require.Equal(e.t, "payments", dl.Owner, "the consumer's owner is carried into its dead letters")
+		if dl.Topic != "" { // a transport whose deliveries report their topic (idem.TopicReporter)
+			require.Equal(e.t, e.topic, dl.Topic, "the dead letter records the topic it arrived on")
+		}
 		require.Equal(e.t, "acme", dl.Message.Tenant)
 		require.Equal(e.t, msg.Payload, dl.Message.Payload)
 		require.Equal(e.t, "abc", dl.Message.Headers["X-Trace"])

@@ -97,7 +97,7 @@ func (d *delivery) Observe(ev idem.Event) {
 		d.span.SetAttributes(attribute.String(attrReason, string(ev.Reason)))
 	}
 	switch ev.Outcome {
-	case idem.OutcomeProcessed, idem.OutcomeDuplicate:
+	case idem.OutcomeProcessed, idem.OutcomeDuplicate, idem.OutcomeIgnored:
 	default:
 		d.span.SetAttributes(attribute.String(attrErrorType, ev.ErrorType.String()))
 		d.span.SetStatus(codes.Error, string(ev.Outcome))

@@ -18,11 +18,15 @@ import (
 // and the same attributes.
 type instruments struct {
 	messages, errors, retries, duplicates, keyReuse, deadLetters, dlFailures metric.Int64Counter
+	ignored                                                                  metric.Int64Counter
 	pauses, published, publishFailures                                       metric.Int64Counter
 	handling, recovery, publishLag                                           metric.Float64Histogram
 	paused                                                                   metric.Int64Gauge
 
-	// seen holds the consumer/queue pairs whose counters were created at zero, as idemprom
+	// owners maps a consumer to its owner (idem.Event.Owner, or ConsumerOwner), for Paused and
+	// Resumed, which name only the consumer.
+	owners sync.Map
+	// seen holds the consumer/owner/queue triples whose counters were created at zero, as idemprom
 	// does, so that a rate sees the first retry or dead letter.
 	seen sync.Map
 }
@@ -47,6 +51,8 @@ func newInstruments(m metric.Meter, cfg Config) (*instruments, error) {
 		duplicates:  counter("duplicates_ignored_total", "Redeliveries recognised by their claim and acknowledged without applying anything."),
 		keyReuse:    counter("key_reuse_total", "Deliveries whose event id was already claimed with different content."),
 		deadLetters: counter("dead_letters_total", "Deliveries recorded in the dead-letter queue, by reason."),
+		ignored: counter("ignored_total",
+			"Deliveries a handler ignored (idem.Ignore: the target is gone for good), acknowledged without effect, by the handler's reason."),
 		dlFailures: counter("dead_letter_write_failures_total",
 			"Failed attempts to write a dead letter; the delivery is kept and the write retried, and the consumer pauses after failures in a row. Alert on any increase."),
 		pauses:          counter("consumer_pauses_total", "Times a consumer paused itself (a handler bug, or dead letters that cannot be written)."),
@@ -68,6 +74,7 @@ func newInstruments(m metric.Meter, cfg Config) (*instruments, error) {
 // Attribute keys of the metrics: idemprom's label names.
 const (
 	labelConsumer = "consumer"
+	labelOwner    = "owner"
 	labelQueue    = "queue"
 	labelOutcome  = "outcome"
 	labelClass    = "class"
@@ -76,18 +83,19 @@ const (
 	labelDead     = "dead"
 )
 
-// init creates a consumer/queue pair's counters at zero the first time the pair is seen.
-func (in *instruments) init(ctx context.Context, consumer, queue string) {
-	key := consumer + "\xff" + queue
+// init creates a consumer/owner/queue triple's counters at zero the first time it is seen.
+func (in *instruments) init(ctx context.Context, consumer, owner, queue string) {
+	in.owners.Store(consumer, owner)
+	key := consumer + "\xff" + owner + "\xff" + queue
 	if _, loaded := in.seen.LoadOrStore(key, struct{}{}); loaded {
 		return
 	}
-	cq := []attribute.KeyValue{attribute.String(labelConsumer, consumer), attribute.String(labelQueue, queue)}
+	cq := []attribute.KeyValue{attribute.String(labelConsumer, consumer), attribute.String(labelOwner, owner), attribute.String(labelQueue, queue)}
 	with := func(kv ...attribute.KeyValue) metric.AddOption {
 		return metric.WithAttributes(append(kv, cq...)...)
 	}
 	for _, o := range []idem.Outcome{idem.OutcomeProcessed, idem.OutcomeDuplicate, idem.OutcomeKeyReuse,
-		idem.OutcomeFailed, idem.OutcomeRetried, idem.OutcomeDeadLettered, idem.OutcomeAbandoned} {
+		idem.OutcomeFailed, idem.OutcomeRetried, idem.OutcomeDeadLettered, idem.OutcomeAbandoned, idem.OutcomeIgnored} {
 		in.messages.Add(ctx, 0, with(attribute.String(labelOutcome, string(o))))
 	}
 	for _, c := range []idem.Class{idem.ClassUnknown, idem.ClassTransient, idem.ClassPermanent} {
@@ -99,7 +107,22 @@ func (in *instruments) init(ctx context.Context, consumer, queue string) {
 	for _, c := range []metric.Int64Counter{in.retries, in.duplicates, in.keyReuse, in.dlFailures} {
 		c.Add(ctx, 0, with())
 	}
-	in.pauses.Add(ctx, 0, metric.WithAttributes(attribute.String(labelConsumer, consumer)))
+	in.pauses.Add(ctx, 0, metric.WithAttributes(attribute.String(labelConsumer, consumer), attribute.String(labelOwner, owner)))
+}
+
+// consumerAttrs are the attributes of a consumer's pause gauge and counter: its name and owner.
+func (in *instruments) consumerAttrs(consumer string) metric.MeasurementOption {
+	owner := ""
+	if o, ok := in.owners.Load(consumer); ok {
+		owner = o.(string)
+	}
+	return metric.WithAttributes(attribute.String(labelConsumer, consumer), attribute.String(labelOwner, owner))
+}
+
+// ConsumerOwner records consumer's owner (idem.OwnerObserver; Run calls it when it starts), so
+// that a pause before any settled delivery carries the owner attribute.
+func (t *Telemetry) ConsumerOwner(consumer, owner string) {
+	t.metrics.owners.Store(consumer, owner)
 }
 
 // Observe records one settled delivery as idemprom's Metrics.Observe does (idem.Observer).
@@ -107,8 +130,8 @@ func (in *instruments) init(ctx context.Context, consumer, queue string) {
 // and tenant never do.
 func (t *Telemetry) Observe(ev idem.Event) {
 	in, ctx := t.metrics, context.Background()
-	in.init(ctx, ev.Consumer, ev.Queue)
-	cq := []attribute.KeyValue{attribute.String(labelConsumer, ev.Consumer), attribute.String(labelQueue, ev.Queue)}
+	in.init(ctx, ev.Consumer, ev.Owner, ev.Queue)
+	cq := []attribute.KeyValue{attribute.String(labelConsumer, ev.Consumer), attribute.String(labelOwner, ev.Owner), attribute.String(labelQueue, ev.Queue)}
 	with := func(kv ...attribute.KeyValue) metric.MeasurementOption {
 		return metric.WithAttributes(append(kv, cq...)...)
 	}
@@ -119,7 +142,7 @@ func (t *Telemetry) Observe(ev idem.Event) {
 	outcome := attribute.String(labelOutcome, string(ev.Outcome))
 	in.messages.Add(ctx, 1, with(outcome))
 	in.handling.Record(ctx, seconds(ev.Duration), with(outcome))
-	if ev.Outcome != idem.OutcomeProcessed && ev.Outcome != idem.OutcomeDuplicate {
+	if ev.Outcome != idem.OutcomeProcessed && ev.Outcome != idem.OutcomeDuplicate && ev.Outcome != idem.OutcomeIgnored {
 		in.errors.Add(ctx, 1, with(attribute.String(labelClass, ev.ErrorType.String())))
 	}
 	switch ev.Outcome {
@@ -127,6 +150,8 @@ func (t *Telemetry) Observe(ev idem.Event) {
 		in.retries.Add(ctx, 1, with())
 	case idem.OutcomeDuplicate:
 		in.duplicates.Add(ctx, 1, with())
+	case idem.OutcomeIgnored:
+		in.ignored.Add(ctx, 1, with(attribute.String(labelReason, string(ev.Reason))))
 	case idem.OutcomeKeyReuse:
 		in.keyReuse.Add(ctx, 1, with())
 	case idem.OutcomeDeadLettered:
@@ -140,14 +165,14 @@ func (t *Telemetry) Observe(ev idem.Event) {
 		}
 	}
 	for _, d := range ev.Recovered {
-		in.recovery.Record(ctx, seconds(d), metric.WithAttributes(attribute.String(labelConsumer, ev.Consumer)))
+		in.recovery.Record(ctx, seconds(d), metric.WithAttributes(attribute.String(labelConsumer, ev.Consumer), attribute.String(labelOwner, ev.Owner)))
 	}
 }
 
 // Paused records that consumer paused itself (idem.Observer): idem_consumer_paused goes to 1
 // and idem_consumer_pauses_total counts the pause.
 func (t *Telemetry) Paused(consumer string) {
-	ctx, c := context.Background(), metric.WithAttributes(attribute.String(labelConsumer, consumer))
+	ctx, c := context.Background(), t.metrics.consumerAttrs(consumer)
 	t.metrics.paused.Record(ctx, 1, c)
 	t.metrics.pauses.Add(ctx, 1, c)
 }
@@ -155,7 +180,7 @@ func (t *Telemetry) Paused(consumer string) {
 // Resumed sets consumer's idem_consumer_paused back to 0. idem does not call it: the
 // application does when it runs a paused consumer again, so an alert on the gauge clears.
 func (t *Telemetry) Resumed(consumer string) {
-	t.metrics.paused.Record(context.Background(), 0, metric.WithAttributes(attribute.String(labelConsumer, consumer)))
+	t.metrics.paused.Record(context.Background(), 0, t.metrics.consumerAttrs(consumer))
 }
 
 // Published records that a relay published n events of topic, lag being how long the oldest

@@ -72,7 +72,7 @@ func TestMetricsMatchIdemprom(t *testing.T) {
 	tel, err := idemotel.New(idemotel.Config{MeterProvider: mp})
 	require.NoError(t, err)
 
-	base := idem.Event{Consumer: "ledger@v1", Queue: "payments", Tenant: "acme", EventID: "evt-1", Attempt: 1, Duration: 3 * time.Millisecond}
+	base := idem.Event{Consumer: "ledger@v1", Owner: "payments", Queue: "payments", Tenant: "acme", EventID: "evt-1", Attempt: 1, Duration: 3 * time.Millisecond}
 	events := []func(idem.Event) idem.Event{
 		func(e idem.Event) idem.Event {
 			e.Outcome = idem.OutcomeProcessed
@@ -80,6 +80,7 @@ func TestMetricsMatchIdemprom(t *testing.T) {
 			return e
 		},
 		func(e idem.Event) idem.Event { e.Outcome = idem.OutcomeDuplicate; return e },
+		func(e idem.Event) idem.Event { e.Outcome, e.Reason = idem.OutcomeIgnored, "order_deleted"; return e },
 		func(e idem.Event) idem.Event {
 			e.Outcome, e.ErrorType, e.Delay = idem.OutcomeRetried, idem.ClassTransient, time.Second
 			return e
@@ -102,26 +103,28 @@ func TestMetricsMatchIdemprom(t *testing.T) {
 
 	got := collect(t, reader)
 	for name, want := range map[string]float64{
-		series("idem_messages_total", "consumer=ledger@v1", "queue=payments", "outcome=processed"):      1,
-		series("idem_messages_total", "consumer=ledger@v1", "queue=payments", "outcome=duplicate"):      1,
-		series("idem_messages_total", "consumer=ledger@v1", "queue=payments", "outcome=retried"):        1,
-		series("idem_messages_total", "consumer=ledger@v1", "queue=payments", "outcome=dead_lettered"):  1,
-		series("idem_messages_total", "consumer=ledger@v1", "queue=payments", "outcome=abandoned"):      0,
-		series("idem_errors_total", "class=transient", "consumer=ledger@v1", "queue=payments"):          1,
-		series("idem_errors_total", "class=permanent", "consumer=ledger@v1", "queue=payments"):          1,
-		series("idem_retries_total", "consumer=ledger@v1", "queue=payments"):                            1,
-		series("idem_duplicates_ignored_total", "consumer=ledger@v1", "queue=payments"):                 1,
-		series("idem_key_reuse_total", "consumer=ledger@v1", "queue=payments"):                          1,
-		series("idem_dead_letters_total", "consumer=ledger@v1", "queue=payments", "reason=key_reuse"):   1,
-		series("idem_dead_letters_total", "consumer=ledger@v1", "queue=payments", "reason=too_old"):     0,
-		series("idem_dead_letter_write_failures_total", "consumer=ledger@v1", "queue=payments"):         1,
-		series("idem_handling_seconds", "consumer=ledger@v1", "queue=payments", "outcome=processed"):    1,
-		series("idem_recovery_seconds", "consumer=ledger@v1"):                                           1,
-		series("idem_consumer_paused", "consumer=ledger@v1"):                                            1,
-		series("idem_consumer_pauses_total", "consumer=ledger@v1"):                                      1,
-		series("idem_outbox_published_total", "topic=payments"):                                         3,
-		series("idem_outbox_publish_lag_seconds", "topic=payments"):                                     1,
-		series("idem_outbox_publish_failures_total", "class=transient", "dead=false", "topic=payments"): 1,
+		series("idem_messages_total", "consumer=ledger@v1", "owner=payments", "queue=payments", "outcome=processed"):     1,
+		series("idem_messages_total", "consumer=ledger@v1", "owner=payments", "queue=payments", "outcome=duplicate"):     1,
+		series("idem_messages_total", "consumer=ledger@v1", "owner=payments", "queue=payments", "outcome=retried"):       1,
+		series("idem_messages_total", "consumer=ledger@v1", "owner=payments", "queue=payments", "outcome=dead_lettered"): 1,
+		series("idem_messages_total", "consumer=ledger@v1", "owner=payments", "queue=payments", "outcome=abandoned"):     0,
+		series("idem_errors_total", "class=transient", "consumer=ledger@v1", "owner=payments", "queue=payments"):         1,
+		series("idem_errors_total", "class=permanent", "consumer=ledger@v1", "owner=payments", "queue=payments"):         1,
+		series("idem_retries_total", "consumer=ledger@v1", "owner=payments", "queue=payments"):                           1,
+		series("idem_ignored_total", "consumer=ledger@v1", "owner=payments", "queue=payments", "reason=order_deleted"):   1,
+		series("idem_messages_total", "consumer=ledger@v1", "owner=payments", "queue=payments", "outcome=ignored"):       1,
+		series("idem_duplicates_ignored_total", "consumer=ledger@v1", "owner=payments", "queue=payments"):                1,
+		series("idem_key_reuse_total", "consumer=ledger@v1", "owner=payments", "queue=payments"):                         1,
+		series("idem_dead_letters_total", "consumer=ledger@v1", "owner=payments", "queue=payments", "reason=key_reuse"):  1,
+		series("idem_dead_letters_total", "consumer=ledger@v1", "owner=payments", "queue=payments", "reason=too_old"):    0,
+		series("idem_dead_letter_write_failures_total", "consumer=ledger@v1", "owner=payments", "queue=payments"):        1,
+		series("idem_handling_seconds", "consumer=ledger@v1", "owner=payments", "queue=payments", "outcome=processed"):   1,
+		series("idem_recovery_seconds", "consumer=ledger@v1", "owner=payments"):                                          1,
+		series("idem_consumer_paused", "consumer=ledger@v1", "owner=payments"):                                           1,
+		series("idem_consumer_pauses_total", "consumer=ledger@v1", "owner=payments"):                                     1,
+		series("idem_outbox_published_total", "topic=payments"):                                                          3,
+		series("idem_outbox_publish_lag_seconds", "topic=payments"):                                                      1,
+		series("idem_outbox_publish_failures_total", "class=transient", "dead=false", "topic=payments"):                  1,
 	} {
 		v, ok := got[name]
 		require.True(t, ok, "no series %s in %v", name, got)
@@ -133,7 +136,7 @@ func TestMetricsMatchIdemprom(t *testing.T) {
 	}
 
 	tel.Resumed("ledger@v1")
-	require.Equal(t, 0.0, collect(t, reader)[series("idem_consumer_paused", "consumer=ledger@v1")])
+	require.Equal(t, 0.0, collect(t, reader)[series("idem_consumer_paused", "consumer=ledger@v1", "owner=payments")])
 }
 
 // series names a data point as collect does: its attributes sorted by key.

@@ -142,6 +142,7 @@ type Telemetry struct {
 var (
 	_ idem.Tracer        = (*Telemetry)(nil)
 	_ idem.Observer      = (*Telemetry)(nil)
+	_ idem.OwnerObserver = (*Telemetry)(nil)
 	_ idemrelay.Observer = (*Telemetry)(nil)
 )
 

@@ -42,6 +42,7 @@ func exerciseBatch[TTx any](t *testing.T, factory Factory[TTx], savepoints bool)
 	batched := func(cfg *idem.ConsumerConfig[TTx]) {
 		cfg.Batch = idem.BatchConfig{Enabled: true, Savepoints: savepoints}
 	}
+	batchIgnoreCheck(run, batched)
 
 	run("MixedBatchTakesEachPath", func(s *suite[TTx]) {
 		s.wallet("w1")

@@ -48,7 +48,7 @@ func TestDemoFlags(t *testing.T) {
 	requireOneLineError(t, idemCLI(t, "demo", "--http", "--broker", "nats://127.0.0.1:4222"), ExitUsage, "--http replaces the broker")
 	r := idemCLI(t, "demo", "--help")
 	requireOK(t, r)
-	for _, f := range []string{"--store", "--broker", "--events", "--concurrency", "--seed", "--duplicates", "--transient", "--poison", "--crash", "--timeout", "--http", "--json", "--fanout"} {
+	for _, f := range []string{"--store", "--broker", "--events", "--concurrency", "--seed", "--duplicates", "--transient", "--poison", "--lost-acks", "--timeout", "--http", "--json", "--fanout"} {
 		require.Contains(t, r.stdout, f)
 	}
 	require.Contains(t, r.stdout, DemoStoreDefault)

@@ -154,7 +154,8 @@ Select by --id, or by filter (--consumer, --reason, --tenant, --older-than). At 
 than the limit takes --all --yes; --all alone only says how many it would touch.
 
 --broker sql republishes into the queue table the dead letter came from (its source queue:NAME),
-or into --topic. --broker nats://HOST:PORT publishes to JetStream subject --topic (required);
+or into --topic. --broker nats://HOST:PORT publishes to JetStream subject --topic, by default the
+subject the message arrived on (recorded with dead letters from NATS);
 --broker amqp://… publishes to RabbitMQ queue --topic (required) through the default exchange;
 --broker redis://… adds to the Redis stream idem:<--topic> (--topic required).`,
 		Example: `  idem dlq replay --id 42
@@ -169,12 +170,9 @@ or into --topic. --broker nats://HOST:PORT publishes to JetStream subject --topi
 				return err
 			}
 			sel.Reason = note
-			bu, err := connect.ParseBroker(broker)
+			bu, err := checkReplayTarget(broker, topic)
 			if err != nil {
-				return usageError{fmt.Errorf("--broker: %w", err)}
-			}
-			if (bu.Kind == connect.BrokerNATS || bu.Kind == connect.BrokerAMQP || bu.Kind == connect.BrokerRedis || bu.Kind == connect.BrokerSQS) && strings.TrimSpace(topic) == "" {
-				return usagef("--topic is required with --broker %s: name the subject to republish to", bu)
+				return err
 			}
 			st, err := e.openStore(ctx, store, true)
 			if err != nil {
@@ -187,17 +185,13 @@ or into --topic. --broker nats://HOST:PORT publishes to JetStream subject --topi
 			if err := checkIDs(ctx, st, sel.IDs); err != nil {
 				return err
 			}
-			b, err := connect.OpenBroker(ctx, broker, st, connect.BrokerOptions{Name: "idem dlq replay"})
+			rp, b, err := e.openReplayer(ctx, st, broker, keyFile, "idem dlq replay", false)
 			if err != nil {
 				return err
 			}
 			defer b.Close()
-
-			rp := idem.NewReplayer(st.DeadLetters, b.Sink)
-			if rp.Signer, err = e.replaySigner(keyFile); err != nil {
-				return err
-			}
-			res, rerr := rp.Replay(ctx, idem.ReplayParams{Selection: sel, Topic: strings.TrimSpace(topic), AsNewEvent: asNew})
+			res, rerr := rp.Replay(ctx, idem.ReplayParams{Selection: sel, Topic: strings.TrimSpace(topic), AsNewEvent: asNew,
+				ArrivalTopic: bu.Kind == connect.BrokerNATS})
 			if sf.jsonOut {
 				// Also after an error: the dead letters replayed before it are marked.
 				if err := writeJSON(e.stdout, replayJSON{Replayed: nonNil(res.Replayed), Remaining: res.Remaining}); err != nil {
@@ -207,6 +201,9 @@ or into --topic. --broker nats://HOST:PORT publishes to JetStream subject --topi
 			}
 			if len(res.Replayed) > 0 {
 				dest := "to the queues they came from"
+				if bu.Kind == connect.BrokerNATS {
+					dest = "to the subjects they arrived on"
+				}
 				if topic != "" {
 					dest = "to " + topic
 				}
@@ -234,29 +231,34 @@ or into --topic. --broker nats://HOST:PORT publishes to JetStream subject --topi
 
 func newDLQDiscardCmd(e *env) *cobra.Command {
 	var (
-		store, why string
-		sf         selectFlags
+		store, note string
+		sf          selectFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "discard",
-		Short: "Retire dead letters for good, with a reason",
-		Long: `discard marks pending dead letters discarded, with --reason (required) recorded in one
-audit row per dead letter. Nothing is published. Select as for replay: --id, or filters, where the
-dead-letter reason filter is --with-reason (because --reason is the explanation); at most --limit
-(default 10) per run unless --all --yes.`,
-		Example: `  idem dlq discard --id 42 --reason "test event from staging"
-  idem dlq discard --with-reason key_reuse --consumer ledger@v1 --reason "producer bug #123, fixed"`,
+		Short: "Retire dead letters for good, saying why",
+		Long: `discard marks pending dead letters discarded, with --note (required: why) recorded in one
+audit row per dead letter. Nothing is published. Select as for list and replay: --id, or filters
+(--consumer, --reason, --tenant, --older-than); at most --limit (default 10) per run unless
+--all --yes.`,
+		Example: `  idem dlq discard --id 42 --note "test event from staging"
+  idem dlq discard --reason key_reuse --consumer ledger@v1 --note "producer bug #123, fixed"`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			if strings.TrimSpace(why) == "" {
-				return usagef("--reason is required: say why these dead letters are discarded (it goes into the audit trail)")
+			if r := strings.TrimSpace(sf.filter.reason); r != "" && !idem.Reason(r).Valid() {
+				// --reason used to be the explanation here: say so rather than only refuse.
+				return usagef("--reason %q is not a dead-letter reason (want one of %s): as in list and replay, --reason selects dead letters; say why they are discarded with --note",
+					sf.filter.reason, reasonList())
+			}
+			if strings.TrimSpace(note) == "" {
+				return usagef("--note is required: say why these dead letters are discarded (it goes into the audit trail)")
 			}
 			sel, err := sf.selection(e)
 			if err != nil {
 				return err
 			}
-			sel.Reason = strings.TrimSpace(why)
+			sel.Reason = strings.TrimSpace(note)
 			st, err := e.openStore(ctx, store, true)
 			if err != nil {
 				return err
@@ -285,9 +287,41 @@ dead-letter reason filter is --with-reason (because --reason is the explanation)
 		},
 	}
 	storeFlag(cmd, &store)
-	cmd.Flags().StringVar(&why, "reason", "", "why they are discarded, recorded in the audit trail (required)")
-	sf.add(cmd, "discard", "with-reason")
+	cmd.Flags().StringVar(&note, "note", "", "why they are discarded, recorded in the audit trail (required)")
+	sf.add(cmd, "discard", "reason")
+	cmd.Flags().StringVar(&sf.filter.reason, "with-reason", "", "old name of --reason")
+	_ = cmd.Flags().MarkDeprecated("with-reason", "use --reason")
 	return cmd
+}
+
+// checkReplayTarget refuses a --broker that names no place to republish to without --topic
+// (the dead letter's source queue is only known for the queue table).
+func checkReplayTarget(broker, topic string) (connect.BrokerURL, error) {
+	bu, err := connect.ParseBroker(broker)
+	if err != nil {
+		return bu, usageError{fmt.Errorf("--broker: %w", err)}
+	}
+	if (bu.Kind == connect.BrokerAMQP || bu.Kind == connect.BrokerRedis || bu.Kind == connect.BrokerSQS) && strings.TrimSpace(topic) == "" {
+		return bu, usagef("--topic is required with --broker %s: name the queue or stream to republish to", bu)
+	}
+	return bu, nil
+}
+
+// openReplayer opens the broker replays go through and returns a Replayer over st that
+// republishes there, signed with the operator replay key when one is configured (see
+// replaySigner). dlq replay and serve share it; the caller closes the broker.
+func (e *env) openReplayer(ctx context.Context, st *connect.Stores, broker, keyFile, name string, reconnect bool) (*idem.Replayer, *connect.Broker, error) {
+	signer, err := e.replaySigner(keyFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := connect.OpenBroker(ctx, broker, st, connect.BrokerOptions{Name: name, Reconnect: reconnect})
+	if err != nil {
+		return nil, nil, err
+	}
+	rp := idem.NewReplayer(st.DeadLetters, b.Sink)
+	rp.Signer = signer
+	return rp, b, nil
 }
 
 // nonNil makes an empty id list encode as [] rather than be omitted.

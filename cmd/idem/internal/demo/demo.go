@@ -52,7 +52,7 @@ const (
 	DuplicatesDefault  = 0.05
 	TransientDefault   = 0.05
 	PoisonDefault      = 0.01
-	CrashDefault       = 0.02
+	LostAcksDefault    = 0.02
 	TimeoutDefault     = 2 * time.Minute
 
 	// EventsMax bounds --events: the plan and the observer keep a little state per event.
@@ -122,9 +122,11 @@ type Options struct {
 	// Seed chooses which events misbehave how (default SeedDefault); the same seed injects the
 	// same misbehaviour.
 	Seed int64
-	// Duplicates, Transient, Poison and Crash are the misbehaviour rates, each in [0, 1]. Zero
-	// turns a misbehaviour off; WithDefaults sets the default rates only when all four are zero.
-	Duplicates, Transient, Poison, Crash float64
+	// Duplicates, Transient, Poison and LostAcks are the misbehaviour rates, each in [0, 1].
+	// A lost ack is a crash between the commit and the ack: the broker redelivers, and the
+	// consumer sees a duplicate. Zero turns a misbehaviour off; WithDefaults sets the default
+	// rates only when all four are zero.
+	Duplicates, Transient, Poison, LostAcks float64
 	// Timeout bounds the run: past it the verdict fails with "did not drain within …"
 	// (default TimeoutDefault).
 	Timeout time.Duration
@@ -148,8 +150,8 @@ type Options struct {
 // command's flags) is taken at its word. Run applies the defaults of every other field itself.
 func (o Options) WithDefaults() Options {
 	o = o.fill()
-	if o.Duplicates == 0 && o.Transient == 0 && o.Poison == 0 && o.Crash == 0 {
-		o.Duplicates, o.Transient, o.Poison, o.Crash = DuplicatesDefault, TransientDefault, PoisonDefault, CrashDefault
+	if o.Duplicates == 0 && o.Transient == 0 && o.Poison == 0 && o.LostAcks == 0 {
+		o.Duplicates, o.Transient, o.Poison, o.LostAcks = DuplicatesDefault, TransientDefault, PoisonDefault, LostAcksDefault
 	}
 	return o
 }
@@ -207,7 +209,7 @@ func (o Options) Validate() error {
 	for _, r := range []struct {
 		flag string
 		v    float64
-	}{{"--duplicates", o.Duplicates}, {"--transient", o.Transient}, {"--poison", o.Poison}, {"--crash", o.Crash}} {
+	}{{"--duplicates", o.Duplicates}, {"--transient", o.Transient}, {"--poison", o.Poison}, {"--lost-acks", o.LostAcks}} {
 		if math.IsNaN(r.v) || r.v < 0 || r.v > 1 {
 			errs = append(errs, fmt.Errorf("%s %g: want a rate between 0 and 1", r.flag, r.v))
 		}
@@ -330,7 +332,7 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 	s := &scenario[TTx]{
 		o:            o,
 		runID:        v.RunID,
-		plan:         payments.Plan(o.Seed, o.Events, payments.Rates{Duplicates: o.Duplicates, Transient: o.Transient, Poison: o.Poison, Crash: o.Crash}),
+		plan:         payments.Plan(o.Seed, o.Events, payments.Rates{Duplicates: o.Duplicates, Transient: o.Transient, Poison: o.Poison, Crash: o.LostAcks}),
 		store:        store,
 		db:           db,
 		exec:         exec,
@@ -484,9 +486,9 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 	}
 	cv.DuplicatesInjected = int(sink.injected.Load())
 	cv.DuplicatesDroppedByBroker = int(sink.dropped.Load())
-	cv.CrashesInjected = int(source.n.Load())
+	cv.LostAcksInjected = int(source.n.Load())
 	if hook != nil {
-		cv.CrashesInjected = int(hook.crashes.Load())
+		cv.LostAcksInjected = int(hook.crashes.Load())
 	}
 	for i := range s.failed {
 		if s.failed[i].Load() {
@@ -501,6 +503,7 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 		cv.Notes = append(cv.Notes, fmt.Sprintf("JetStream dropped %d of %d injected duplicates by their Nats-Msg-Id "+
 			"(broker-level deduplication), so they never reached the consumer", d, cv.DuplicatesInjected))
 	}
+	cv.Notes = append(cv.Notes, duplicatesNote(cv))
 	if len(problems) > 0 {
 		cv.Problems = append(problems, cv.Problems...)
 		cv.OK = false
@@ -801,4 +804,20 @@ func (s *scenario[TTx]) credit(ctx context.Context, tx TTx, msg idem.Message) er
 		return fmt.Errorf("credit wallet %s: %w", *p.WalletID, err)
 	}
 	return idem.ExpectRows(n, 1)
+}
+
+// duplicatesNote says where the duplicates the consumer ignored came from, so that the count
+// reconciles with what was injected.
+func duplicatesNote(v Verdict) string {
+	reached := v.DuplicatesInjected - v.DuplicatesDroppedByBroker
+	expected := reached + v.LostAcksInjected
+	text := fmt.Sprintf("duplicates ignored %d: from %d injected duplicates that reached the consumer and %d lost acks (%d)",
+		v.DuplicatesIgnored, reached, v.LostAcksInjected, expected)
+	switch d := v.DuplicatesIgnored - expected; {
+	case d < 0:
+		text += fmt.Sprintf("; %d fewer, because copies of poison messages are dead-lettered again rather than ignored", -d)
+	case d > 0:
+		text += fmt.Sprintf("; %d more, redelivered by the broker after a lease ran out or republished by the relay", d)
+	}
+	return text
 }

@@ -42,7 +42,7 @@ func chaos(store, broker string) Options {
 		Duplicates: 0.12,
 		Transient:  0.12,
 		Poison:     0.08,
-		Crash:      0.04,
+		LostAcks:   0.04,
 		// A safety net: the runs take a few seconds, ten or so under -race on a busy machine.
 		Timeout: 40 * time.Second,
 	}
@@ -63,7 +63,7 @@ func requireChaosOK(t *testing.T, v Verdict) {
 	require.True(t, v.PoisonOK)
 	require.GreaterOrEqual(t, v.PoisonInjected, 20)
 	require.GreaterOrEqual(t, v.TransientInjected, 20)
-	require.GreaterOrEqual(t, v.CrashesInjected, 5)
+	require.GreaterOrEqual(t, v.LostAcksInjected, 5)
 	require.GreaterOrEqual(t, v.DuplicatesInjected, 20)
 	require.GreaterOrEqual(t, v.Retries, v.TransientInjected)
 	require.Equal(t, v.PoisonInjected, v.DeadLettered["invalid_payload"]+v.DeadLettered["key_reuse"])
@@ -71,7 +71,11 @@ func requireChaosOK(t *testing.T, v Verdict) {
 	require.Equal(t, v.Events-v.PoisonInjected, v.Processed, "each valid event processed once")
 	// Every lost ack comes back as a duplicate, and so do the copies of valid events the broker
 	// let through (copies of poison are dead-lettered again, into the same dead letter).
-	require.GreaterOrEqual(t, v.DuplicatesIgnored, v.CrashesInjected+(v.DuplicatesInjected-v.DuplicatesDroppedByBroker)/2)
+	require.GreaterOrEqual(t, v.DuplicatesIgnored, v.LostAcksInjected+(v.DuplicatesInjected-v.DuplicatesDroppedByBroker)/2)
+	require.Equal(t, v.Deliveries, v.Processed+v.DuplicatesIgnored+v.Retries+v.DeadLetteredDeliveries+v.OtherDeliveries,
+		"the deliveries add up to their outcomes")
+	require.Contains(t, table.String(), fmt.Sprintf("deliveries          %d = %d processed", v.Deliveries, v.Processed))
+	require.Contains(t, strings.Join(v.Notes, "\n"), fmt.Sprintf("duplicates ignored %d: from", v.DuplicatesIgnored))
 	require.Greater(t, v.P50MS, 0.0)
 	require.GreaterOrEqual(t, v.P99MS, v.P50MS)
 	require.True(t, strings.HasSuffix(table.String(), "verdict: ok\n"), table.String())
@@ -182,7 +186,7 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{func(o *Options) { o.Duplicates = 1.5 }, "--duplicates 1.5: want a rate between 0 and 1"},
 		{func(o *Options) { o.Transient = -0.1 }, "--transient -0.1: want a rate between 0 and 1"},
 		{func(o *Options) { o.Poison = 2 }, "--poison 2: want a rate between 0 and 1"},
-		{func(o *Options) { o.Crash = 1.01 }, "--crash 1.01: want a rate between 0 and 1"},
+		{func(o *Options) { o.LostAcks = 1.01 }, "--lost-acks 1.01: want a rate between 0 and 1"},
 		{func(o *Options) { o.Events = -3 }, "--events -3: want between 1 and 1000000"},
 		{func(o *Options) { o.Concurrency = -1 }, "--concurrency -1: want between 1 and 1024"},
 		{func(o *Options) { o.Timeout = -time.Second }, "--timeout -1s: want a positive duration"},
@@ -211,13 +215,13 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, 10000, o.Events)
 	require.Equal(t, 8, o.Concurrency)
 	require.EqualValues(t, 1, o.Seed)
-	require.Equal(t, []float64{0.05, 0.05, 0.01, 0.02}, []float64{o.Duplicates, o.Transient, o.Poison, o.Crash})
+	require.Equal(t, []float64{0.05, 0.05, 0.01, 0.02}, []float64{o.Duplicates, o.Transient, o.Poison, o.LostAcks})
 	require.Equal(t, 2*time.Minute, o.Timeout)
 	require.NotNil(t, o.Logger)
 
 	// A rate set explicitly, even to zero, is kept.
-	o = Options{Crash: 0.5}.WithDefaults()
-	require.Equal(t, []float64{0, 0, 0, 0.5}, []float64{o.Duplicates, o.Transient, o.Poison, o.Crash})
+	o = Options{LostAcks: 0.5}.WithDefaults()
+	require.Equal(t, []float64{0, 0, 0, 0.5}, []float64{o.Duplicates, o.Transient, o.Poison, o.LostAcks})
 }
 
 // natsStream returns a fresh stream name and subject root on the test's JetStream, deleted at
@@ -350,7 +354,7 @@ func TestTimeoutFailsTheVerdict(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "demo.db")
 	// Every event loses its ack, so the run cannot drain before the lease brings them back.
-	v, err := Run(context.Background(), Options{Store: "sqlite://" + path, Events: 20, Crash: 1, Timeout: 500 * time.Millisecond})
+	v, err := Run(context.Background(), Options{Store: "sqlite://" + path, Events: 20, LostAcks: 1, Timeout: 500 * time.Millisecond})
 	require.NoError(t, err)
 	require.False(t, v.OK)
 	require.Contains(t, v.Problems[0], "did not drain within 500ms")
@@ -361,7 +365,7 @@ func TestInterruptedRunFailsTheVerdict(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "demo.db")
 	ctx, cancel := context.WithCancel(context.Background())
 	var calls int
-	o := Options{Store: "sqlite://" + path, Events: 5000, Crash: 0.5, Progress: func(done, total int) {
+	o := Options{Store: "sqlite://" + path, Events: 5000, LostAcks: 0.5, Progress: func(done, total int) {
 		calls++
 		require.Equal(t, 5000, total)
 		if done > 0 {

@@ -24,6 +24,12 @@ type Verdict struct {
 	DuplicatesIgnored int `json:"duplicates_ignored"`
 	// Retries counts deliveries handed back to the broker for another attempt.
 	Retries int `json:"retries"`
+	// DeadLetteredDeliveries counts deliveries that ended in a dead letter (a redelivered copy
+	// of a dead-lettered message updates the same dead letter, so it can exceed DeadLettered).
+	DeadLetteredDeliveries int `json:"dead_lettered_deliveries"`
+	// OtherDeliveries counts the deliveries of any other outcome (abandoned: given back without
+	// a verdict, e.g. at a lease's end), so that Deliveries is the sum of the five.
+	OtherDeliveries int `json:"other_deliveries"`
 	// DeadLettered counts the run's dead letters by reason, from idem's dead-letter table. Dead
 	// letters the relay wrote are keyed "relay:<reason>".
 	DeadLettered map[string]int `json:"dead_lettered"`
@@ -34,7 +40,9 @@ type Verdict struct {
 	// deduplicates a republished Nats-Msg-Id): they never reached the consumer.
 	DuplicatesDroppedByBroker int `json:"duplicates_dropped_by_broker,omitempty"`
 	TransientInjected         int `json:"transient_injected"`
-	CrashesInjected           int `json:"crashes_injected"`
+	// LostAcksInjected counts commits whose ack was lost (a crash after commit, before ack; the
+	// demo's --lost-acks): each comes back and is ignored as a duplicate.
+	LostAcksInjected int `json:"lost_acks_injected"`
 
 	// DoubleApplied counts events with more than one ledger row.
 	DoubleApplied int `json:"double_applied"`
@@ -309,8 +317,9 @@ func (v Verdict) WriteTable(w io.Writer) error {
 	row("broker", "%s", v.Broker)
 	row("events", "%d", v.Events)
 	row("injected", "%d duplicates, %d transient failures, %d poison, %d lost acks",
-		v.DuplicatesInjected, v.TransientInjected, v.PoisonInjected, v.CrashesInjected)
-	row("deliveries", "%d", v.Deliveries)
+		v.DuplicatesInjected, v.TransientInjected, v.PoisonInjected, v.LostAcksInjected)
+	row("deliveries", "%d = %d processed + %d duplicates ignored + %d retries + %d dead-lettered + %d other",
+		v.Deliveries, v.Processed, v.DuplicatesIgnored, v.Retries, v.DeadLetteredDeliveries, v.OtherDeliveries)
 	row("processed", "%d", v.Processed)
 	row("duplicates ignored", "%d", v.DuplicatesIgnored)
 	row("retries", "%d", v.Retries)
