@@ -24,7 +24,7 @@ func TestServeFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"--token", "short"}, "--token is 5 characters"},
-		{[]string{"--broker", "nats://127.0.0.1:4222"}, "--topic is required"},
+		{[]string{"--broker", "amqp://guest:guest@127.0.0.1:5672/"}, "--topic is required"},
 		{[]string{"--sample-interval", "0s"}, "--sample-interval"},
 		{[]string{"--log-format", "xml"}, "--log-format"},
 		{[]string{"--metrics", "localhost:9464/metrics"}, "--metrics"},
