@@ -124,7 +124,7 @@ func buildStatus(ctx context.Context, s *connect.Stores, queues []string, now ti
 		c.Processed, c.lastProcessed = cc.Count, cc.Last
 	}
 
-	ignored, err := ignoredCounts(ctx, s)
+	ignored, err := inspect.IgnoredCounts(ctx, s)
 	if err != nil {
 		return rep, storeErr(s, "count ignored events", err)
 	}
@@ -229,27 +229,6 @@ func buildStatus(ctx context.Context, s *connect.Stores, queues []string, now ti
 func backlog(queue string, qs idem.QueueStats, now time.Time) backlogStatus {
 	return backlogStatus{Queue: queue, Backlog: qs.Backlog, OldestAt: jsonTime(qs.Oldest),
 		OldestAgeS: ageSeconds(qs.Oldest, now), oldest: qs.Oldest}
-}
-
-// ignoredCounts counts, per consumer, the audit rows of events its handler ignored (action
-// idem.AuditActionIgnore, actor the consumer), with one read-only query on the concrete store
-// like claimCounts.
-func ignoredCounts(ctx context.Context, s *connect.Stores) (map[string]int64, error) {
-	out := map[string]int64{}
-	err := queryStore(ctx, s, "audit", func(table, ph string) string {
-		return `SELECT actor, COUNT(*) FROM ` + table + ` WHERE action = ` + ph + ` GROUP BY actor`
-	}, []any{idem.AuditActionIgnore}, func(scan func(...any) error) error {
-		var (
-			actor string
-			n     int64
-		)
-		if err := scan(&actor, &n); err != nil {
-			return err
-		}
-		out[actor] = n
-		return nil
-	})
-	return out, err
 }
 
 // queueNames lists the queue-table queues that hold jobs (acked jobs are deleted), so status
