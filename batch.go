@@ -54,7 +54,8 @@ const (
 
 // BatchConfig turns on batched processing: a worker takes up to Size deliveries, waiting at
 // most MaxWait to fill a partial batch, and processes them in one transaction. Handlers are the
-// same as in per-event mode; the store must implement BatchStore.
+// same as in per-event mode, unless ConsumerConfig.SetHandler is set: then each batch's new
+// events go to it at once (Consumer.ProcessSet). The store must implement BatchStore.
 type BatchConfig struct {
 	// Enabled turns batching on.
 	Enabled bool
@@ -94,33 +95,65 @@ func (c *Consumer[TTx]) ProcessBatch(ctx context.Context, msgs []Message) []Resu
 // delivery's trace (its handler runs under it).
 func (c *Consumer[TTx]) processBatch(ctx context.Context, msgs []Message, settles []func(context.Context, TTx) error, traces []DeliveryTrace) []Result {
 	bs := c.batchStore
-	results := make([]Result, len(msgs))
 	if bs == nil {
-		for i, m := range msgs {
-			results[i] = c.process(traceAt(ctx, traces, i), m, settleAt(settles, i))
-		}
-		return results
+		return c.processEach(ctx, msgs, settles, traces)
 	}
+	b := c.prepareBatch(ctx, msgs)
+	c.applyEach(ctx, bs, b.items, b.params, b.results, settles, traces)
+	c.processLater(ctx, msgs, b, settles, traces)
+	return b.results
+}
+
+// processEach runs every delivery through the per-event path, for a store that cannot batch.
+func (c *Consumer[TTx]) processEach(ctx context.Context, msgs []Message, settles []func(context.Context, TTx) error, traces []DeliveryTrace) []Result {
+	results := make([]Result, len(msgs))
+	for i, m := range msgs {
+		results[i] = c.process(traceAt(ctx, traces, i), m, settleAt(settles, i))
+	}
+	return results
+}
+
+// preparedBatch is a batch after the checks that come before its transaction: a result per
+// delivery (final for those that already failed), the deliveries to claim together with their
+// claims, and the deliveries whose key appears earlier in the batch.
+type preparedBatch struct {
+	results []Result
+	items   []batchItem
+	params  []ClaimParams
+	// later holds the indexes of deliveries to process alone after the batch commits.
+	later []int
+}
+
+// prepareBatch runs prepare on every delivery and sets aside those whose key repeats one
+// earlier in the batch: the batched and the set-based paths share it.
+func (c *Consumer[TTx]) prepareBatch(ctx context.Context, msgs []Message) preparedBatch {
 	now := c.cfg.Now()
-	items := make([]batchItem, 0, len(msgs))
-	params := make([]ClaimParams, 0, len(msgs))
+	b := preparedBatch{
+		results: make([]Result, len(msgs)),
+		items:   make([]batchItem, 0, len(msgs)),
+		params:  make([]ClaimParams, 0, len(msgs)),
+	}
 	seen := make(map[Key]struct{}, len(msgs))
-	var later []int
 	for i, m := range msgs {
 		m, res, ok := c.prepare(ctx, m, now)
-		results[i] = res
+		b.results[i] = res
 		if !ok {
 			continue
 		}
 		if _, dup := seen[res.Key]; dup {
-			later = append(later, i)
+			b.later = append(b.later, i)
 			continue
 		}
 		seen[res.Key] = struct{}{}
-		items = append(items, batchItem{i: i, msg: m})
-		params = append(params, ClaimParams{Key: res.Key, Fingerprint: res.Fingerprint, Now: now, Bucket: res.bucket})
+		b.items = append(b.items, batchItem{i: i, msg: m})
+		b.params = append(b.params, ClaimParams{Key: res.Key, Fingerprint: res.Fingerprint, Now: now, Bucket: res.bucket})
 	}
+	return b
+}
 
+// applyEach applies items with each event's handler in one shared transaction, setting aside
+// and retrying without it any event that aborts an attempt.
+func (c *Consumer[TTx]) applyEach(ctx context.Context, bs BatchStore[TTx], items []batchItem, params []ClaimParams, results []Result, settles []func(context.Context, TTx) error, traces []DeliveryTrace) {
 	// A failing event aborts the attempt (without savepoints: any failure; with them: a handler
 	// that ended the transaction itself); it is set aside and the rest is tried again, so each
 	// such failure costs one extra transaction.
@@ -135,11 +168,15 @@ func (c *Consumer[TTx]) processBatch(ctx context.Context, msgs []Message, settle
 		its = append(its[:failedAt:failedAt], its[failedAt+1:]...)
 		ps = append(ps[:failedAt:failedAt], ps[failedAt+1:]...)
 	}
-	slices.Sort(later)
-	for _, i := range later {
-		results[i] = c.process(traceAt(ctx, traces, i), msgs[i], settleAt(settles, i))
+}
+
+// processLater processes, in order and each on its own, the deliveries whose key repeated an
+// earlier one of the batch: after the batch committed, each is seen as the duplicate it is.
+func (c *Consumer[TTx]) processLater(ctx context.Context, msgs []Message, b preparedBatch, settles []func(context.Context, TTx) error, traces []DeliveryTrace) {
+	slices.Sort(b.later)
+	for _, i := range b.later {
+		b.results[i] = c.process(traceAt(ctx, traces, i), msgs[i], settleAt(settles, i))
 	}
-	return results
 }
 
 // batchItem is one prepared delivery of a batch: its index and verified message.

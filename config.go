@@ -105,8 +105,14 @@ type ConsumerConfig[TTx any] struct {
 	// Name is the consumer name with its effect version, "ledger@v1" (required). Bumping the
 	// version deliberately re-applies events already processed by the old version.
 	Name string
-	// Handler applies the effect (required).
+	// Handler applies the effect of one event (required unless SetHandler is set, in which
+	// case it defaults to SetHandler called with a set of one).
 	Handler Handler[TTx]
+	// SetHandler, when set, applies the effects of a batch's new events at once (see
+	// Consumer.ProcessSet): with Batch.Enabled, Run processes each batch through it, and falls
+	// back to Handler event by event when a set fails. Handler and SetHandler must apply the
+	// same effect.
+	SetHandler SetHandler[TTx]
 	// Owner names who is paged for this consumer: a team or on-call rotation ("payments",
 	// "ledger-oncall"). It is stored with each dead letter and is the owner label of idemprom's
 	// metrics, which the shipped alerts route on, so it must be low-cardinality: at most
@@ -177,6 +183,9 @@ type ConsumerConfig[TTx any] struct {
 // WithDefaults returns a copy of c with zero fields set to their defaults.
 func (c ConsumerConfig[TTx]) WithDefaults() ConsumerConfig[TTx] {
 	c.Retry = c.Retry.WithDefaults()
+	if c.Handler == nil && c.SetHandler != nil {
+		c.Handler = setOfOne(c.SetHandler)
+	}
 	if c.Retention == 0 {
 		c.Retention = RetentionDefault
 	}
@@ -217,7 +226,7 @@ func (c ConsumerConfig[TTx]) Validate() error {
 		errs = append(errs, fmt.Errorf("Name %q: use letters, digits, '.', '_', '-' and one '@' before the effect version", c.Name))
 	}
 	if c.Handler == nil {
-		errs = append(errs, errors.New("Handler is nil"))
+		errs = append(errs, errors.New("Handler is nil (set Handler, SetHandler or both)"))
 	}
 	if err := ValidateOwner(c.Owner); err != nil {
 		errs = append(errs, err)

@@ -124,7 +124,12 @@ func (c *Consumer[TTx]) prepare(ctx context.Context, msg Message, now time.Time)
 
 	// Trust after verification: the tenant comes from the verified channel.
 	if c.cfg.Authenticator != nil {
-		if err := c.cfg.Authenticator.Authenticate(ctx, &msg); err != nil {
+		// Only this copy goes to the heap (the Authenticator gets a pointer), and only when an
+		// Authenticator is set: the batched paths prepare every event.
+		verified := msg
+		err := c.cfg.Authenticator.Authenticate(ctx, &verified)
+		msg = verified
+		if err != nil {
 			if !errors.Is(err, ErrUnauthenticated) {
 				err = fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 			}

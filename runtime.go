@@ -249,7 +249,12 @@ func (r *runner[TTx]) handleBatch(workCtx context.Context, ds []Delivery, stopFe
 	hctx, cancel := context.WithCancelCause(bctx)
 	defer cancel(nil)
 	stopExtend := r.extendLease(hctx, cancel, ds...)
-	results := r.c.processBatch(hctx, msgs, settles, traces)
+	var results []Result
+	if cfg.SetHandler != nil {
+		results = r.c.processSet(hctx, msgs, settles, traces)
+	} else {
+		results = r.c.processBatch(hctx, msgs, settles, traces)
+	}
 	stopExtend()
 	for i, d := range ds {
 		r.settle(dctxs[i], hctx, stopFetch, d, msgs[i], results[i], start, firsts[i], settles[i] != nil)

@@ -76,6 +76,7 @@ func benign(stack string) bool {
 // TestMain that does its own checks: `func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }`.
 func Run(m *testing.M) int {
 	code := m.Run()
+	stopSQS()
 	if s := SkipSummary(); s != "" {
 		fmt.Println(s)
 	}

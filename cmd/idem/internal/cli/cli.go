@@ -116,8 +116,8 @@ Every command takes --store: sqlite://PATH, postgres://USER:PASSWORD@HOST:PORT/D
 ?idem_schema=NAME for a schema other than public) or mysql://USER:PASSWORD@HOST:PORT/DB (MySQL 8
 or MariaDB 10.6+). Without --store, commands use $` + StoreEnv + `
 if set, else ` + StoreDefault + ` (demo uses ` + DemoStoreDefault + `). Commands that publish take
---broker: sql (the queue table in the store), nats://HOST:PORT, amqp://USER:PASSWORD@HOST:PORT/VHOST
-or redis://USER:PASSWORD@HOST:PORT/DB. Passwords are never printed.
+--broker: sql (the queue table in the store), nats://HOST:PORT, amqp://USER:PASSWORD@HOST:PORT/VHOST,
+redis://USER:PASSWORD@HOST:PORT/DB or sqs://HOST:PORT?region=REGION. Passwords are never printed.
 
 Exit status: 0 ok, 1 failure (or demo verdict not ok), 2 usage error.`,
 		SilenceUsage:  true,
@@ -133,6 +133,7 @@ Exit status: 0 ok, 1 failure (or demo verdict not ok), 2 usage error.`,
 		newGCCmd(e),
 		newStatusCmd(e),
 		newDLQCmd(e),
+		newServeCmd(e),
 		newBenchCmd(e),
 		newChaosCmd(e),
 		newChaosRoleCmd(e),

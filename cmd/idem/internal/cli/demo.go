@@ -47,7 +47,8 @@ a lost ack then cuts the connection after the commit, before the answer.`,
 		Example: `  idem demo
   idem demo --events 1000 --lost-acks 0.01 --json
   idem demo --store postgres://postgres@127.0.0.1/test --broker nats://127.0.0.1:4222
-  idem demo --http --events 2000`,
+  idem demo --http --events 2000
+  idem demo --broker sqs://127.0.0.1:5000    # moto_server -p 5000: SQS on this machine`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -95,7 +96,7 @@ a lost ack then cuts the connection after the commit, before the answer.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&storeFlag, "store", defaults.Store, "store DSN: sqlite://PATH, postgres://USER:PASSWORD@HOST:PORT/DB or mysql://USER:PASSWORD@HOST:PORT/DB")
-	fl.StringVar(&opts.Broker, "broker", defaults.Broker, "broker: sql (the queue table in the store), nats://HOST:PORT, amqp://USER:PASSWORD@HOST:PORT/VHOST or redis://USER:PASSWORD@HOST:PORT/DB")
+	fl.StringVar(&opts.Broker, "broker", defaults.Broker, "broker: sql (the queue table in the store), nats://HOST:PORT, amqp://USER:PASSWORD@HOST:PORT/VHOST, redis://USER:PASSWORD@HOST:PORT/DB or sqs://HOST:PORT?region=REGION&tls=1 (SQS, or an emulator such as moto_server; credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
 	fl.IntVar(&opts.Events, "events", defaults.Events, "events to produce")
 	fl.IntVar(&opts.Concurrency, "concurrency", defaults.Concurrency, "consumer workers")
 	fl.IntVar(&opts.Batch, "batch", 0, "process up to this many deliveries per transaction (batched mode; 0 or 1: one per event)")

@@ -57,7 +57,10 @@ republished event id within the stream's duplicate window;
 --broker amqp://USER:PASSWORD@HOST:PORT/VHOST publishes to RabbitMQ's default exchange (queue = the
 row's topic) with publisher confirms, and a row no queue takes fails instead of vanishing;
 --broker redis://USER:PASSWORD@HOST:PORT/DB (or rediss://) adds to the Redis stream idem:<row's
-topic>, each entry confirmed before the next, and drops a republish within two minutes.
+topic>, each entry confirmed before the next, and drops a republish within two minutes;
+--broker sqs://HOST:PORT?region=REGION&tls=1 sends to the SQS queue named by the row's topic (a
+FIFO queue, name ending in .fifo, gets the row's Idem-Key header, else tenant/event id, as message
+group, and drops a republish within five minutes).
 
 --metrics-addr serves Prometheus metrics on /metrics (publish counts and lag, failures, outbox and
 dead-letter backlog, and queue backlog of the --queue names) and a health check on /healthz

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/connect"
+	"github.com/idemkit/idem/cmd/idem/internal/inspect"
 )
 
 // consumerStatus is one consumer in idem status.
@@ -113,13 +114,13 @@ func buildStatus(ctx context.Context, s *connect.Stores, queues []string, now ti
 		return c
 	}
 
-	claims, err := claimCounts(ctx, s)
+	claims, err := inspect.ClaimCounts(ctx, s)
 	if err != nil {
 		return rep, storeErr(s, "count claims", err)
 	}
 	for _, cc := range claims {
-		c := get(cc.consumer)
-		c.Processed, c.lastProcessed = cc.count, cc.last
+		c := get(cc.Consumer)
+		c.Processed, c.lastProcessed = cc.Count, cc.Last
 	}
 
 	ignored, err := ignoredCounts(ctx, s)
@@ -202,81 +203,6 @@ func buildStatus(ctx context.Context, s *connect.Stores, queues []string, now ti
 func backlog(queue string, qs idem.QueueStats, now time.Time) backlogStatus {
 	return backlogStatus{Queue: queue, Backlog: qs.Backlog, OldestAt: jsonTime(qs.Oldest),
 		OldestAgeS: ageSeconds(qs.Oldest, now), oldest: qs.Oldest}
-}
-
-// claimCount is one consumer's claims.
-type claimCount struct {
-	consumer string
-	count    int64
-	last     time.Time
-}
-
-// claimCounts counts claims per consumer with one read-only query on the concrete store: the
-// store interfaces have no such method, and status is the only caller. The table is the
-// store's configured prefix + "claims" (in its schema on PostgreSQL); prefix and schema were
-// validated as plain identifiers by the store and are quoted here besides.
-func claimCounts(ctx context.Context, s *connect.Stores) ([]claimCount, error) {
-	var out []claimCount
-	switch {
-	case s.SQLite != nil:
-		table := `"` + s.SQLite.Config().Prefix + `claims"`
-		rows, err := s.SQLite.DB().QueryContext(ctx,
-			`SELECT consumer, COUNT(*), MAX(created_at) FROM `+table+` GROUP BY consumer ORDER BY consumer`)
-		if err != nil {
-			return nil, err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				c      claimCount
-				micros int64
-			)
-			if err := rows.Scan(&c.consumer, &c.count, &micros); err != nil {
-				return nil, err
-			}
-			c.last = time.UnixMicro(micros).UTC()
-			out = append(out, c)
-		}
-		return out, rows.Err()
-	case s.MySQL != nil:
-		table := "`" + s.MySQL.Config().Prefix + "claims`"
-		rows, err := s.MySQL.DB().QueryContext(ctx,
-			`SELECT consumer, COUNT(*), MAX(created_at) FROM `+table+` GROUP BY consumer ORDER BY consumer`)
-		if err != nil {
-			return nil, err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				c      claimCount
-				micros int64
-			)
-			if err := rows.Scan(&c.consumer, &c.count, &micros); err != nil {
-				return nil, err
-			}
-			c.last = time.UnixMicro(micros).UTC()
-			out = append(out, c)
-		}
-		return out, rows.Err()
-	case s.Postgres != nil:
-		cfg := s.Postgres.Config()
-		table := pgx.Identifier{cfg.Schema, cfg.Prefix + "claims"}.Sanitize()
-		rows, err := s.Postgres.Pool().Query(ctx,
-			`SELECT consumer, count(*), max(created_at) FROM `+table+` GROUP BY consumer ORDER BY consumer`)
-		if err != nil {
-			return nil, err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var c claimCount
-			if err := rows.Scan(&c.consumer, &c.count, &c.last); err != nil {
-				return nil, err
-			}
-			out = append(out, c)
-		}
-		return out, rows.Err()
-	}
-	return nil, fmt.Errorf("store %s: no SQL database to count claims in", s.URL)
 }
 
 // ignoredCounts counts, per consumer, the audit rows of events its handler ignored (action

@@ -361,6 +361,9 @@ func ParseBroker(raw string) (BrokerURL, error) {
 	if bu, ok, err := parseRedis(raw); ok {
 		return bu, err
 	}
+	if bu, ok, err := parseSQS(raw); ok {
+		return bu, err
+	}
 	for _, one := range strings.Split(raw, ",") {
 		one = strings.TrimSpace(one)
 		if !strings.Contains(one, "://") {
@@ -617,6 +620,13 @@ func OpenBroker(ctx context.Context, raw string, stores *Stores, opts BrokerOpti
 		}
 		b.Sink = sink
 		b.closers = append(b.closers, closeFn)
+	case BrokerSQS:
+		sink, err := openSQS(ctx, bu)
+		if err != nil {
+			return nil, err
+		}
+		b.Sink = sink
+		b.closers = append(b.closers, func() { _ = sink.Close() })
 	}
 	return b, nil
 }

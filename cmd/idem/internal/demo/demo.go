@@ -36,6 +36,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/connect"
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
 	"github.com/idemkit/idem/idemrelay"
 	"github.com/idemkit/idem/idemwebhook"
 	"github.com/idemkit/idem/retry"
@@ -95,7 +96,8 @@ type Options struct {
 	// idem_schema=NAME to use a schema of its own; the demo's tables go there too).
 	Store string
 	// Broker is "sql" (the queue table in the store, the default), nats://HOST:PORT,
-	// amqp://USER:PASSWORD@HOST:PORT/VHOST or redis://USER:PASSWORD@HOST:PORT/DB.
+	// amqp://USER:PASSWORD@HOST:PORT/VHOST, redis://USER:PASSWORD@HOST:PORT/DB or
+	// sqs://HOST:PORT?region=REGION (SQS, or an emulator such as moto_server).
 	Broker string
 	// Events is the number of orders (default EventsDefault).
 	Events int
@@ -223,7 +225,7 @@ func Run(ctx context.Context, opts Options) (Verdict, error) {
 	su, _ := connect.ParseStore(o.Store)
 	bu, _ := connect.ParseBroker(o.Broker)
 	v := Verdict{Store: su.String(), Broker: bu.Kind, Seed: o.Seed, DeadLettered: map[string]int{}}
-	if bu.Kind == connect.BrokerNATS || bu.Kind == connect.BrokerAMQP || bu.Kind == connect.BrokerRedis {
+	if bu.Kind == connect.BrokerNATS || bu.Kind == connect.BrokerAMQP || bu.Kind == connect.BrokerRedis || bu.Kind == connect.BrokerSQS {
 		v.Broker = idem.RedactURL(bu.URL)
 	}
 	if o.HTTP {
@@ -291,7 +293,7 @@ func pgExec(ctx context.Context, tx pgx.Tx, q string, args ...any) (int64, error
 type scenario[TTx any] struct {
 	o     Options
 	runID string
-	plan  []order
+	plan  []payments.Order
 	store demoStore[TTx]
 	db    *database
 	exec  txExec[TTx]
@@ -309,7 +311,7 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 	s := &scenario[TTx]{
 		o:            o,
 		runID:        v.RunID,
-		plan:         newPlan(o.Seed, o.Events, rates{o.Duplicates, o.Transient, o.Poison, o.LostAcks}),
+		plan:         payments.Plan(o.Seed, o.Events, payments.Rates{Duplicates: o.Duplicates, Transient: o.Transient, Poison: o.Poison, Crash: o.LostAcks}),
 		store:        store,
 		db:           db,
 		exec:         exec,
@@ -339,6 +341,10 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 		if s.br, err = redisBroker(ctx, bu, s.runID); err != nil {
 			return v, fmt.Errorf("broker %s: %w", v.Broker, err)
 		}
+	} else if bu.Kind == connect.BrokerSQS {
+		if s.br, err = sqsBroker(ctx, bu, s.runID); err != nil {
+			return v, fmt.Errorf("broker %s: %w", v.Broker, err)
+		}
 	} else if s.br, err = queueBroker[TTx](store, s.runID); err != nil {
 		return v, fmt.Errorf("broker %s: %w", v.Broker, err)
 	}
@@ -359,7 +365,7 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 		Batch:            batch,
 		Name:             consumerName,
 		Handler:          handler,
-		Validator:        idem.ValidatorFunc(validatePayment),
+		Validator:        idem.ValidatorFunc(payments.Validate),
 		Retry:            retryPolicy,
 		RedeliveryWindow: s.br.redelivery,
 		Workers:          o.Concurrency,
@@ -539,11 +545,11 @@ func (s *scenario[TTx]) drainState(ctx context.Context) (drain, error) {
 
 // createWallets creates the run's wallets with a zero balance.
 func (s *scenario[TTx]) createWallets(ctx context.Context) error {
-	args := make([]any, 0, 2*walletCount)
-	for w := range walletCount {
-		args = append(args, s.runID, walletID(w))
+	args := make([]any, 0, 2*payments.WalletCount)
+	for w := range payments.WalletCount {
+		args = append(args, s.runID, payments.WalletID(w))
 	}
-	q := s.db.sql(insertValues("{wallets}", []string{"run_id", "id"}, walletCount))
+	q := s.db.sql(insertValues("{wallets}", []string{"run_id", "id"}, payments.WalletCount))
 	return s.store.InTx(ctx, func(ctx context.Context, tx TTx) error {
 		_, err := s.exec(ctx, tx, q, args...)
 		return err
@@ -560,7 +566,7 @@ func (s *scenario[TTx]) produce(ctx context.Context) error {
 		var ready []int
 		rest := reuse[:0]
 		for _, i := range reuse {
-			if _, ok := s.tally.applied(eventID(s.runID, s.plan[i].target)); ok {
+			if _, ok := s.tally.applied(payments.EventID(s.runID, s.plan[i].Target)); ok {
 				ready = append(ready, i)
 			} else {
 				rest = append(rest, i)
@@ -570,7 +576,7 @@ func (s *scenario[TTx]) produce(ctx context.Context) error {
 		return s.write(ctx, ready)
 	}
 	for i, o := range s.plan {
-		if o.poison == poisonKeyReuse {
+		if o.Poison == payments.PoisonKeyReuse {
 			reuse = append(reuse, i)
 		} else {
 			batch = append(batch, i)
@@ -625,16 +631,13 @@ func (s *scenario[TTx]) write(ctx context.Context, idxs []int) error {
 	outs := make([]idem.Outgoing, 0, len(idxs))
 	for _, i := range idxs {
 		o := s.plan[i]
-		id := eventID(s.runID, i)
-		if o.poison == poisonKeyReuse {
-			id = eventID(s.runID, o.target)
-		}
-		args = append(args, i, s.runID, id, walletID(o.wallet), o.amount, o.valid(), o.poison)
+		id := o.EventID(s.runID)
+		args = append(args, i, s.runID, id, payments.WalletID(o.Wallet), o.Amount, o.Valid(), o.Poison)
 		outs = append(outs, idem.Outgoing{
 			EventID:    id,
 			Topic:      s.br.topic,
-			Type:       eventType,
-			Payload:    o.payload(),
+			Type:       payments.EventType,
+			Payload:    o.Payload(),
 			Headers:    map[string]string{headerOrder: strconv.Itoa(i)},
 			OccurredAt: now,
 		})
@@ -663,40 +666,17 @@ func (s *scenario[TTx]) write(ctx context.Context, idxs []int) error {
 func (s *scenario[TTx]) committed(idxs []int, at time.Time) {
 	for _, i := range idxs {
 		o := s.plan[i]
-		if o.poison == poisonKeyReuse {
+		if o.Poison == payments.PoisonKeyReuse {
 			continue // its event id belongs to the original order
 		}
 		s.tally.committed[i].Store(at.UnixNano())
 	}
 }
 
-// validatePayment is the consumer's Validator: the payload must be a payment.captured with
-// every field the handler uses.
-func validatePayment(_ context.Context, msg idem.Message) error {
-	if msg.Type != eventType {
-		return fmt.Errorf("%w: type %q, want %q", idem.ErrInvalidPayload, msg.Type, eventType)
-	}
-	var p payment
-	if err := json.Unmarshal(msg.Payload, &p); err != nil {
-		return fmt.Errorf("%w: payload is not JSON: %v", idem.ErrInvalidPayload, err)
-	}
-	switch {
-	case p.OrderID == nil:
-		return fmt.Errorf("%w: order_id is missing", idem.ErrInvalidPayload)
-	case p.WalletID == nil || *p.WalletID == "":
-		return fmt.Errorf("%w: wallet_id is missing", idem.ErrInvalidPayload)
-	case p.AmountCents == nil:
-		return fmt.Errorf("%w: amount_cents is missing", idem.ErrInvalidPayload)
-	case *p.AmountCents <= 0:
-		return fmt.Errorf("%w: amount_cents is %d, want > 0", idem.ErrInvalidPayload, *p.AmountCents)
-	}
-	return nil
-}
-
 // credit is the ledger@v1 handler: one ledger row and the wallet's balance, in the
 // transaction that holds the event's claim.
 func (s *scenario[TTx]) credit(ctx context.Context, tx TTx, msg idem.Message) error {
-	var p payment
+	var p payments.Payment
 	if err := json.Unmarshal(msg.Payload, &p); err != nil || p.WalletID == nil || p.AmountCents == nil {
 		return idem.Permanent(fmt.Errorf("%w: event %s: not a payment", idem.ErrInvalidPayload, msg.EventID))
 	}

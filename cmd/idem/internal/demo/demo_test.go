@@ -3,7 +3,6 @@ package demo
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -18,8 +17,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/connect"
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
 	"github.com/idemkit/idem/cmd/idem/internal/testdb"
 	"github.com/idemkit/idem/idemsqlite"
 	"github.com/idemkit/idem/internal/testenv"
@@ -158,7 +157,7 @@ func TestCheckDetectsDoubleApplication(t *testing.T) {
 	// (The run has no misbehaviour, so every order is valid.)
 	require.NoError(t, db.exec(ctx, `INSERT INTO {ledger} (run_id, event_id, wallet_id, amount_cents)
 		SELECT run_id, event_id, wallet_id, amount_cents FROM {ledger} WHERE run_id = ? AND event_id = ?`,
-		v.RunID, eventID(v.RunID, 0)))
+		v.RunID, payments.EventID(v.RunID, 0)))
 	bad, err := check(ctx, db, v.RunID)
 	require.NoError(t, err)
 	require.False(t, bad.OK)
@@ -166,7 +165,7 @@ func TestCheckDetectsDoubleApplication(t *testing.T) {
 	require.Contains(t, strings.Join(bad.Problems, "\n"), "applied more than once")
 
 	// And a lost event (another one): its ledger row gone, no dead letter.
-	require.NoError(t, db.exec(ctx, `DELETE FROM {ledger} WHERE run_id = ? AND event_id = ?`, v.RunID, eventID(v.RunID, 5)))
+	require.NoError(t, db.exec(ctx, `DELETE FROM {ledger} WHERE run_id = ? AND event_id = ?`, v.RunID, payments.EventID(v.RunID, 5)))
 	bad, err = check(ctx, db, v.RunID)
 	require.NoError(t, err)
 	require.Equal(t, 1, bad.Lost)
@@ -221,59 +220,6 @@ func TestDefaults(t *testing.T) {
 	// A rate set explicitly, even to zero, is kept.
 	o = Options{LostAcks: 0.5}.WithDefaults()
 	require.Equal(t, []float64{0, 0, 0, 0.5}, []float64{o.Duplicates, o.Transient, o.Poison, o.LostAcks})
-}
-
-func TestPlanIsDeterministic(t *testing.T) {
-	t.Parallel()
-	r := rates{0.05, 0.05, 0.01, 0.02}
-	a, b := newPlan(1, 5000, r), newPlan(1, 5000, r)
-	require.Equal(t, a, b)
-	require.NotEqual(t, a, newPlan(2, 5000, r))
-	// Changing one rate moves only that misbehaviour.
-	c := newPlan(1, 5000, rates{0.05, 0.05, 0.01, 0.5})
-	for i := range a {
-		require.Equal(t, a[i].duplicate, c[i].duplicate)
-		require.Equal(t, a[i].poison, c[i].poison)
-		require.Equal(t, a[i].amount, c[i].amount)
-	}
-	// Key reuse targets a distinct, earlier, valid order in the same wallet, another amount.
-	seen := map[int]bool{}
-	reuse := 0
-	p := newPlan(3, 5000, rates{poison: 0.3})
-	for _, o := range p {
-		if o.poison != poisonKeyReuse {
-			continue
-		}
-		reuse++
-		require.Less(t, o.target, o.index)
-		require.False(t, seen[o.target])
-		seen[o.target] = true
-		tg := p[o.target]
-		require.True(t, tg.valid())
-		require.Equal(t, tg.wallet, o.wallet)
-		require.NotEqual(t, tg.amount, o.amount)
-	}
-	require.Greater(t, reuse, 100)
-}
-
-func TestPoisonPayloads(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	for _, o := range newPlan(5, 300, rates{poison: 1}) {
-		msg := idemMessage(o)
-		err := validatePayment(ctx, msg)
-		switch o.poison {
-		case poisonKeyReuse:
-			require.NoError(t, err, "a key-reuse payload is valid: only its fingerprint differs")
-		default:
-			require.Error(t, err, o.poison)
-		}
-	}
-	valid := order{index: 3, wallet: 4, amount: 500, target: -1}
-	require.NoError(t, validatePayment(ctx, idemMessage(valid)))
-	var p payment
-	require.NoError(t, json.Unmarshal(valid.payload(), &p))
-	require.Equal(t, "w004", *p.WalletID)
 }
 
 // natsStream returns a fresh stream name and subject root on the test's JetStream, deleted at
@@ -460,10 +406,6 @@ func TestDefaultTiming(t *testing.T) {
 		o.natsStream, o.natsRoot = natsStream(t, natsURL)
 		run(t, o)
 	})
-}
-
-func idemMessage(o order) idem.Message {
-	return idem.Message{EventID: "e", Type: eventType, Payload: o.payload()}
 }
 
 // TestSQLiteChaosBatched runs the same misbehaving scenario with the consumer in batched mode:

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
 	"github.com/idemkit/idem/idemauth"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/idemwebhook"
@@ -30,7 +31,7 @@ const httpTenant = "demo"
 // after the commit), so the relay sends the event again and the ingress answers it as a
 // duplicate.
 type httpBroker struct {
-	plan     []order
+	plan     []payments.Order
 	verifier idemwebhook.Verifier
 	srv      *http.Server
 	url      string
@@ -43,7 +44,7 @@ type httpBroker struct {
 
 // newHTTPBroker listens on a loopback port and returns the broker whose sink POSTs there; the
 // ingress is attached once the consumer is built.
-func newHTTPBroker(runID string, plan []order, log *slog.Logger) (*broker, *httpBroker, error) {
+func newHTTPBroker(runID string, plan []payments.Order, log *slog.Logger) (*broker, *httpBroker, error) {
 	secret := make([]byte, 32)
 	_, _ = rand.Read(secret)
 	key := idemauth.Key{ID: "demo-" + runID, Tenant: httpTenant, Secret: secret}
@@ -108,7 +109,7 @@ func (hb *httpBroker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the ingress is not attached yet", http.StatusServiceUnavailable)
 		return
 	}
-	if o := orderOf(map[string]string{headerOrder: r.Header.Get(headerOrder)}, len(hb.plan)); o >= 0 && hb.plan[o].crash && !hb.lost[o].Load() {
+	if o := orderOf(map[string]string{headerOrder: r.Header.Get(headerOrder)}, len(hb.plan)); o >= 0 && hb.plan[o].Crash && !hb.lost[o].Load() {
 		w = &losingResponse{ResponseWriter: w, hb: hb, order: o}
 	}
 	(*h).ServeHTTP(w, r)
@@ -186,7 +187,7 @@ func (idleSource) Close() error         { return nil }
 // countAttempts numbers the handler calls of each planned order, for flaky: over HTTP every
 // push is attempt 1 (a push carries no delivery count), so the plan's "fail the first n
 // attempts" counts the calls instead.
-func countAttempts[TTx any](plan []order, h idem.Handler[TTx]) idem.Handler[TTx] {
+func countAttempts[TTx any](plan []payments.Order, h idem.Handler[TTx]) idem.Handler[TTx] {
 	calls := make([]atomic.Int32, len(plan))
 	return func(ctx context.Context, tx TTx, msg idem.Message) error {
 		if i := orderOf(msg.Headers, len(plan)); i >= 0 {

@@ -4,11 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"maps"
-	"slices"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
 	"github.com/idemkit/idem/idemrelay"
 )
 
@@ -220,12 +219,6 @@ func check(ctx context.Context, db *database, runID string) (Verdict, error) {
 func (v Verdict) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, f string, args ...any) { fmt.Fprintf(tw, "%s\t"+f+"\n", append([]any{k}, args...)...) }
-	okText := func(ok bool) string {
-		if ok {
-			return "ok"
-		}
-		return "FAILED"
-	}
 	row("run", "%s (seed %d)", v.RunID, v.Seed)
 	row("store", "%s", v.Store)
 	row("broker", "%s", v.Broker)
@@ -237,39 +230,15 @@ func (v Verdict) WriteTable(w io.Writer) error {
 	row("processed", "%d", v.Processed)
 	row("duplicates ignored", "%d", v.DuplicatesIgnored)
 	row("retries", "%d", v.Retries)
-	row("dead letters", "%s", deadLetterText(v.DeadLettered))
+	row("dead letters", "%s", payments.CountText(v.DeadLettered))
 	row("double applied", "%d", v.DoubleApplied)
 	row("lost", "%d", v.Lost)
-	row("balances", "%s", okText(v.BalancesOK))
-	row("poison", "%s", okText(v.PoisonOK))
+	row("balances", "%s", payments.OKText(v.BalancesOK))
+	row("poison", "%s", payments.OKText(v.PoisonOK))
 	row("throughput", "%d events in %.1f s (%.0f events/s)", v.Events, float64(v.DurationMS)/1000, v.EventsPerS)
 	row("latency", "p50 %.1f ms, p95 %.1f ms, p99 %.1f ms", v.P50MS, v.P95MS, v.P99MS)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	var b strings.Builder
-	for _, n := range v.Notes {
-		b.WriteString("note: " + n + "\n")
-	}
-	if v.OK {
-		b.WriteString("verdict: ok\n")
-	} else {
-		b.WriteString("verdict: FAILED\n")
-		for _, p := range v.Problems {
-			b.WriteString("  - " + p + "\n")
-		}
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
-}
-
-func deadLetterText(m map[string]int) string {
-	if len(m) == 0 {
-		return "none"
-	}
-	var parts []string
-	for _, r := range slices.Sorted(maps.Keys(m)) {
-		parts = append(parts, fmt.Sprintf("%d %s", m[r], r))
-	}
-	return strings.Join(parts, ", ")
+	return payments.WriteVerdict(w, v.Notes, v.OK, v.Problems)
 }
