@@ -49,7 +49,12 @@ func (c *Consumer[TTx]) processSet(ctx context.Context, msgs []Message, settles 
 				// The set was one event: its failure is that event's own, and running its
 				// handler again would only repeat it. The rest (duplicates, key reuse) go on.
 				it := b.items[one.j]
-				b.results[it.i] = c.finishResult(ctx, b.results[it.i], ClaimNew, one.err)
+				if ig, ok := ignoredOf(one.err); ok && !errors.Is(one.err, ErrTxEnded) {
+					// Its effect rolled back with the set; its claim and audit row commit alone.
+					b.results[it.i] = c.commitIgnore(ctx, b.results[it.i], ig.Reason, b.params[one.j].Now, settleAt(settles, it.i))
+				} else {
+					b.results[it.i] = c.finishResult(ctx, b.results[it.i], ClaimNew, one.err)
+				}
 				its := append(b.items[:one.j:one.j], b.items[one.j+1:]...)
 				ps := append(b.params[:one.j:one.j], b.params[one.j+1:]...)
 				c.applyEach(ctx, bs, its, ps, b.results, settles, traces)

@@ -143,8 +143,10 @@ type DeadLetterFilter struct {
 	IDs      []int64
 	Consumer string
 	Tenant   string
-	Reason   Reason
-	Status   DeadLetterStatus
+	// Owner keeps the dead letters of consumers with this owner (ConsumerConfig.Owner).
+	Owner  string
+	Reason Reason
+	Status DeadLetterStatus
 	// OlderThan keeps dead letters whose last failure is before it.
 	OlderThan time.Time
 	// Limit bounds the result; 0 means 100.
