@@ -54,7 +54,8 @@ const (
 
 // BatchConfig turns on batched processing: a worker takes up to Size deliveries, waiting at
 // most MaxWait to fill a partial batch, and processes them in one transaction. Handlers are the
-// same as in per-event mode; the store must implement BatchStore.
+// same as in per-event mode, unless ConsumerConfig.SetHandler is set: then each batch's new
+// events go to it at once (Consumer.ProcessSet). The store must implement BatchStore.
 type BatchConfig struct {
 	// Enabled turns batching on.
 	Enabled bool
@@ -87,44 +88,78 @@ func (b BatchConfig) withDefaults() BatchConfig {
 // earlier in the same batch is processed after the batch commits, on its own, so it is seen as
 // the duplicate it is.
 func (c *Consumer[TTx]) ProcessBatch(ctx context.Context, msgs []Message) []Result {
-	return c.processBatch(ctx, msgs, nil)
+	return c.processBatch(ctx, msgs, nil, nil)
 }
 
-func (c *Consumer[TTx]) processBatch(ctx context.Context, msgs []Message, settles []func(context.Context, TTx) error) []Result {
+// processBatch is ProcessBatch with in-transaction settle hooks and, when traced, each
+// delivery's trace (its handler runs under it).
+func (c *Consumer[TTx]) processBatch(ctx context.Context, msgs []Message, settles []func(context.Context, TTx) error, traces []DeliveryTrace) []Result {
 	bs := c.batchStore
-	results := make([]Result, len(msgs))
 	if bs == nil {
-		for i, m := range msgs {
-			results[i] = c.process(ctx, m, settleAt(settles, i))
-		}
-		return results
+		return c.processEach(ctx, msgs, settles, traces)
 	}
+	b := c.prepareBatch(ctx, msgs)
+	c.applyEach(ctx, bs, b.items, b.params, b.results, settles, traces)
+	c.processLater(ctx, msgs, b, settles, traces)
+	return b.results
+}
+
+// processEach runs every delivery through the per-event path, for a store that cannot batch.
+func (c *Consumer[TTx]) processEach(ctx context.Context, msgs []Message, settles []func(context.Context, TTx) error, traces []DeliveryTrace) []Result {
+	results := make([]Result, len(msgs))
+	for i, m := range msgs {
+		results[i] = c.process(traceAt(ctx, traces, i), m, settleAt(settles, i))
+	}
+	return results
+}
+
+// preparedBatch is a batch after the checks that come before its transaction: a result per
+// delivery (final for those that already failed), the deliveries to claim together with their
+// claims, and the deliveries whose key appears earlier in the batch.
+type preparedBatch struct {
+	results []Result
+	items   []batchItem
+	params  []ClaimParams
+	// later holds the indexes of deliveries to process alone after the batch commits.
+	later []int
+}
+
+// prepareBatch runs prepare on every delivery and sets aside those whose key repeats one
+// earlier in the batch: the batched and the set-based paths share it.
+func (c *Consumer[TTx]) prepareBatch(ctx context.Context, msgs []Message) preparedBatch {
 	now := c.cfg.Now()
-	items := make([]batchItem, 0, len(msgs))
-	params := make([]ClaimParams, 0, len(msgs))
+	b := preparedBatch{
+		results: make([]Result, len(msgs)),
+		items:   make([]batchItem, 0, len(msgs)),
+		params:  make([]ClaimParams, 0, len(msgs)),
+	}
 	seen := make(map[Key]struct{}, len(msgs))
-	var later []int
 	for i, m := range msgs {
 		m, res, ok := c.prepare(ctx, m, now)
-		results[i] = res
+		b.results[i] = res
 		if !ok {
 			continue
 		}
 		if _, dup := seen[res.Key]; dup {
-			later = append(later, i)
+			b.later = append(b.later, i)
 			continue
 		}
 		seen[res.Key] = struct{}{}
-		items = append(items, batchItem{i: i, msg: m})
-		params = append(params, ClaimParams{Key: res.Key, Fingerprint: res.Fingerprint, Now: now, Bucket: res.bucket})
+		b.items = append(b.items, batchItem{i: i, msg: m})
+		b.params = append(b.params, ClaimParams{Key: res.Key, Fingerprint: res.Fingerprint, Now: now, Bucket: res.bucket})
 	}
+	return b
+}
 
+// applyEach applies items with each event's handler in one shared transaction, setting aside
+// and retrying without it any event that aborts an attempt.
+func (c *Consumer[TTx]) applyEach(ctx context.Context, bs BatchStore[TTx], items []batchItem, params []ClaimParams, results []Result, settles []func(context.Context, TTx) error, traces []DeliveryTrace) {
 	// A failing event aborts the attempt (without savepoints: any failure; with them: a handler
 	// that ended the transaction itself); it is set aside and the rest is tried again, so each
 	// such failure costs one extra transaction.
 	its, ps := items, params
 	for len(its) > 0 {
-		failedAt := c.applyBatch(ctx, bs, its, ps, results, settles, c.cfg.Batch.Savepoints)
+		failedAt := c.applyBatch(ctx, bs, its, ps, results, settles, traces, c.cfg.Batch.Savepoints)
 		if failedAt < 0 {
 			break
 		}
@@ -133,11 +168,15 @@ func (c *Consumer[TTx]) processBatch(ctx context.Context, msgs []Message, settle
 		its = append(its[:failedAt:failedAt], its[failedAt+1:]...)
 		ps = append(ps[:failedAt:failedAt], ps[failedAt+1:]...)
 	}
-	slices.Sort(later)
-	for _, i := range later {
-		results[i] = c.process(ctx, msgs[i], settleAt(settles, i))
+}
+
+// processLater processes, in order and each on its own, the deliveries whose key repeated an
+// earlier one of the batch: after the batch committed, each is seen as the duplicate it is.
+func (c *Consumer[TTx]) processLater(ctx context.Context, msgs []Message, b preparedBatch, settles []func(context.Context, TTx) error, traces []DeliveryTrace) {
+	slices.Sort(b.later)
+	for _, i := range b.later {
+		b.results[i] = c.process(traceAt(ctx, traces, i), msgs[i], settleAt(settles, i))
 	}
-	return results
 }
 
 // batchItem is one prepared delivery of a batch: its index and verified message.
@@ -160,8 +199,8 @@ var errBatchAborted = errors.New("idem: batch attempt aborted by a failing event
 // constraint refuses), the transaction rolls back and each event is claimed and applied alone,
 // in a transaction of its own: only the unclaimable event fails, with the database's own
 // error, and the others proceed. That costs a transaction per event, for this batch only.
-func (c *Consumer[TTx]) applyBatch(ctx context.Context, bs BatchStore[TTx], items []batchItem, params []ClaimParams, results []Result, settles []func(context.Context, TTx) error, savepoints bool) int {
-	failedAt, claimErr := c.applyBatchOnce(ctx, bs, items, params, results, settles, savepoints)
+func (c *Consumer[TTx]) applyBatch(ctx context.Context, bs BatchStore[TTx], items []batchItem, params []ClaimParams, results []Result, settles []func(context.Context, TTx) error, traces []DeliveryTrace, savepoints bool) int {
+	failedAt, claimErr := c.applyBatchOnce(ctx, bs, items, params, results, settles, traces, savepoints)
 	if claimErr == nil {
 		return failedAt
 	}
@@ -172,7 +211,7 @@ func (c *Consumer[TTx]) applyBatch(ctx context.Context, bs BatchStore[TTx], item
 		return -1
 	}
 	for j := range items {
-		c.applyBatch(ctx, bs, items[j:j+1], params[j:j+1], results, settles, savepoints)
+		c.applyBatch(ctx, bs, items[j:j+1], params[j:j+1], results, settles, traces, savepoints)
 	}
 	return -1
 }
@@ -185,15 +224,16 @@ func (e *errClaimBatch) Unwrap() error { return e.err }
 
 // applyBatchOnce is applyBatch without the fallback: when the multi-row claim fails it writes
 // no result and returns the claim's error.
-func (c *Consumer[TTx]) applyBatchOnce(ctx context.Context, bs BatchStore[TTx], items []batchItem, params []ClaimParams, results []Result, settles []func(context.Context, TTx) error, savepoints bool) (int, error) {
+func (c *Consumer[TTx]) applyBatchOnce(ctx context.Context, bs BatchStore[TTx], items []batchItem, params []ClaimParams, results []Result, settles []func(context.Context, TTx) error, traces []DeliveryTrace, savepoints bool) (int, error) {
 	checker, _ := bs.(TxEndChecker[TTx])
 	statuses := make([]ClaimStatus, len(items))
 	failed := make([]error, len(items))
+	ignored := make([]*IgnoredError, len(items))
 	failedAt := -1
 	var failure error
 	err := c.store.InTx(ctx, func(ctx context.Context, tx TTx) error {
 		for j := range failed {
-			failed[j], statuses[j] = nil, 0
+			failed[j], statuses[j], ignored[j] = nil, 0, nil
 		}
 		crs, err := bs.ClaimBatchTx(ctx, tx, params)
 		if err != nil {
@@ -210,7 +250,7 @@ func (c *Consumer[TTx]) applyBatchOnce(ctx context.Context, bs BatchStore[TTx], 
 			statuses[j] = cr.Status
 			settle := settleAt(settles, it.i)
 			apply := func(ctx context.Context, tx TTx) error {
-				if err := c.runHandler(ctx, tx, it.msg); err != nil {
+				if err := c.runHandler(traceAt(ctx, traces, it.i), tx, it.msg); err != nil {
 					return err
 				}
 				if settle != nil {
@@ -251,6 +291,23 @@ func (c *Consumer[TTx]) applyBatchOnce(ctx context.Context, bs BatchStore[TTx], 
 					if ended(err) {
 						return errBatchAborted
 					}
+					if ig, ok := ignoredOf(err); ok {
+						// The savepoint took the handler's effect back; the claim stays, with
+						// its audit row, and the delivery settles like a duplicate's.
+						if err := c.recordIgnore(ctx, tx, params[j].Key, ig.Reason, params[j].Now); err != nil {
+							return err
+						}
+						ignored[j] = ig
+						if settle != nil {
+							if err := bs.SavepointTx(ctx, tx, settle); err != nil {
+								if ended(err) {
+									return errBatchAborted
+								}
+								failed[j] = err
+							}
+						}
+						continue
+					}
 					failed[j] = err
 					if rerr := bs.ReleaseClaimTx(ctx, tx, params[j].Key); rerr != nil {
 						return fmt.Errorf("idem: release claim %s after handler error: %w", params[j].Key, rerr)
@@ -286,6 +343,12 @@ func (c *Consumer[TTx]) applyBatchOnce(ctx context.Context, bs BatchStore[TTx], 
 	if errors.Is(err, errBatchAborted) {
 		// Everything rolled back, the failing event's claim with it.
 		it := items[failedAt]
+		if ig, ok := ignoredOf(failure); ok && statuses[failedAt] == ClaimNew && !errors.Is(failure, ErrTxEnded) {
+			// The handler's effect rolled back with the batch; its claim and audit row commit
+			// in a transaction of their own.
+			results[it.i] = c.commitIgnore(ctx, results[it.i], ig.Reason, params[failedAt].Now, settleAt(settles, it.i))
+			return failedAt, nil
+		}
 		results[it.i] = c.finishResult(ctx, results[it.i], statuses[failedAt], failure)
 		return failedAt, nil
 	}
@@ -301,11 +364,21 @@ func (c *Consumer[TTx]) applyBatchOnce(ctx context.Context, bs BatchStore[TTx], 
 			results[it.i] = c.finishResult(ctx, res, 0, err)
 		case failed[j] != nil:
 			results[it.i] = c.finishResult(ctx, res, statuses[j], failed[j])
+		case ignored[j] != nil:
+			results[it.i] = ignoredResult(res, ignored[j].Reason)
 		default:
 			results[it.i] = c.finishResult(ctx, res, statuses[j], nil)
 		}
 	}
 	return -1, nil
+}
+
+// traceAt returns ctx carrying the trace of delivery i (ctx itself when not traced).
+func traceAt(ctx context.Context, traces []DeliveryTrace, i int) context.Context {
+	if traces == nil || traces[i] == nil {
+		return ctx
+	}
+	return traces[i].Context(ctx)
 }
 
 func settleAt[TTx any](settles []func(context.Context, TTx) error, i int) func(context.Context, TTx) error {

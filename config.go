@@ -105,8 +105,20 @@ type ConsumerConfig[TTx any] struct {
 	// Name is the consumer name with its effect version, "ledger@v1" (required). Bumping the
 	// version deliberately re-applies events already processed by the old version.
 	Name string
-	// Handler applies the effect (required).
+	// Handler applies the effect of one event (required unless SetHandler is set, in which
+	// case it defaults to SetHandler called with a set of one).
 	Handler Handler[TTx]
+	// SetHandler, when set, applies the effects of a batch's new events at once (see
+	// Consumer.ProcessSet): with Batch.Enabled, Run processes each batch through it, and falls
+	// back to Handler event by event when a set fails. Handler and SetHandler must apply the
+	// same effect.
+	SetHandler SetHandler[TTx]
+	// Owner names who is paged for this consumer: a team or on-call rotation ("payments",
+	// "ledger-oncall"). It is stored with each dead letter and is the owner label of idemprom's
+	// metrics, which the shipped alerts route on, so it must be low-cardinality: at most
+	// MaxOwnerBytes of lower-case letters, digits, '-' and '_', starting with a letter. Empty
+	// means no owner (alerts go to the default route).
+	Owner string
 	// Authenticator, when set, verifies each message and decides its tenant.
 	Authenticator Authenticator
 	// Validator, when set, checks each message before the handler sees it.
@@ -132,6 +144,12 @@ type ConsumerConfig[TTx any] struct {
 	Workers int
 	// Batch turns on batched processing (one transaction per batch of deliveries).
 	Batch BatchConfig
+	// HandlerTimeout, when positive, bounds one run of the handler: its context ends after it,
+	// so a handler stuck on a lock or a slow dependency gives its transaction (and, on SQLite,
+	// the database's write lock) back, and the delivery is retried with an error that says
+	// ErrHandlerTimeout. Zero (the default) leaves the handler bounded only by the lease and
+	// shutdown.
+	HandlerTimeout time.Duration
 	// ShutdownTimeout bounds the wait for in-flight deliveries when Run's context ends; what is
 	// left is nak'ed (default ShutdownTimeoutDefault).
 	ShutdownTimeout time.Duration
@@ -154,6 +172,8 @@ type ConsumerConfig[TTx any] struct {
 	Logger *slog.Logger
 	// Observer receives one Event per settled delivery, for metrics (package idemprom).
 	Observer Observer
+	// Tracer, when set, traces each delivery and its handler (package idemotel: OpenTelemetry).
+	Tracer Tracer
 	// Now returns the current time (default time.Now); tests move it.
 	Now func() time.Time
 	// Rand is the retry jitter source (default a private math/rand/v2 source).
@@ -163,6 +183,9 @@ type ConsumerConfig[TTx any] struct {
 // WithDefaults returns a copy of c with zero fields set to their defaults.
 func (c ConsumerConfig[TTx]) WithDefaults() ConsumerConfig[TTx] {
 	c.Retry = c.Retry.WithDefaults()
+	if c.Handler == nil && c.SetHandler != nil {
+		c.Handler = setOfOne(c.SetHandler)
+	}
 	if c.Retention == 0 {
 		c.Retention = RetentionDefault
 	}
@@ -203,7 +226,10 @@ func (c ConsumerConfig[TTx]) Validate() error {
 		errs = append(errs, fmt.Errorf("Name %q: use letters, digits, '.', '_', '-' and one '@' before the effect version", c.Name))
 	}
 	if c.Handler == nil {
-		errs = append(errs, errors.New("Handler is nil"))
+		errs = append(errs, errors.New("Handler is nil (set Handler, SetHandler or both)"))
+	}
+	if err := ValidateOwner(c.Owner); err != nil {
+		errs = append(errs, err)
 	}
 	if err := c.Retry.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("Retry: %w", err))
@@ -216,6 +242,9 @@ func (c ConsumerConfig[TTx]) Validate() error {
 	}
 	if c.Batch.Enabled && c.Batch.MaxWait < 0 {
 		errs = append(errs, fmt.Errorf("Batch.MaxWait is %v, want >= 0", c.Batch.MaxWait))
+	}
+	if c.HandlerTimeout < 0 {
+		errs = append(errs, fmt.Errorf("HandlerTimeout is %v, want >= 0 (0: no timeout)", c.HandlerTimeout))
 	}
 	if c.ShutdownTimeout < 0 {
 		errs = append(errs, fmt.Errorf("ShutdownTimeout is %v, want >= 0", c.ShutdownTimeout))
@@ -308,4 +337,29 @@ func validConsumerName(s string) bool {
 		}
 	}
 	return ats <= 1
+}
+
+// MaxOwnerBytes bounds ConsumerConfig.Owner.
+const MaxOwnerBytes = 63
+
+// ValidateOwner checks an owner (ConsumerConfig.Owner): empty, or at most MaxOwnerBytes of
+// lower-case ASCII letters, digits, '-' and '_', starting with a letter. The charset keeps it a
+// safe metric label and routing key; the bound keeps it from carrying ids.
+func ValidateOwner(owner string) error {
+	if owner == "" {
+		return nil
+	}
+	if len(owner) > MaxOwnerBytes {
+		return fmt.Errorf("Owner is %d bytes, want at most %d (a team or rotation name, such as \"payments\")", len(owner), MaxOwnerBytes)
+	}
+	for i := 0; i < len(owner); i++ {
+		b := owner[i]
+		switch {
+		case b >= 'a' && b <= 'z':
+		case i > 0 && (b >= '0' && b <= '9' || b == '-' || b == '_'):
+		default:
+			return fmt.Errorf("Owner %q: use lower-case letters, digits, '-' and '_', starting with a letter (it is a metric label)", BoundID(owner))
+		}
+	}
+	return nil
 }

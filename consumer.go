@@ -64,7 +64,8 @@ type Result struct {
 	Err error
 	// Class is the classification of Err.
 	Class Class
-	// Reason is the dead-letter reason Err calls for when it is permanent.
+	// Reason is the dead-letter reason Err calls for when it is permanent, or the handler's
+	// reason when Outcome is OutcomeIgnored.
 	Reason Reason
 
 	// bucket is the claim's time bucket on a partitioned inbox.
@@ -75,7 +76,8 @@ type Result struct {
 // retry, nak or dead-letter: Run does that with the result. The returned error equals
 // Result.Err, so a caller can write `if _, err := c.Process(ctx, msg); err != nil`.
 //
-// Processed and duplicate are successes. Key reuse returns a *KeyReuseError (errors.Is
+// Processed, duplicate and ignored (the handler returned Ignore: the claim and an audit row
+// commit, the handler's effect does not) are successes. Key reuse returns a *KeyReuseError (errors.Is
 // ErrKeyReuse). Any other failure rolls back the claim with the effect, so the next delivery
 // applies the event once. Process opens and commits its own transaction; ProcessTx is its twin
 // in a transaction the caller owns.
@@ -122,7 +124,12 @@ func (c *Consumer[TTx]) prepare(ctx context.Context, msg Message, now time.Time)
 
 	// Trust after verification: the tenant comes from the verified channel.
 	if c.cfg.Authenticator != nil {
-		if err := c.cfg.Authenticator.Authenticate(ctx, &msg); err != nil {
+		// Only this copy goes to the heap (the Authenticator gets a pointer), and only when an
+		// Authenticator is set: the batched paths prepare every event.
+		verified := msg
+		err := c.cfg.Authenticator.Authenticate(ctx, &verified)
+		msg = verified
+		if err != nil {
 			if !errors.Is(err, ErrUnauthenticated) {
 				err = fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 			}
@@ -189,7 +196,15 @@ func (c *Consumer[TTx]) ProcessTx(ctx context.Context, tx TTx, msg Message) (Res
 	if !ok {
 		return res, res.Err
 	}
-	status, err := c.applyTx(ctx, tx, msg, res, now, nil)
+	// The handler runs in a savepoint when the store has them, so that an Ignore can roll back
+	// its effect alone and keep the claim in the caller's transaction.
+	status, ignored, err := c.applyTx(ctx, tx, msg, res, now, nil, c.batchStore != nil)
+	if ignored != nil && err == nil {
+		return ignoredResult(res, ignored.Reason), nil
+	}
+	if _, ok := ignoredOf(err); ok {
+		err = fmt.Errorf("idem: ProcessTx: the handler returned Ignore but the store (%s) has no savepoints to roll back its effect alone: roll the transaction back", c.store.Dialect())
+	}
 	res = c.finishResult(ctx, res, status, err)
 	return res, res.Err
 }
@@ -203,38 +218,58 @@ func (c *Consumer[TTx]) process(ctx context.Context, msg Message, settle func(ct
 	}
 	var status ClaimStatus
 	err := c.store.InTx(ctx, func(ctx context.Context, tx TTx) (err error) {
-		status, err = c.applyTx(ctx, tx, msg, res, now, settle)
+		status, _, err = c.applyTx(ctx, tx, msg, res, now, settle, false)
 		return err
 	})
+	if ig, ok := ignoredOf(err); ok && status == ClaimNew {
+		// The handler's effect rolled back with the claim; claim again and record the ignore.
+		return c.commitIgnore(ctx, res, ig.Reason, now, settle)
+	}
 	return c.finishResult(ctx, res, status, err)
 }
 
 // applyTx claims the prepared message's key in tx, runs the handler on a new claim and, when
 // set, settles the delivery in tx. It returns the claim's status and the error that must roll
-// tx back.
-func (c *Consumer[TTx]) applyTx(ctx context.Context, tx TTx, msg Message, res Result, now time.Time, settle func(ctx context.Context, tx TTx) error) (ClaimStatus, error) {
+// tx back. With savepoint (the store must be a BatchStore) the handler runs in a savepoint: an
+// Ignore then rolls back to it, the ignore is recorded in tx and returned, and the error is nil.
+func (c *Consumer[TTx]) applyTx(ctx context.Context, tx TTx, msg Message, res Result, now time.Time, settle func(ctx context.Context, tx TTx) error, savepoint bool) (ClaimStatus, *IgnoredError, error) {
 	cr, err := c.store.ClaimTx(ctx, tx, ClaimParams{Key: res.Key, Fingerprint: res.Fingerprint, Now: now, Bucket: res.bucket})
 	if err != nil {
-		return 0, err // the store's error names the claim
+		return 0, nil, err // the store's error names the claim
 	}
+	var ignored *IgnoredError
 	switch cr.Status {
 	case ClaimNew:
-		if err := c.runHandler(ctx, tx, msg); err != nil {
-			return cr.Status, err
+		if !savepoint {
+			if err := c.runHandler(ctx, tx, msg); err != nil {
+				return cr.Status, nil, err
+			}
+			break
+		}
+		err := c.batchStore.SavepointTx(ctx, tx, func(ctx context.Context, tx TTx) error { return c.runHandler(ctx, tx, msg) })
+		ig, ok := ignoredOf(err)
+		if err != nil && (!ok || errors.Is(err, ErrTxEnded)) {
+			return cr.Status, nil, err
+		}
+		if ok {
+			if err := c.recordIgnore(ctx, tx, res.Key, ig.Reason, now); err != nil {
+				return cr.Status, nil, err
+			}
+			ignored = ig
 		}
 	case ClaimDuplicate:
 		// Nothing to apply; the transaction only settles the delivery (if it can).
 	case ClaimConflict:
-		return cr.Status, &KeyReuseError{Key: res.Key, Claimed: cr.Existing, Received: res.Fingerprint}
+		return cr.Status, nil, &KeyReuseError{Key: res.Key, Claimed: cr.Existing, Received: res.Fingerprint}
 	default:
-		return cr.Status, fmt.Errorf("idem: claim: store returned invalid status %d", cr.Status)
+		return cr.Status, nil, fmt.Errorf("idem: claim: store returned invalid status %d", cr.Status)
 	}
 	if settle != nil {
 		if err := settle(ctx, tx); err != nil {
-			return cr.Status, fmt.Errorf("idem: settle in transaction: %w", err)
+			return cr.Status, nil, fmt.Errorf("idem: settle in transaction: %w", err)
 		}
 	}
-	return cr.Status, nil
+	return cr.Status, ignored, nil
 }
 
 // finishResult turns the transaction's outcome into the delivery's result.
@@ -259,12 +294,31 @@ func (c *Consumer[TTx]) finishResult(ctx context.Context, res Result, status Cla
 }
 
 // runHandler calls the handler, turning a panic into a *panicError so the transaction rolls back.
+// With a HandlerTimeout, the handler's context ends after it, and an error the handler returns
+// after that names the timeout (ErrHandlerTimeout) and is transient.
 func (c *Consumer[TTx]) runHandler(ctx context.Context, tx TTx, msg Message) (err error) {
+	if t := c.cfg.Tracer; t != nil {
+		var end func(error)
+		ctx, end = t.StartHandler(ctx, msg)
+		// Deferred first, so it runs after the recover below has turned a panic into err.
+		defer func() { end(err) }()
+	}
 	defer func() {
 		if v := recover(); v != nil {
 			err = &panicError{value: v, stack: debug.Stack()}
 		}
 	}()
+	if d := c.cfg.HandlerTimeout; d > 0 {
+		hctx, cancel := context.WithTimeoutCause(ctx, d, ErrHandlerTimeout)
+		defer cancel()
+		err = c.cfg.Handler(hctx, tx, msg)
+		if err != nil && ctx.Err() == nil && errors.Is(context.Cause(hctx), ErrHandlerTimeout) {
+			if _, ignored := ignoredOf(err); !ignored {
+				err = Transient(fmt.Errorf("%w (HandlerTimeout %v): %w", ErrHandlerTimeout, d, err))
+			}
+		}
+		return err
+	}
 	return c.cfg.Handler(ctx, tx, msg)
 }
 

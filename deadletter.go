@@ -101,6 +101,11 @@ type DeadLetter struct {
 	Source string
 	// RecoveredAt is when a replay of this dead letter was processed (zero until then).
 	RecoveredAt time.Time
+	// Owner is the owner of the consumer that wrote it (ConsumerConfig.Owner; "" when none).
+	Owner string
+	// Topic is the topic the message arrived on when its delivery reported it (a TopicReporter:
+	// the JetStream subject), where a replay goes by default; "" when unknown.
+	Topic string
 }
 
 // ConsumerVersion returns the effect version part of Consumer ("v1" for "ledger@v1").

@@ -37,6 +37,10 @@ var (
 	// ConsumerConfig.DeadLetterFailuresToPause). Run returns a *PausedError that names the cause.
 	ErrPaused = errors.New("idem: consumer paused")
 
+	// ErrHandlerTimeout reports a handler that ran past ConsumerConfig.HandlerTimeout: its
+	// context ended, its transaction rolls back, and the delivery is retried (transient).
+	ErrHandlerTimeout = errors.New("idem: handler timed out")
+
 	// ErrNotFound reports an id (dead letter, queue job) that does not exist.
 	ErrNotFound = errors.New("idem: not found")
 )

@@ -102,9 +102,14 @@ type Selection struct {
 // ReplayParams is the input of Replayer.Replay.
 type ReplayParams struct {
 	Selection
-	// Topic is where to republish; empty means the queue the dead letter came from
-	// ("queue:NAME" sources), which must then be known.
+	// Topic is where to republish; empty means the topic the dead letter's message arrived on
+	// when ArrivalTopic is set and it is known (DeadLetter.Topic, e.g. its JetStream subject),
+	// or else the queue it came from ("queue:NAME" sources), one of which must then be known.
+	// The audit records where each replay went.
 	Topic string
+	// ArrivalTopic lets an empty Topic mean DeadLetter.Topic: set it when the sink publishes to
+	// the broker the dead letters arrived from (their topics are its topics).
+	ArrivalTopic bool
 	// AsNewEvent sends a dead letter whose payload was edited since it was stored (its
 	// fingerprint no longer matches) as a new event: event id "<original>~edit-<dead letter
 	// id>", with the HeaderReplayNewEventOf header and an audit row naming the original. Without
@@ -173,6 +178,9 @@ func (r *Replayer) Replay(ctx context.Context, p ReplayParams) (ReplayResult, er
 	actor := p.Selection.Actor
 	for _, dl := range dls {
 		topic := p.Topic
+		if topic == "" && p.ArrivalTopic {
+			topic = dl.Topic
+		}
 		if topic == "" {
 			q, ok := strings.CutPrefix(dl.Source, "queue:")
 			if !ok || q == "" {
@@ -216,7 +224,7 @@ func (r *Replayer) Replay(ctx context.Context, p ReplayParams) (ReplayResult, er
 			return res, fmt.Errorf("idem: replay dead letter %d (event %s) to %s: %w", dl.ID, dl.Message.EventID, topic, err)
 		}
 		changed, err := r.store.SetDeadLetterStatus(ctx, SetDeadLetterStatusParams{
-			IDs: []int64{dl.ID}, Status: DeadLetterReplayed, Actor: actor, Reason: reason, Now: r.Now(),
+			IDs: []int64{dl.ID}, Status: DeadLetterReplayed, Actor: actor, Reason: reason, Destination: topic, Now: r.Now(),
 		})
 		if err != nil {
 			return res, fmt.Errorf("idem: mark dead letter %d (event %s) replayed: %w", dl.ID, dl.Message.EventID, err)

@@ -47,6 +47,9 @@ func (c *Consumer[TTx]) Run(ctx context.Context, src Source) error {
 	if err := CheckSourceLimits(src, c.cfg.Retry, c.cfg.RedeliveryWindow); err != nil {
 		return fmt.Errorf("idem: consumer %s: %w", c.cfg.Name, err)
 	}
+	if oo, ok := c.cfg.Observer.(OwnerObserver); ok {
+		oo.ConsumerOwner(c.cfg.Name, c.cfg.Owner)
+	}
 	r := &runner[TTx]{c: c, src: src}
 	return r.run(ctx)
 }
@@ -225,15 +228,36 @@ func (r *runner[TTx]) handleBatch(workCtx context.Context, ds []Delivery, stopFe
 			settles[i] = ta.AckTx
 		}
 	}
+	// Each delivery settles under its own trace; the batch's transaction runs under the batch's.
+	bctx, dctxs := workCtx, make([]context.Context, len(ds))
+	var traces []DeliveryTrace
+	if cfg.Tracer != nil {
+		var endBatch func()
+		bctx, endBatch = cfg.Tracer.StartBatch(workCtx, cfg.Name, r.src.Name(), msgs)
+		defer endBatch()
+		traces = make([]DeliveryTrace, len(ds))
+	}
+	for i := range ds {
+		dctxs[i] = workCtx
+		if traces != nil {
+			traces[i] = cfg.Tracer.StartDelivery(bctx, cfg.Name, r.src.Name(), msgs[i])
+			dctxs[i] = withDeliveryTrace(workCtx, traces[i])
+		}
+	}
 	// One lost lease cancels the batch: the shared transaction cannot drop one event's
 	// statements once they are under way, so all roll back and are retried.
-	hctx, cancel := context.WithCancelCause(workCtx)
+	hctx, cancel := context.WithCancelCause(bctx)
 	defer cancel(nil)
 	stopExtend := r.extendLease(hctx, cancel, ds...)
-	results := r.c.processBatch(hctx, msgs, settles)
+	var results []Result
+	if cfg.SetHandler != nil {
+		results = r.c.processSet(hctx, msgs, settles, traces)
+	} else {
+		results = r.c.processBatch(hctx, msgs, settles, traces)
+	}
 	stopExtend()
 	for i, d := range ds {
-		r.settle(workCtx, hctx, stopFetch, d, msgs[i], results[i], start, firsts[i], settles[i] != nil)
+		r.settle(dctxs[i], hctx, stopFetch, d, msgs[i], results[i], start, firsts[i], settles[i] != nil)
 	}
 }
 
@@ -286,6 +310,9 @@ func (r *runner[TTx]) handle(workCtx context.Context, d Delivery, stopFetch cont
 	}
 	start := cfg.Now()
 	msg, first := r.begin(d, start)
+	if cfg.Tracer != nil {
+		workCtx = withDeliveryTrace(workCtx, cfg.Tracer.StartDelivery(workCtx, cfg.Name, r.src.Name(), msg))
+	}
 
 	hctx, cancel := context.WithCancelCause(workCtx)
 	defer cancel(nil)
@@ -310,7 +337,7 @@ func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.Ca
 	if res.Key.Tenant != "" {
 		msg.Tenant = res.Key.Tenant
 	}
-	ev := Event{Consumer: cfg.Name, Queue: r.src.Name(), Tenant: BoundID(msg.Tenant), EventID: BoundID(msg.EventID), Attempt: msg.Attempt}
+	ev := Event{Consumer: cfg.Name, Owner: cfg.Owner, Queue: r.src.Name(), Tenant: BoundID(msg.Tenant), EventID: BoundID(msg.EventID), Attempt: msg.Attempt, Result: res.Outcome}
 
 	// Settle with the broker on a context that survives shutdown for a moment.
 	sctx, scancel := context.WithTimeout(context.WithoutCancel(workCtx), 10*time.Second)
@@ -336,6 +363,17 @@ func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.Ca
 			}
 		}
 		r.finish(sctx, ev, msg, start, slog.LevelDebug, nil, res.Reason)
+		return
+	case OutcomeIgnored:
+		// Settled like a duplicate: the claim committed, so a redelivery changes nothing.
+		r.verdict(d)
+		ev.Outcome, ev.Reason = OutcomeIgnored, res.Reason
+		if !ackedInTx {
+			if err := d.Ack(sctx); err != nil {
+				r.log(sctx, slog.LevelWarn, "idem: ack failed after commit", msg, res.Outcome, start, err, ClassTransient)
+			}
+		}
+		r.finish(sctx, ev, msg, start, slog.LevelInfo, nil, res.Reason)
 		return
 	case OutcomeKeyReuse:
 		r.deadLetter(workCtx, stopFetch, d, msg, res, ReasonKeyReuse, ev, start)
@@ -432,6 +470,10 @@ func (r *runner[TTx]) deadLetter(workCtx context.Context, stopFetch context.Canc
 		LastFailed:  now,
 		Status:      DeadLetterPending,
 		Source:      r.src.Name(),
+		Owner:       cfg.Owner,
+	}
+	if tr, ok := d.(TopicReporter); ok {
+		dl.Topic = tr.Topic()
 	}
 	// Settle with the broker on a context that survives shutdown for a moment.
 	settleCtx := func() (context.Context, context.CancelFunc) {
@@ -591,6 +633,9 @@ func (r *runner[TTx]) finish(ctx context.Context, ev Event, msg Message, start t
 	ev.Duration = r.c.cfg.Now().Sub(start)
 	if r.c.cfg.Observer != nil {
 		r.c.cfg.Observer.Observe(ev)
+	}
+	if dt := deliveryTraceFrom(ctx); dt != nil {
+		dt.Observe(ev)
 	}
 	if !r.c.cfg.Logger.Enabled(ctx, level) {
 		return

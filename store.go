@@ -154,7 +154,10 @@ type SetDeadLetterStatusParams struct {
 	Status DeadLetterStatus // DeadLetterReplayed or DeadLetterDiscarded
 	Actor  string
 	Reason string
-	Now    time.Time
+	// Destination is where a replay republished the dead letters (the topic or queue), recorded
+	// in the audit; empty for a discard.
+	Destination string
+	Now         time.Time
 }
 
 // AuditEntry is one operator action on the dead-letter queue.
@@ -166,6 +169,8 @@ type AuditEntry struct {
 	DeadLetterID int64
 	EventID      string
 	Reason       string
+	// Destination is where a replay went (the topic or queue); empty for other actions.
+	Destination string
 }
 
 // DeadLetterStats summarises the pending dead letters.

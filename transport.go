@@ -35,6 +35,13 @@ type Delivery interface {
 	Term(ctx context.Context) error
 }
 
+// TopicReporter is a Delivery that knows the topic it arrived on (the JetStream subject): the
+// consumer stores it with the delivery's dead letter (DeadLetter.Topic), so that a replay goes
+// back there without the operator naming it.
+type TopicReporter interface {
+	Topic() string
+}
+
 // DeliveryLimiter is a Source whose broker stops delivering a message after a number of
 // deliveries (JetStream MaxDeliver, a RabbitMQ quorum queue's x-delivery-limit). At that limit
 // the broker drops the message without telling the consumer, so the consumer can neither

@@ -77,5 +77,7 @@ CLIENT_PKGS=(github.com/twmb/franz-go/pkg/kgo github.com/twmb/franz-go/pkg/kfake
 CLIENT_PKGS=(cloud.google.com/go/pubsub/v2 cloud.google.com/go/pubsub/v2/apiv1/pubsubpb cloud.google.com/go/pubsub/v2/pstest); check idempubsub cloud.google.com/go/pubsub/v2
 CLIENT_PKGS=(github.com/aws/aws-sdk-go-v2/service/sqs); check idemsqs github.com/aws/aws-sdk-go-v2/service/sqs github.com/aws/aws-sdk-go-v2 github.com/aws/smithy-go
 CLIENT_PKGS=(github.com/prometheus/client_golang/prometheus); check idemprom github.com/prometheus/client_golang
+# The SDK (in-memory exporters, the manual metric reader) is in the family: idemotel's tests run on it.
+CLIENT_PKGS=(go.opentelemetry.io/otel go.opentelemetry.io/otel/sdk/trace go.opentelemetry.io/otel/sdk/trace/tracetest go.opentelemetry.io/otel/sdk/metric); check idemotel go.opentelemetry.io/otel go.opentelemetry.io/otel/sdk go.opentelemetry.io/otel/sdk/metric
 CLIENT_PKGS=(github.com/santhosh-tekuri/jsonschema/v6 golang.org/x/text/message); check idemschema github.com/santhosh-tekuri/jsonschema/v6 golang.org/x/text
 exit $fail

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -77,11 +78,18 @@ type Option func(*options)
 
 type options struct {
 	batch int
+	set   bool
 }
 
 // Batched runs every check with batched processing (idem.BatchConfig) of up to size deliveries:
 // each semantic of the per-event path must hold in batches too.
 func Batched(size int) Option { return func(o *options) { o.batch = size } }
+
+// SetBased runs every check with set-based batches of up to size deliveries: each check's
+// handler also serves as an idem.SetHandler applied to every event of the set in turn, so every
+// semantic of the per-event path (retries, dead letters, leases) must hold when a set fails and
+// falls back event by event.
+func SetBased(size int) Option { return func(o *options) { o.batch, o.set = size, true } }
 
 // syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
 type syncBuffer struct {
@@ -123,12 +131,25 @@ func (e *env[TTx]) config(name string, h idem.Handler[TTx]) idem.ConsumerConfig[
 	if e.opts.batch > 0 {
 		batch = idem.BatchConfig{Enabled: true, Size: e.opts.batch, MaxWait: 5 * time.Millisecond}
 	}
+	var set idem.SetHandler[TTx]
+	if e.opts.set {
+		set = func(ctx context.Context, tx TTx, msgs []idem.Message) error {
+			for _, m := range msgs {
+				if err := h(ctx, tx, m); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
 	return idem.ConsumerConfig[TTx]{
-		Batch:     batch,
-		Name:      name,
-		Handler:   h,
-		Retry:     fastRetry,
-		Retention: 48 * time.Hour,
+		Batch:      batch,
+		Name:       name,
+		Owner:      "payments",
+		Handler:    h,
+		SetHandler: set,
+		Retry:      fastRetry,
+		Retention:  48 * time.Hour,
 		// A day covers the harnesses' bounded redelivery windows (a stream's MaxAge; RabbitMQ's
 		// message TTL + longest delay tier + consumer_timeout), which Run checks.
 		RedeliveryWindow: 24 * time.Hour,
@@ -285,6 +306,64 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 		require.EqualValues(e.t, 1, e.ledger("evt-h"))
 	})
 
+	run("IgnoreAcksWithoutEffect", func(e *env[TTx]) {
+		var calls atomic.Int64
+		credit := storetest.CreditHandler(e.b)
+		c, err := idem.NewConsumer(e.b.Store, e.config("ledger@v1", func(ctx context.Context, tx TTx, msg idem.Message) error {
+			calls.Add(1)
+			if err := credit(ctx, tx, msg); err != nil {
+				return err
+			}
+			if msg.EventID == "evt-gone" {
+				return idem.Ignore("order_deleted") // written, then rolled back: the target is gone
+			}
+			return nil
+		}))
+		require.NoError(e.t, err)
+		stop := e.run(c, e.source("ledger"))
+		gone := storetest.PaymentMessage("acme", "evt-gone", storetest.Payment{Wallet: "w1", Amount: 5})
+		e.publish(gone, storetest.PaymentMessage("acme", "evt-kept", storetest.Payment{Wallet: "w1", Amount: 7}))
+		e.eventually(20*time.Second, "ignored and processed", func() bool {
+			return e.rec.Count(idem.OutcomeIgnored, "evt-gone") == 1 && e.rec.Count(idem.OutcomeProcessed, "evt-kept") == 1
+		})
+		if !e.h.Features.BrokerDedup { // a broker that dedups would drop the republish
+			e.publish(gone) // a redelivery of an ignored event is a duplicate
+			e.eventually(20*time.Second, "the republish seen as a duplicate", func() bool { return e.rec.Count(idem.OutcomeDuplicate, "evt-gone") == 1 })
+		}
+		// Longer than a lease: an acked ignore must not come back.
+		time.Sleep(e.lease + 500*time.Millisecond)
+		require.NoError(e.t, stop())
+		require.EqualValues(e.t, 2, calls.Load(), "each handler ran once")
+		require.Equal(e.t, 1, e.rec.Count(idem.OutcomeIgnored, "evt-gone"))
+		for _, ev := range e.rec.Events("evt-gone") {
+			if ev.Outcome == idem.OutcomeIgnored {
+				require.Equal(e.t, idem.Reason("order_deleted"), ev.Reason)
+			}
+		}
+		require.EqualValues(e.t, 0, e.ledger("evt-gone"), "nothing of the ignored effect committed")
+		require.EqualValues(e.t, 1, e.ledger("evt-kept"))
+		bal, err := e.b.Balance(e.ctx, "w1")
+		require.NoError(e.t, err)
+		require.EqualValues(e.t, 7, bal)
+		n, err := e.b.ClaimRows(e.ctx, idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-gone"})
+		require.NoError(e.t, err)
+		require.EqualValues(e.t, 1, n, "the claim is kept")
+		require.Empty(e.t, e.deadLetters("evt-gone"))
+		if _, ok := e.b.Store.(idem.IgnoreStore[TTx]); ok {
+			audit, err := e.b.Store.ListAudit(e.ctx, 100)
+			require.NoError(e.t, err)
+			var ignores int
+			for _, a := range audit {
+				if a.EventID == "evt-gone" && a.Action == idem.AuditActionIgnore {
+					ignores++
+					require.Equal(e.t, "order_deleted", a.Reason)
+				}
+			}
+			require.Equal(e.t, 1, ignores, "one audit row")
+		}
+		require.Contains(e.t, e.logs.String(), `"reason":"order_deleted"`)
+	})
+
 	run("PermanentErrorDeadLettersOnce", func(e *env[TTx]) {
 		var calls atomic.Int64
 		c, err := idem.NewConsumer(e.b.Store, e.config("ledger@v1", func(ctx context.Context, tx TTx, msg idem.Message) error {
@@ -307,6 +386,10 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 		require.Equal(e.t, idem.ReasonPermanentError, dl.Reason)
 		require.Equal(e.t, "ledger@v1", dl.Consumer)
 		require.Equal(e.t, "v1", dl.ConsumerVersion())
+		require.Equal(e.t, "payments", dl.Owner, "the consumer's owner is carried into its dead letters")
+		if dl.Topic != "" { // a transport whose deliveries report their topic (idem.TopicReporter)
+			require.Equal(e.t, e.topic, dl.Topic, "the dead letter records the topic it arrived on")
+		}
 		require.Equal(e.t, "acme", dl.Message.Tenant)
 		require.Equal(e.t, msg.Payload, dl.Message.Payload)
 		require.Equal(e.t, "abc", dl.Message.Headers["X-Trace"])
@@ -657,6 +740,108 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 		require.EqualValues(e.t, 0, e.ledger("evt-dlf"))
 	})
 
+	run("PoisonIsNeverSettledWithoutItsDeadLetter", func(e *env[TTx]) {
+		// Poison of three kinds (a handler's permanent error, a payload that is not JSON, key
+		// reuse) meets a dead-letter store that refuses every write, a pause over it, and a
+		// shutdown in the middle of the write's retries. None may be acked or terminated at the
+		// broker before its dead letter committed: each stays redeliverable and, once the store
+		// is back, ends as exactly one dead letter.
+		store := CutDeadLetters(e.b.Store)
+		credit := storetest.CreditHandler(e.b)
+		handler := func(ctx context.Context, tx TTx, msg idem.Message) error {
+			if msg.EventID == "evt-pz-perm" {
+				return idem.Permanent(errors.New("card declined"))
+			}
+			return credit(ctx, tx, msg)
+		}
+		poison := func(m idem.Message) idem.Message {
+			m.Headers = map[string]string{watchHeader: "1"}
+			return m
+		}
+		perm := poison(storetest.PaymentMessage("acme", "evt-pz-perm", storetest.Payment{Wallet: "w1", Amount: 5}))
+		notJSON := poison(storetest.PaymentMessage("acme", "evt-pz-json", storetest.Payment{Wallet: "w1", Amount: 5}))
+		notJSON.Payload = notJSON.Payload[:len(notJSON.Payload)-2]
+		reuse := poison(storetest.PaymentMessage("acme", "evt-pz-reuse", storetest.Payment{Wallet: "w1", Amount: 500}))
+		ids := []string{perm.EventID, notJSON.EventID, reuse.EventID}
+		committed := func(eventID string) bool { return len(e.deadLetters(eventID)) > 0 }
+		watch := func() *SettleWatch[TTx] {
+			return &SettleWatch[TTx]{Source: e.source("ledger"), Header: watchHeader, Committed: committed}
+		}
+		noEarlySettle := func(w *SettleWatch[TTx], when string) {
+			e.t.Helper()
+			require.Empty(e.t, w.Violations(), "%s: a poison event was settled before its dead letter committed", when)
+		}
+
+		// The key the poison reuses is claimed first, with the store whole.
+		first, err := idem.NewConsumer(store, e.config("ledger@v1", handler))
+		require.NoError(e.t, err)
+		stop := e.run(first, e.source("ledger"))
+		e.publish(storetest.PaymentMessage("acme", "evt-pz-reuse", storetest.Payment{Wallet: "w1", Amount: 5}))
+		e.eventually(20*time.Second, "the reused key's first event processed", func() bool { return e.rec.Count(idem.OutcomeProcessed, "evt-pz-reuse") == 1 })
+		require.NoError(e.t, stop())
+
+		// Cut: the consumer retries the dead-letter writes, then pauses.
+		store.Cut(true)
+		e.publish(perm, notJSON, reuse, storetest.PaymentMessage("acme", "evt-pz-ok", storetest.Payment{Wallet: "w1", Amount: 7}))
+		cfg := e.config("ledger@v1", handler)
+		cfg.DeadLetterFailuresToPause = 3
+		paused, err := idem.NewConsumer(store, cfg)
+		require.NoError(e.t, err)
+		ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+		defer cancel()
+		w := watch()
+		err = paused.Run(ctx, w)
+		noEarlySettle(w, "pause")
+		require.ErrorIs(e.t, err, idem.ErrPaused, "the consumer pauses over dead letters it cannot write")
+
+		// Still cut: a consumer that would retry for ever is shut down in the middle of it.
+		cfg.DeadLetterFailuresToPause = 1 << 20
+		cfg.ShutdownTimeout = 500 * time.Millisecond
+		patient, err := idem.NewConsumer(store, cfg)
+		require.NoError(e.t, err)
+		w = watch()
+		before := store.Failures()
+		stop = e.run(patient, w)
+		e.eventually(30*time.Second, "dead-letter writes retried", func() bool { return store.Failures() >= before+2 })
+		require.NoError(e.t, stop(), "a shutdown mid-retry returns nil")
+		noEarlySettle(w, "shutdown mid-retry")
+		for _, id := range ids {
+			require.Empty(e.t, e.deadLetters(id), id)
+		}
+
+		// The store is back: every poison event comes back and ends as one dead letter.
+		store.Cut(false)
+		resumed, err := idem.NewConsumer(store, e.config("ledger@v1", handler))
+		require.NoError(e.t, err)
+		w = watch()
+		stop = e.run(resumed, w)
+		e.eventually(30*time.Second, "a dead letter for each poison event", func() bool {
+			for _, id := range ids {
+				if len(e.deadLetters(id)) != 1 {
+					return false
+				}
+			}
+			return e.rec.Count(idem.OutcomeProcessed, "evt-pz-ok") == 1
+		})
+		time.Sleep(e.lease + 500*time.Millisecond) // a terminated delivery does not come back
+		require.NoError(e.t, stop())
+		noEarlySettle(w, "after the store came back")
+		for _, id := range ids {
+			require.Len(e.t, e.deadLetters(id), 1, id)
+			require.Positive(e.t, w.Settled(id), "%s settled once its dead letter committed", id)
+		}
+		require.Equal(e.t, idem.ReasonPermanentError, e.deadLetters(perm.EventID)[0].Reason)
+		require.Equal(e.t, idem.ReasonInvalidPayload, e.deadLetters(notJSON.EventID)[0].Reason)
+		require.Equal(e.t, idem.ReasonKeyReuse, e.deadLetters(reuse.EventID)[0].Reason)
+		require.EqualValues(e.t, 0, e.ledger(perm.EventID))
+		require.EqualValues(e.t, 0, e.ledger(notJSON.EventID))
+		require.EqualValues(e.t, 1, e.ledger("evt-pz-reuse"))
+		require.EqualValues(e.t, 1, e.ledger("evt-pz-ok"))
+		bal, err := e.b.Balance(e.ctx, "w1")
+		require.NoError(e.t, err)
+		require.EqualValues(e.t, 12, bal)
+	})
+
 	run("ReplayedDeadLetterRecordsRecovery", func(e *env[TTx]) {
 		var fail atomic.Bool
 		fail.Store(true)
@@ -802,4 +987,152 @@ func (s *cutBatchStore[TTx]) SavepointTx(ctx context.Context, tx TTx, fn func(ct
 
 func (s *cutBatchStore[TTx]) ReleaseClaimTx(ctx context.Context, tx TTx, key idem.Key) error {
 	return s.bs.ReleaseClaimTx(ctx, tx, key)
+}
+
+// ClaimBucket passes the wrapped store's idem.BucketedStore through (0, not partitioned, when
+// it is none), so that the consumer claims in the same buckets as over the bare store.
+func (s *CutStore[TTx]) ClaimBucket() time.Duration {
+	if b, ok := s.Store.(idem.BucketedStore); ok {
+		return b.ClaimBucket()
+	}
+	return 0
+}
+
+// ClaimRetention passes the wrapped store's idem.BucketedStore through (0 when it is none).
+func (s *CutStore[TTx]) ClaimRetention() time.Duration {
+	if b, ok := s.Store.(idem.BucketedStore); ok {
+		return b.ClaimRetention()
+	}
+	return 0
+}
+
+// TxEnded passes the wrapped store's idem.TxEndChecker through; without one it reports false,
+// which the batch path takes as it takes a store that cannot tell.
+func (s *cutBatchStore[TTx]) TxEnded(tx TTx) bool {
+	if c, ok := s.bs.(idem.TxEndChecker[TTx]); ok {
+		return c.TxEnded(tx)
+	}
+	return false
+}
+
+// watchHeader marks the messages a SettleWatch watches in the suite.
+const watchHeader = "X-Idem-Watch"
+
+// SettleWatch wraps a Source and records every settlement at the broker (Ack, Term, or AckTx
+// inside the consumer's transaction) of a message that carries Header, asking Committed at that
+// moment whether its dead letter is already in the store. A settlement without it is a
+// violation: the broker would forget an event that was neither applied nor dead-lettered.
+// Deliveries keep the optional interfaces of the wrapped ones (idem.TxAcker,
+// idem.FirstAttempter), and the source those of the wrapped source (idem.DeliveryLimiter,
+// idem.RedeliveryWindower), so the consumer takes the same path as over the bare source.
+type SettleWatch[TTx any] struct {
+	idem.Source
+	// Header marks the watched messages (any value).
+	Header string
+	// Committed reports whether eventID's dead letter is committed.
+	Committed func(eventID string) bool
+
+	mu         sync.Mutex
+	violations []string
+	settled    map[string]int
+}
+
+// Receive wraps each delivery.
+func (s *SettleWatch[TTx]) Receive(ctx context.Context, max int) ([]idem.Delivery, error) {
+	ds, err := s.Source.Receive(ctx, max)
+	for i, d := range ds {
+		if _, ok := d.Message().Headers[s.Header]; !ok {
+			continue
+		}
+		w := &watchedDelivery[TTx]{Delivery: d, src: s}
+		if ta, ok := d.(idem.TxAcker[TTx]); ok {
+			ds[i] = &watchedTxDelivery[TTx]{watchedDelivery: w, ta: ta}
+		} else {
+			ds[i] = w
+		}
+	}
+	return ds, err
+}
+
+// DeliveryLimit passes the wrapped source's idem.DeliveryLimiter through (0, no limit, when it
+// is none).
+func (s *SettleWatch[TTx]) DeliveryLimit() int {
+	if l, ok := s.Source.(idem.DeliveryLimiter); ok {
+		return l.DeliveryLimit()
+	}
+	return 0
+}
+
+// RedeliveryWindow passes the wrapped source's idem.RedeliveryWindower through (0, which no
+// RedeliveryWindow is shorter than, when it is none).
+func (s *SettleWatch[TTx]) RedeliveryWindow() time.Duration {
+	if w, ok := s.Source.(idem.RedeliveryWindower); ok {
+		return w.RedeliveryWindow()
+	}
+	return 0
+}
+
+// Violations lists the settlements of watched messages whose dead letter was not committed.
+func (s *SettleWatch[TTx]) Violations() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.violations)
+}
+
+// Settled counts the settlements of eventID that found its dead letter committed.
+func (s *SettleWatch[TTx]) Settled(eventID string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.settled[eventID]
+}
+
+// record checks one settlement of msg by how.
+func (s *SettleWatch[TTx]) record(msg idem.Message, how string) {
+	ok := s.Committed(msg.EventID)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !ok {
+		s.violations = append(s.violations, fmt.Sprintf("%s of %q (attempt %d) before its dead letter committed", how, msg.EventID, msg.Attempt))
+		return
+	}
+	if s.settled == nil {
+		s.settled = map[string]int{}
+	}
+	s.settled[msg.EventID]++
+}
+
+type watchedDelivery[TTx any] struct {
+	idem.Delivery
+	src *SettleWatch[TTx]
+}
+
+func (d *watchedDelivery[TTx]) Ack(ctx context.Context) error {
+	d.src.record(d.Message(), "ack")
+	return d.Delivery.Ack(ctx)
+}
+
+func (d *watchedDelivery[TTx]) Term(ctx context.Context) error {
+	d.src.record(d.Message(), "term")
+	return d.Delivery.Term(ctx)
+}
+
+// FirstAttempt passes the wrapped delivery's idem.FirstAttempter through (zero, which the
+// consumer reads as unknown, when it is none).
+func (d *watchedDelivery[TTx]) FirstAttempt() time.Time {
+	if fa, ok := d.Delivery.(idem.FirstAttempter); ok {
+		return fa.FirstAttempt()
+	}
+	return time.Time{}
+}
+
+// watchedTxDelivery is a watched delivery that settles inside the transaction (the queue
+// table); the settlement is checked as Ack and Term are.
+type watchedTxDelivery[TTx any] struct {
+	*watchedDelivery[TTx]
+	ta idem.TxAcker[TTx]
+}
+
+func (d *watchedTxDelivery[TTx]) AckTx(ctx context.Context, tx TTx) error {
+	d.src.record(d.Message(), "ack in transaction")
+	return d.ta.AckTx(ctx, tx)
 }

@@ -28,9 +28,10 @@ func Example_metrics() {
 	// In a real program the consumer calls the observer: idem.Config{Observer: metrics, …}.
 	// Here two settled deliveries stand in for it.
 	var _ idem.Observer = metrics
-	metrics.Observe(idem.Event{Consumer: "ledger@v1", Queue: "orders", EventID: "evt-1",
+	// Owner (ConsumerConfig.Owner) is the label alerts route on.
+	metrics.Observe(idem.Event{Consumer: "ledger@v1", Owner: "payments", Queue: "orders", EventID: "evt-1",
 		Outcome: idem.OutcomeProcessed, Duration: 4 * time.Millisecond})
-	metrics.Observe(idem.Event{Consumer: "ledger@v1", Queue: "orders", EventID: "evt-1",
+	metrics.Observe(idem.Event{Consumer: "ledger@v1", Owner: "payments", Queue: "orders", EventID: "evt-1",
 		Outcome: idem.OutcomeDuplicate, Duration: time.Millisecond})
 
 	mux := http.NewServeMux()
@@ -42,9 +43,9 @@ func Example_metrics() {
 	printLines(rec.Body.String(), `idem_messages_total{consumer="ledger@v1",outcome="processed"`,
 		`idem_messages_total{consumer="ledger@v1",outcome="duplicate"`, "idem_duplicates_ignored_total{")
 	// Output:
-	// idem_duplicates_ignored_total{consumer="ledger@v1",queue="orders"} 1
-	// idem_messages_total{consumer="ledger@v1",outcome="duplicate",queue="orders"} 1
-	// idem_messages_total{consumer="ledger@v1",outcome="processed",queue="orders"} 1
+	// idem_duplicates_ignored_total{consumer="ledger@v1",owner="payments",queue="orders"} 1
+	// idem_messages_total{consumer="ledger@v1",outcome="duplicate",owner="payments",queue="orders"} 1
+	// idem_messages_total{consumer="ledger@v1",outcome="processed",owner="payments",queue="orders"} 1
 }
 
 // ExampleNewStoreCollector reads the backlog of a SQLite store on every scrape.

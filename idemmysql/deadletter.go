@@ -34,6 +34,9 @@ func (s *Store) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.
 	if dl.Reason == "" {
 		return idem.DeadLetter{}, fmt.Errorf("idemmysql: insert dead letter: Reason is empty")
 	}
+	if err := idem.ValidateOwner(dl.Owner); err != nil {
+		return idem.DeadLetter{}, fmt.Errorf("idemmysql: insert dead letter: %w", err)
+	}
 	first, last := dl.FirstFailed, dl.LastFailed
 	switch {
 	case first.IsZero() && last.IsZero():
@@ -55,8 +58,8 @@ func (s *Store) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.
 		res, err := tx.ExecContext(ctx, s.q.dlInsert,
 			dl.Consumer, []byte(m.Tenant), []byte(m.EventID), []byte(m.Type), nonNil(m.Payload), headers,
 			nullMicros(m.PublishedAt), nullMicros(m.OccurredAt), fp[:], keyHash(dl.Consumer, m.Tenant, m.EventID),
-			reason, errText, dl.Attempts, first.UnixMicro(), last.UnixMicro(), text(dl.Source),
-			dl.Attempts, errText, last.UnixMicro(), reason)
+			reason, errText, dl.Attempts, first.UnixMicro(), last.UnixMicro(), text(dl.Source), dl.Owner, text(dl.Topic),
+			dl.Attempts, errText, last.UnixMicro(), reason, dl.Owner)
 		if err != nil {
 			return err
 		}
@@ -207,7 +210,7 @@ func (s *Store) SetDeadLetterStatus(ctx context.Context, p idem.SetDeadLetterSta
 		}
 		for _, c := range done {
 			if _, err := tx.ExecContext(ctx, s.q.auditInsert,
-				now.UnixMicro(), text(p.Actor), action, c.id, c.eventID, text(p.Reason)); err != nil {
+				now.UnixMicro(), text(p.Actor), action, c.id, c.eventID, text(p.Reason), text(p.Destination)); err != nil {
 				return fmt.Errorf("audit of dead letter %d (event %s): %w", c.id, c.eventID, err)
 			}
 		}
@@ -280,7 +283,7 @@ func (s *Store) ListAudit(ctx context.Context, limit int) ([]idem.AuditEntry, er
 			a  idem.AuditEntry
 			at int64
 		)
-		if err := rows.Scan(&a.ID, &at, &a.Actor, &a.Action, &a.DeadLetterID, &a.EventID, &a.Reason); err != nil {
+		if err := rows.Scan(&a.ID, &at, &a.Actor, &a.Action, &a.DeadLetterID, &a.EventID, &a.Reason, &a.Destination); err != nil {
 			return nil, fmt.Errorf("idemmysql: list audit: %w", err)
 		}
 		a.At = fromMicros(at)
@@ -339,7 +342,7 @@ func scanDeadLetter(r scanner) (idem.DeadLetter, error) {
 	)
 	err := r.Scan(&dl.ID, &dl.Consumer, &dl.Message.Tenant, &dl.Message.EventID, &dl.Message.Type,
 		&dl.Message.Payload, &headers, &published, &occurred, &fp, &reason, &dl.Error, &dl.Attempts,
-		&first, &last, &stat, &dl.Source, &recovered)
+		&first, &last, &stat, &dl.Source, &recovered, &dl.Owner, &dl.Topic)
 	if err != nil {
 		return idem.DeadLetter{}, err
 	}
@@ -359,4 +362,19 @@ func scanDeadLetter(r scanner) (idem.DeadLetter, error) {
 	dl.LastFailed = fromMicros(last)
 	dl.RecoveredAt = fromNullMicros(recovered)
 	return dl, nil
+}
+
+var _ idem.IgnoreStore[*sql.Tx] = (*Store)(nil)
+
+// RecordIgnoreTx writes the audit row of an event its handler ignored (idem.Ignore) inside tx,
+// the transaction that holds its claim: action "ignore", the consumer as actor, no dead letter.
+func (s *Store) RecordIgnoreTx(ctx context.Context, tx *sql.Tx, p idem.RecordIgnoreParams) error {
+	now := p.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	if _, err := tx.ExecContext(ctx, s.q.auditInsert, now.UnixMicro(), text(p.Key.Consumer), idem.AuditActionIgnore, 0, p.Key.EventID, text(p.Reason), ""); err != nil {
+		return fmt.Errorf("idemmysql: record ignore of %s: %w", p.Key, err)
+	}
+	return nil
 }

@@ -54,7 +54,8 @@ type queries struct {
 
 // dlColumns are the dead-letter columns in the order scanDeadLetter reads them.
 const dlColumns = `id, consumer, tenant, event_id, type, payload, headers, published_at, occurred_at,
-	fingerprint, reason, error, attempts, first_failed_at, last_failed_at, status, source, recovered_at`
+	fingerprint, reason, error, attempts, first_failed_at, last_failed_at, status, source, recovered_at,
+	owner, COALESCE(topic, '')`
 
 // queueColumns are the queue columns in the order QueueFetch reads them.
 const queueColumns = `id, token, attempts, event_id, tenant, type, payload, headers, occurred_at, enqueued_at,
@@ -85,21 +86,21 @@ func buildQueries(prefix string) queries {
 		// row's id, which the store then reads back.
 		dlInsert: p(`INSERT INTO {p}dead_letters (consumer, tenant, event_id, type, payload, headers,
 				published_at, occurred_at, fingerprint, key_hash, reason, error, attempts,
-				first_failed_at, last_failed_at, status, source)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)
-			ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id), attempts = ?, error = ?, last_failed_at = ?, reason = ?`),
+				first_failed_at, last_failed_at, status, source, owner, topic)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)
+			ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id), attempts = ?, error = ?, last_failed_at = ?, reason = ?, owner = ?`),
 		dlGet:         p(`SELECT ` + dlColumns + ` FROM {p}dead_letters WHERE id = ?`),
 		dlList:        p(`SELECT ` + dlColumns + ` FROM {p}dead_letters`),
 		dlLockPending: p(`SELECT id, event_id FROM {p}dead_letters WHERE status = 'pending' AND id IN `),
 		dlSetStatus:   p(`UPDATE {p}dead_letters SET status = ? WHERE status = 'pending' AND id IN `),
-		auditInsert: p(`INSERT INTO {p}audit (at, actor, action, dead_letter_id, event_id, reason)
-			VALUES (?, ?, ?, ?, ?, ?)`),
+		auditInsert: p(`INSERT INTO {p}audit (at, actor, action, dead_letter_id, event_id, reason, destination)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`),
 		dlLockRecover: p(`SELECT id, first_failed_at FROM {p}dead_letters
 			WHERE key_hash = ? AND consumer = ? AND tenant = ? AND event_id = ?
 				AND recovered_at IS NULL AND (status = 'replayed' OR (id = ? AND status = 'pending'))
 			ORDER BY id FOR UPDATE`),
 		dlRecover: p(`UPDATE {p}dead_letters SET recovered_at = ? WHERE id IN `),
-		auditList: p(`SELECT id, at, actor, action, dead_letter_id, event_id, reason FROM {p}audit
+		auditList: p(`SELECT id, at, actor, action, dead_letter_id, event_id, reason, COALESCE(destination, '') FROM {p}audit
 			ORDER BY id DESC LIMIT ?`),
 		dlStats: p(`SELECT reason, count(*), min(first_failed_at) FROM {p}dead_letters
 			WHERE status = 'pending' GROUP BY reason`),

@@ -45,6 +45,26 @@ func NewSink(js jetstream.JetStream) *Sink { return &Sink{js: js} }
 // one failed. A caller that needs two messages in order publishes them in separate calls, the
 // later only after the earlier returned nil — as the relay does for the rows of one key.
 func (s *Sink) Publish(ctx context.Context, subject string, msgs ...idem.Message) error {
+	err := s.publish(ctx, subject, msgs)
+	if err != nil && (errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)) {
+		// No responder for the subject: a stream may be electing a leader (transient), or no
+		// stream captures the subject at all, which is a configuration error that retrying
+		// never fixes. Tell the two apart with one lookup.
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, lerr := s.js.StreamNameBySubject(lctx, subject); errors.Is(lerr, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("idemnats: publish to %s: %w %q: a configuration error, not an outage (every publish fails until one does): create a stream whose subjects include it (idemnats.EnsureStream, or nats stream add --subjects %q): %w",
+				subject, ErrNoStream, subject, subject, err)
+		}
+	}
+	return err
+}
+
+// ErrNoStream reports a publish to a subject no JetStream stream captures: the relay keeps the
+// rows and retries, but the fix is to create the stream (see EnsureStream).
+var ErrNoStream = errors.New("no JetStream stream captures subject")
+
+func (s *Sink) publish(ctx context.Context, subject string, msgs []idem.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}

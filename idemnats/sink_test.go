@@ -1,6 +1,8 @@
 package idemnats_test
 
 import (
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -105,4 +107,26 @@ func TestSourceLimits(t *testing.T) {
 	require.ErrorContains(t, err, "MaxDeliver is 20, want -1 (unlimited) or at least 25")
 	_, err = js.Consumer(ctx, stream, "too-low")
 	require.ErrorIs(t, err, jetstream.ErrConsumerNotFound, "refused before the server was asked")
+}
+
+// TestPublishWithoutStreamSaysSo: a subject no stream captures is a configuration error, and
+// the error says so (and how to fix it) instead of passing for a broker outage.
+func TestPublishWithoutStreamSaysSo(t *testing.T) {
+	t.Parallel()
+	js := connect(t)
+	_, subject := testStream(t, js)
+	sink := idemnats.NewSink(js)
+	orphan := "idemtest-nostream." + strings.ReplaceAll(t.Name(), "/", ".") + "." + strconv.FormatInt(time.Now().UnixNano(), 36)
+	for _, n := range []int{1, 3} {
+		msgs := make([]idem.Message, n)
+		for i := range msgs {
+			msgs[i] = idem.Message{EventID: fmt.Sprintf("e%d", i), Payload: []byte(`{}`)}
+		}
+		err := sink.Publish(ctxT(t, 10*time.Second), orphan, msgs...)
+		require.ErrorIs(t, err, idemnats.ErrNoStream, "batch of %d", n)
+		require.ErrorContains(t, err, "configuration error")
+		require.ErrorContains(t, err, "nats stream add --subjects")
+	}
+	// A subject a stream captures publishes as before.
+	require.NoError(t, sink.Publish(ctxT(t, 10*time.Second), subject, idem.Message{EventID: "ok", Payload: []byte(`{}`)}))
 }

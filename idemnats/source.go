@@ -412,6 +412,12 @@ var _ idem.Delivery = (*Delivery)(nil)
 // Message returns the decoded message; Attempt is JetStream's delivery count.
 func (d *Delivery) Message() idem.Message { return d.m }
 
+// Topic returns the subject the message was published to, which the consumer stores with its
+// dead letter so that a replay goes back there (idem.TopicReporter).
+func (d *Delivery) Topic() string { return d.msg.Subject() }
+
+var _ idem.TopicReporter = (*Delivery)(nil)
+
 // Msg returns the underlying JetStream message, for metadata idem does not map (stream and
 // consumer sequence, pending count).
 func (d *Delivery) Msg() jetstream.Msg { return d.msg }

@@ -54,7 +54,8 @@ func (s *Store) ClaimBatchTx(ctx context.Context, tx pgx.Tx, ps []idem.ClaimPara
 		if now.IsZero() {
 			now = time.Now().UTC()
 		}
-		tenants[j], consumers[j], ids[j], fps[j], nows[j] = p.Key.Tenant, p.Key.Consumer, p.Key.EventID, p.Fingerprint[:], now
+		// The fingerprint is sliced from ps itself: slicing the copy p would move p to the heap.
+		tenants[j], consumers[j], ids[j], fps[j], nows[j] = p.Key.Tenant, p.Key.Consumer, p.Key.EventID, ps[i].Fingerprint[:], now
 		if buckets != nil {
 			buckets[j], locks[j] = now.UTC().Truncate(s.bucket), s.keyLock(p.Key)
 		}
@@ -99,8 +100,9 @@ func (s *Store) claimBatchPlain(ctx context.Context, tx pgx.Tx, index map[idem.K
 	}
 	inserted := 0
 	var k idem.Key
+	dest := []any{&k.Tenant, &k.Consumer, &k.EventID} // once, not once per row
 	for rows.Next() {
-		if err := rows.Scan(&k.Tenant, &k.Consumer, &k.EventID); err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			rows.Close()
 			return fmt.Errorf("idempg: claim batch of %d: scan: %w", n, err)
 		}

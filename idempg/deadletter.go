@@ -35,6 +35,9 @@ func (s *Store) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.
 	if dl.Reason == "" {
 		return idem.DeadLetter{}, fmt.Errorf("idempg: insert dead letter: reason is empty")
 	}
+	if err := idem.ValidateOwner(dl.Owner); err != nil {
+		return idem.DeadLetter{}, fmt.Errorf("idempg: insert dead letter: %w", err)
+	}
 	first := orNow(dl.FirstFailed)
 	last := dl.LastFailed
 	if last.IsZero() {
@@ -48,7 +51,7 @@ func (s *Store) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.
 	row := s.pool.QueryRow(ctx, s.q.dlInsert,
 		dl.Consumer, m.Tenant, m.EventID, m.Type, m.Payload, headers,
 		nullTime(m.PublishedAt), nullTime(m.OccurredAt), dl.Fingerprint[:], string(dl.Reason), dl.Error,
-		dl.Attempts, first, last, dl.Source)
+		dl.Attempts, first, last, dl.Source, dl.Owner, dl.Topic)
 	got, err := scanDeadLetter(row)
 	if err != nil {
 		return idem.DeadLetter{}, fmt.Errorf("idempg: insert dead letter: %w", err)
@@ -141,7 +144,7 @@ func (s *Store) SetDeadLetterStatus(ctx context.Context, p idem.SetDeadLetterSta
 	if len(p.IDs) == 0 {
 		return nil, nil
 	}
-	rows, err := s.pool.Query(ctx, s.q.dlSetStatus, p.IDs, string(p.Status), orNow(p.Now), p.Actor, action, p.Reason)
+	rows, err := s.pool.Query(ctx, s.q.dlSetStatus, p.IDs, string(p.Status), orNow(p.Now), p.Actor, action, p.Reason, p.Destination)
 	if err != nil {
 		return nil, fmt.Errorf("idempg: %s dead letters %v: %w", action, p.IDs, err)
 	}
@@ -188,7 +191,7 @@ func (s *Store) ListAudit(ctx context.Context, limit int) ([]idem.AuditEntry, er
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (idem.AuditEntry, error) {
 		var a idem.AuditEntry
-		err := r.Scan(&a.ID, &a.At, &a.Actor, &a.Action, &a.DeadLetterID, &a.EventID, &a.Reason)
+		err := r.Scan(&a.ID, &a.At, &a.Actor, &a.Action, &a.DeadLetterID, &a.EventID, &a.Reason, &a.Destination)
 		a.At = a.At.UTC()
 		return a, err
 	})
@@ -239,7 +242,7 @@ func scanDeadLetter(row pgx.Row) (idem.DeadLetter, error) {
 	)
 	err := row.Scan(&dl.ID, &dl.Consumer, &dl.Message.Tenant, &dl.Message.EventID, &dl.Message.Type,
 		&dl.Message.Payload, &headers, &published, &occurred, &fp, &reason, &dl.Error, &dl.Attempts,
-		&dl.FirstFailed, &dl.LastFailed, &status, &dl.Source, &recovered)
+		&dl.FirstFailed, &dl.LastFailed, &status, &dl.Source, &recovered, &dl.Owner, &dl.Topic)
 	if err != nil {
 		return idem.DeadLetter{}, err
 	}
@@ -282,4 +285,15 @@ func decodeHeaders(b []byte) (map[string]string, error) {
 		return nil, fmt.Errorf("decode headers: %w", err)
 	}
 	return h, nil
+}
+
+var _ idem.IgnoreStore[pgx.Tx] = (*Store)(nil)
+
+// RecordIgnoreTx writes the audit row of an event its handler ignored (idem.Ignore) inside tx,
+// the transaction that holds its claim: action "ignore", the consumer as actor, no dead letter.
+func (s *Store) RecordIgnoreTx(ctx context.Context, tx pgx.Tx, p idem.RecordIgnoreParams) error {
+	if _, err := tx.Exec(ctx, s.q.auditInsert, orNow(p.Now), p.Key.Consumer, idem.AuditActionIgnore, p.Key.EventID, p.Reason); err != nil {
+		return fmt.Errorf("idempg: record ignore of %s: %w", p.Key, err)
+	}
+	return nil
 }

@@ -21,7 +21,7 @@ type queries struct {
 	claimsLayout, partitionList string
 
 	// Dead letters and audit.
-	dlInsert, dlGet, dlList, dlSetStatus, dlRecover, dlStats, auditList string
+	dlInsert, dlGet, dlList, dlSetStatus, dlRecover, dlStats, auditList, auditInsert string
 
 	// Queue.
 	queueInsert, queueNotify, queueFetch, queueAck, queueNak, queueExtend, queueStats string
@@ -39,7 +39,8 @@ type queries struct {
 // The columns read back from the dead-letter, queue and outbox tables, in scan order.
 const (
 	dlColumns = `id, consumer, tenant, event_id, type, payload, headers, published_at, occurred_at,
-		fingerprint, reason, error, attempts, first_failed_at, last_failed_at, status, source, recovered_at`
+		fingerprint, reason, error, attempts, first_failed_at, last_failed_at, status, source, recovered_at,
+		owner, topic`
 	outboxColumns = `id, partition, event_id, tenant, topic, ordering_key, type, payload, headers,
 		occurred_at, created_at, attempts, last_error, next_attempt_at, first_attempt_at, dead,
 		coalesce(dead_letter_id, 0)`
@@ -98,11 +99,11 @@ func buildQueries(schema, prefix string, partitioned bool) queries {
 
 		dlInsert: `INSERT INTO {{dead_letters}} (consumer, tenant, event_id, type, payload, headers,
 			published_at, occurred_at, fingerprint, reason, error, attempts, first_failed_at,
-			last_failed_at, status, source)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'pending', $15)
+			last_failed_at, status, source, owner, topic)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'pending', $15, $16, $17)
 		ON CONFLICT (consumer, tenant, event_id, fingerprint) WHERE status = 'pending'
 		DO UPDATE SET attempts = excluded.attempts, error = excluded.error,
-			last_failed_at = excluded.last_failed_at, reason = excluded.reason
+			last_failed_at = excluded.last_failed_at, reason = excluded.reason, owner = excluded.owner
 		RETURNING {{dl_columns}}`,
 		dlGet:  `SELECT {{dl_columns}} FROM {{dead_letters}} WHERE id = $1`,
 		dlList: `SELECT {{dl_columns}} FROM {{dead_letters}}`,
@@ -112,8 +113,8 @@ func buildQueries(schema, prefix string, partitioned bool) queries {
 			WHERE id = ANY ($1) AND status = 'pending'
 			RETURNING id, event_id
 		)
-		INSERT INTO {{audit}} (at, actor, action, dead_letter_id, event_id, reason)
-		SELECT $3::timestamptz, $4::text, $5::text, id, event_id, $6::text FROM upd
+		INSERT INTO {{audit}} (at, actor, action, dead_letter_id, event_id, reason, destination)
+		SELECT $3::timestamptz, $4::text, $5::text, id, event_id, $6::text, $7::text FROM upd
 		RETURNING dead_letter_id`,
 		dlRecover: `UPDATE {{dead_letters}} SET recovered_at = $4
 			WHERE event_id = $3 AND consumer = $2 AND tenant = $1
@@ -121,7 +122,9 @@ func buildQueries(schema, prefix string, partitioned bool) queries {
 			RETURNING first_failed_at`,
 		dlStats: `SELECT reason, count(*), min(first_failed_at) FROM {{dead_letters}}
 			WHERE status = 'pending' GROUP BY reason`,
-		auditList: `SELECT id, at, actor, action, dead_letter_id, event_id, reason
+		auditInsert: `INSERT INTO {{audit}} (at, actor, action, dead_letter_id, event_id, reason)
+			VALUES ($1, $2, $3, 0, $4, $5)`,
+		auditList: `SELECT id, at, actor, action, dead_letter_id, event_id, reason, destination
 			FROM {{audit}} ORDER BY id DESC LIMIT $1`,
 
 		queueInsert: `INSERT INTO {{queue}} (queue, event_id, tenant, type, payload, headers,
@@ -290,7 +293,7 @@ func buildQueries(schema, prefix string, partitioned bool) queries {
 		&q.createSchema, &q.createMigrations, &q.migrationApplied, &q.migrationRecord,
 		&q.claim, &q.claimSelect, &q.claimDeleteAll, &q.claimDeleteConsumer,
 		&q.claimBatch, &q.claimBatchSelect, &q.claimRelease, &q.claimLock, &q.claimBatchLock,
-		&q.dlInsert, &q.dlGet, &q.dlList, &q.dlSetStatus, &q.dlRecover, &q.dlStats, &q.auditList,
+		&q.dlInsert, &q.dlGet, &q.dlList, &q.dlSetStatus, &q.dlRecover, &q.dlStats, &q.auditList, &q.auditInsert,
 		&q.queueInsert, &q.queueFetch, &q.queueAck, &q.queueNak, &q.queueExtend, &q.queueStats,
 		&q.outboxInsert, &q.outboxFetch, &q.outboxMarkPublished, &q.outboxMarkFailed,
 		&q.outboxDeletePublished, &q.outboxStats,

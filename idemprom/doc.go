@@ -21,4 +21,9 @@
 // distinct value is a new time series that lives in Prometheus's memory for hours; those belong
 // in logs (idem logs them with stable slog fields) and in the dead-letter queue. Keep consumer,
 // queue and topic names bounded too: a topic per tenant would defeat this.
+//
+// One label comes from handler code: the reason of idem.Ignore, in idem_ignored_total. idem
+// bounds its length (idem.MaxIgnoreReasonBytes) but not its number of values, so give Ignore a
+// small fixed set of reasons ("order_deleted", "account_closed"), never an id, a tenant or an
+// error text: put those in a log line.
 package idemprom

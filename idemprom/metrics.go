@@ -119,6 +119,7 @@ type Metrics struct {
 	keyReuse        *prometheus.CounterVec
 	deadLetters     *prometheus.CounterVec
 	dlFailures      *prometheus.CounterVec
+	ignored         *prometheus.CounterVec
 	handling        *prometheus.HistogramVec
 	recovery        *prometheus.HistogramVec
 	paused          *prometheus.GaugeVec
@@ -128,13 +129,17 @@ type Metrics struct {
 	publishLag      *prometheus.HistogramVec
 
 	all []prometheus.Collector
-	// seen holds the consumer/queue pairs whose counters were created at zero, so that rate()
+	// owners maps a consumer's name to its owner (idem.Event.Owner, or ConsumerOwner), for
+	// Paused and Resumed, which name only the consumer.
+	owners sync.Map
+	// seen holds the consumer/owner/queue triples whose counters were created at zero, so that rate()
 	// and increase() see the first retry or dead letter instead of a series appearing at 1.
 	seen sync.Map
 }
 
 var (
 	_ idem.Observer        = (*Metrics)(nil)
+	_ idem.OwnerObserver   = (*Metrics)(nil)
 	_ prometheus.Collector = (*Metrics)(nil)
 )
 
@@ -154,27 +159,29 @@ func New(cfg Config) *Metrics {
 	}
 	m := &Metrics{
 		messages: counter("messages_total",
-			"Deliveries settled by a consumer, by outcome.", "consumer", "queue", "outcome"),
+			"Deliveries settled by a consumer, by outcome.", "consumer", "owner", "queue", "outcome"),
 		errors: counter("errors_total",
-			"Deliveries that did not end processed or duplicate, by error class.", "consumer", "queue", "class"),
+			"Deliveries that did not end processed or duplicate, by error class.", "consumer", "owner", "queue", "class"),
 		retries: counter("retries_total",
-			"Deliveries handed back to the broker for another attempt.", "consumer", "queue"),
+			"Deliveries handed back to the broker for another attempt.", "consumer", "owner", "queue"),
 		duplicates: counter("duplicates_ignored_total",
-			"Redeliveries recognised by their claim and acknowledged without applying anything.", "consumer", "queue"),
+			"Redeliveries recognised by their claim and acknowledged without applying anything.", "consumer", "owner", "queue"),
 		keyReuse: counter("key_reuse_total",
-			"Deliveries whose event id was already claimed with different content.", "consumer", "queue"),
+			"Deliveries whose event id was already claimed with different content.", "consumer", "owner", "queue"),
 		deadLetters: counter("dead_letters_total",
-			"Deliveries recorded in the dead-letter queue, by reason.", "consumer", "queue", "reason"),
+			"Deliveries recorded in the dead-letter queue, by reason.", "consumer", "owner", "queue", "reason"),
 		dlFailures: counter("dead_letter_write_failures_total",
-			"Failed attempts to write a dead letter; the delivery is kept and the write retried, and the consumer pauses after failures in a row. Alert on any increase.", "consumer", "queue"),
+			"Failed attempts to write a dead letter; the delivery is kept and the write retried, and the consumer pauses after failures in a row. Alert on any increase.", "consumer", "owner", "queue"),
+		ignored: counter("ignored_total",
+			"Deliveries a handler ignored (idem.Ignore: the target is gone for good), acknowledged without effect, by the handler's reason.", "consumer", "owner", "queue", "reason"),
 		handling: histogram("handling_seconds",
-			"Time from the start of handling to the delivery's verdict, by outcome.", cfg.Buckets, "consumer", "queue", "outcome"),
+			"Time from the start of handling to the delivery's verdict, by outcome.", cfg.Buckets, "consumer", "owner", "queue", "outcome"),
 		recovery: histogram("recovery_seconds",
-			"Time from a dead letter's first failure to the processing of its replay.", cfg.RecoveryBuckets, "consumer"),
+			"Time from a dead letter's first failure to the processing of its replay.", cfg.RecoveryBuckets, "consumer", "owner"),
 		paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "consumer_paused",
-			Help: "1 when the consumer paused itself (a handler bug, or dead letters that cannot be written), else 0."}, []string{"consumer"}),
+			Help: "1 when the consumer paused itself (a handler bug, or dead letters that cannot be written), else 0."}, []string{"consumer", "owner"}),
 		pauses: counter("consumer_pauses_total",
-			"Times a consumer paused itself (a handler bug, or dead letters that cannot be written).", "consumer"),
+			"Times a consumer paused itself (a handler bug, or dead letters that cannot be written).", "consumer", "owner"),
 		published: counter("outbox_published_total",
 			"Outbox events published and marked published by a relay.", "topic"),
 		publishFailures: counter("outbox_publish_failures_total",
@@ -183,7 +190,7 @@ func New(cfg Config) *Metrics {
 			"Per published batch, how long its oldest event waited in the outbox.", cfg.LagBuckets, "topic"),
 	}
 	m.all = []prometheus.Collector{
-		m.messages, m.errors, m.retries, m.duplicates, m.keyReuse, m.deadLetters, m.dlFailures, m.handling,
+		m.messages, m.errors, m.retries, m.duplicates, m.keyReuse, m.deadLetters, m.dlFailures, m.ignored, m.handling,
 		m.recovery, m.paused, m.pauses, m.published, m.publishFailures, m.publishLag,
 	}
 	return m
@@ -206,7 +213,8 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 // outcomes lists every idem.Outcome, so that each consumer/queue starts with all of them at zero.
 func outcomes() []idem.Outcome {
 	return []idem.Outcome{idem.OutcomeProcessed, idem.OutcomeDuplicate, idem.OutcomeKeyReuse,
-		idem.OutcomeFailed, idem.OutcomeRetried, idem.OutcomeDeadLettered, idem.OutcomeAbandoned}
+		idem.OutcomeFailed, idem.OutcomeRetried, idem.OutcomeDeadLettered, idem.OutcomeAbandoned,
+		idem.OutcomeIgnored}
 }
 
 // classes lists every idem.Class, for the same reason as outcomes.
@@ -214,10 +222,11 @@ func classes() []idem.Class {
 	return []idem.Class{idem.ClassUnknown, idem.ClassTransient, idem.ClassPermanent}
 }
 
-// init creates the counters of a consumer/queue pair at zero the first time the pair is seen.
+// init creates the counters of a consumer/owner/queue triple at zero the first time it is seen.
 // WithLabelValues never resets an existing series, so a Paused that came first stays 1.
-func (m *Metrics) init(consumer, queue string) {
-	key := consumer + "\xff" + queue
+func (m *Metrics) init(consumer, owner, queue string) {
+	m.owners.Store(consumer, owner)
+	key := consumer + "\xff" + owner + "\xff" + queue
 	if _, ok := m.seen.Load(key); ok {
 		return
 	}
@@ -225,59 +234,63 @@ func (m *Metrics) init(consumer, queue string) {
 		return
 	}
 	for _, o := range outcomes() {
-		m.messages.WithLabelValues(consumer, queue, string(o))
+		m.messages.WithLabelValues(consumer, owner, queue, string(o))
 	}
 	for _, c := range classes() {
-		m.errors.WithLabelValues(consumer, queue, c.String())
+		m.errors.WithLabelValues(consumer, owner, queue, c.String())
 	}
 	for _, r := range idem.Reasons() {
-		m.deadLetters.WithLabelValues(consumer, queue, string(r))
+		m.deadLetters.WithLabelValues(consumer, owner, queue, string(r))
 	}
-	m.retries.WithLabelValues(consumer, queue)
-	m.duplicates.WithLabelValues(consumer, queue)
-	m.keyReuse.WithLabelValues(consumer, queue)
-	m.dlFailures.WithLabelValues(consumer, queue)
-	m.paused.WithLabelValues(consumer)
-	m.pauses.WithLabelValues(consumer)
+	m.retries.WithLabelValues(consumer, owner, queue)
+	m.duplicates.WithLabelValues(consumer, owner, queue)
+	m.keyReuse.WithLabelValues(consumer, owner, queue)
+	m.dlFailures.WithLabelValues(consumer, owner, queue)
+	m.paused.WithLabelValues(consumer, owner)
+	m.pauses.WithLabelValues(consumer, owner)
 }
 
 // Observe records one settled delivery; the consumer calls it (idem.Observer). A failed
 // dead-letter write (idem.OutcomeDeadLetterFailed) only counts in
 // idem_dead_letter_write_failures_total. Every outcome
-// other than processed and duplicate counts as an error of ev.ErrorType. Only ev.Consumer,
-// ev.Queue, ev.Outcome, ev.ErrorType and ev.Reason become labels: ev.EventID and ev.Tenant are
-// ignored on purpose (see the package documentation on cardinality).
+// other than processed, duplicate and ignored counts as an error of ev.ErrorType; an ignored
+// delivery counts in idem_ignored_total by its reason. Only ev.Consumer,
+// ev.Owner, ev.Queue, ev.Outcome, ev.ErrorType and ev.Reason become labels: ev.EventID and
+// ev.Tenant are ignored on purpose (see the package documentation on cardinality).
 func (m *Metrics) Observe(ev idem.Event) {
-	c, q := ev.Consumer, ev.Queue
-	m.init(c, q)
+	c, o, q := ev.Consumer, ev.Owner, ev.Queue
+	m.init(c, o, q)
 	if ev.Outcome == idem.OutcomeDeadLetterFailed {
 		// Not a verdict on the delivery: one failed write, counted on its own.
-		m.dlFailures.WithLabelValues(c, q).Inc()
+		m.dlFailures.WithLabelValues(c, o, q).Inc()
 		return
 	}
-	m.messages.WithLabelValues(c, q, string(ev.Outcome)).Inc()
-	m.handling.WithLabelValues(c, q, string(ev.Outcome)).Observe(seconds(ev.Duration))
-	if ev.Outcome != idem.OutcomeProcessed && ev.Outcome != idem.OutcomeDuplicate {
-		m.errors.WithLabelValues(c, q, ev.ErrorType.String()).Inc()
+	m.messages.WithLabelValues(c, o, q, string(ev.Outcome)).Inc()
+	m.handling.WithLabelValues(c, o, q, string(ev.Outcome)).Observe(seconds(ev.Duration))
+	if ev.Outcome != idem.OutcomeProcessed && ev.Outcome != idem.OutcomeDuplicate && ev.Outcome != idem.OutcomeIgnored {
+		m.errors.WithLabelValues(c, o, q, ev.ErrorType.String()).Inc()
 	}
 	switch ev.Outcome {
 	case idem.OutcomeRetried:
-		m.retries.WithLabelValues(c, q).Inc()
+		m.retries.WithLabelValues(c, o, q).Inc()
 	case idem.OutcomeDuplicate:
-		m.duplicates.WithLabelValues(c, q).Inc()
+		m.duplicates.WithLabelValues(c, o, q).Inc()
+	case idem.OutcomeIgnored:
+		// idem.Ignore bounds the reason; its cardinality is the handler's to keep small.
+		m.ignored.WithLabelValues(c, o, q, string(ev.Reason)).Inc()
 	case idem.OutcomeKeyReuse:
 		// Today the consumer dead-letters key reuse (reason key_reuse); this covers an observer
 		// fed the raw outcome.
-		m.keyReuse.WithLabelValues(c, q).Inc()
+		m.keyReuse.WithLabelValues(c, o, q).Inc()
 	case idem.OutcomeDeadLettered:
 		reason := reasonLabel(ev.Reason)
-		m.deadLetters.WithLabelValues(c, q, reason).Inc()
+		m.deadLetters.WithLabelValues(c, o, q, reason).Inc()
 		if reason == string(idem.ReasonKeyReuse) {
-			m.keyReuse.WithLabelValues(c, q).Inc()
+			m.keyReuse.WithLabelValues(c, o, q).Inc()
 		}
 	}
 	if len(ev.Recovered) > 0 {
-		h := m.recovery.WithLabelValues(c)
+		h := m.recovery.WithLabelValues(c, o)
 		for _, d := range ev.Recovered {
 			h.Observe(seconds(d))
 		}
@@ -296,14 +309,32 @@ func reasonLabel(r idem.Reason) string {
 // Paused records that consumer paused itself (idem.Observer): its
 // idem_consumer_paused gauge goes to 1 and idem_consumer_pauses_total counts the pause.
 func (m *Metrics) Paused(consumer string) {
-	m.paused.WithLabelValues(consumer).Set(1)
-	m.pauses.WithLabelValues(consumer).Inc()
+	owner := m.owner(consumer)
+	m.paused.WithLabelValues(consumer, owner).Set(1)
+	m.pauses.WithLabelValues(consumer, owner).Inc()
+}
+
+// ConsumerOwner records consumer's owner (idem.OwnerObserver; Run calls it when it starts), so
+// that a pause before any settled delivery carries the owner label, and creates the consumer's
+// paused gauge at 0.
+func (m *Metrics) ConsumerOwner(consumer, owner string) {
+	m.owners.Store(consumer, owner)
+	m.paused.WithLabelValues(consumer, owner)
+	m.pauses.WithLabelValues(consumer, owner)
+}
+
+// owner is the owner last seen for consumer ("" when none was).
+func (m *Metrics) owner(consumer string) string {
+	if o, ok := m.owners.Load(consumer); ok {
+		return o.(string)
+	}
+	return ""
 }
 
 // Resumed sets consumer's idem_consumer_paused gauge back to 0. idem does not call it: the
 // application does when it runs a paused consumer again, so an alert on the gauge clears.
 func (m *Metrics) Resumed(consumer string) {
-	m.paused.WithLabelValues(consumer).Set(0)
+	m.paused.WithLabelValues(consumer, m.owner(consumer)).Set(0)
 }
 
 // Published records that the relay published n events of topic. lag is how long the oldest of

@@ -20,12 +20,13 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 const (
 	consumer = "ledger@v1"
+	owner    = "payments"
 	queue    = "orders"
 )
 
 // ev returns an event of the test consumer and queue.
 func ev(o idem.Outcome, class idem.Class, reason idem.Reason) idem.Event {
-	return idem.Event{Consumer: consumer, Queue: queue, EventID: "evt-1", Tenant: "acme", Attempt: 1,
+	return idem.Event{Consumer: consumer, Owner: owner, Queue: queue, EventID: "evt-1", Tenant: "acme", Attempt: 1,
 		Outcome: o, ErrorType: class, Reason: reason, Duration: 3 * time.Millisecond}
 }
 
@@ -38,37 +39,43 @@ type series struct {
 
 func messages(o idem.Outcome, want float64) series {
 	return series{"messages_total{" + string(o) + "}", func(m *Metrics) prometheus.Collector {
-		return m.messages.WithLabelValues(consumer, queue, string(o))
+		return m.messages.WithLabelValues(consumer, owner, queue, string(o))
 	}, want}
 }
 
 func errorsOf(c idem.Class, want float64) series {
 	return series{"errors_total{" + c.String() + "}", func(m *Metrics) prometheus.Collector {
-		return m.errors.WithLabelValues(consumer, queue, c.String())
+		return m.errors.WithLabelValues(consumer, owner, queue, c.String())
 	}, want}
 }
 
 func deadLetters(r string, want float64) series {
 	return series{"dead_letters_total{" + r + "}", func(m *Metrics) prometheus.Collector {
-		return m.deadLetters.WithLabelValues(consumer, queue, r)
+		return m.deadLetters.WithLabelValues(consumer, owner, queue, r)
 	}, want}
 }
 
 func retries(want float64) series {
-	return series{"retries_total", func(m *Metrics) prometheus.Collector { return m.retries.WithLabelValues(consumer, queue) }, want}
+	return series{"retries_total", func(m *Metrics) prometheus.Collector { return m.retries.WithLabelValues(consumer, owner, queue) }, want}
 }
 
 func duplicates(want float64) series {
-	return series{"duplicates_ignored_total", func(m *Metrics) prometheus.Collector { return m.duplicates.WithLabelValues(consumer, queue) }, want}
+	return series{"duplicates_ignored_total", func(m *Metrics) prometheus.Collector { return m.duplicates.WithLabelValues(consumer, owner, queue) }, want}
 }
 
 func keyReuse(want float64) series {
-	return series{"key_reuse_total", func(m *Metrics) prometheus.Collector { return m.keyReuse.WithLabelValues(consumer, queue) }, want}
+	return series{"key_reuse_total", func(m *Metrics) prometheus.Collector { return m.keyReuse.WithLabelValues(consumer, owner, queue) }, want}
+}
+
+func ignored(reason string, want float64) series {
+	return series{"ignored_total{" + reason + "}", func(m *Metrics) prometheus.Collector {
+		return m.ignored.WithLabelValues(consumer, owner, queue, reason)
+	}, want}
 }
 
 func dlWriteFailures(want float64) series {
 	return series{"dead_letter_write_failures_total", func(m *Metrics) prometheus.Collector {
-		return m.dlFailures.WithLabelValues(consumer, queue)
+		return m.dlFailures.WithLabelValues(consumer, owner, queue)
 	}, want}
 }
 
@@ -124,6 +131,13 @@ func TestObserve(t *testing.T) {
 				deadLetters("permanent_error", 0)},
 		},
 		{
+			name: "ignored counts by the handler's reason, not as an error",
+			events: []idem.Event{ev(idem.OutcomeIgnored, idem.ClassUnknown, "order_deleted"),
+				ev(idem.OutcomeIgnored, idem.ClassUnknown, "order_deleted"), ev(idem.OutcomeIgnored, idem.ClassUnknown, "account_closed")},
+			want: []series{messages(idem.OutcomeIgnored, 3), ignored("order_deleted", 2), ignored("account_closed", 1),
+				errorsOf(idem.ClassUnknown, 0), duplicates(0), deadLetters("unknown", 0)},
+		},
+		{
 			name:   "abandoned and failed are errors",
 			events: []idem.Event{ev(idem.OutcomeAbandoned, idem.ClassTransient, ""), ev(idem.OutcomeFailed, idem.ClassUnknown, "")},
 			want: []series{messages(idem.OutcomeAbandoned, 1), messages(idem.OutcomeFailed, 1),
@@ -154,7 +168,7 @@ func TestObserveInitialisesSeries(t *testing.T) {
 		metric string
 		want   int
 	}{
-		{"idem_messages_total", 7},
+		{"idem_messages_total", 8},
 		{"idem_errors_total", 3},
 		{"idem_dead_letters_total", len(idem.Reasons())},
 		{"idem_retries_total", 1},
@@ -193,11 +207,11 @@ func TestHistograms(t *testing.T) {
 			want: `
 # HELP idem_handling_seconds Time from the start of handling to the delivery's verdict, by outcome.
 # TYPE idem_handling_seconds histogram
-idem_handling_seconds_bucket{consumer="ledger@v1",outcome="processed",queue="orders",le="1"} 0
-idem_handling_seconds_bucket{consumer="ledger@v1",outcome="processed",queue="orders",le="2"} 1
-idem_handling_seconds_bucket{consumer="ledger@v1",outcome="processed",queue="orders",le="+Inf"} 1
-idem_handling_seconds_sum{consumer="ledger@v1",outcome="processed",queue="orders"} 1.5
-idem_handling_seconds_count{consumer="ledger@v1",outcome="processed",queue="orders"} 1
+idem_handling_seconds_bucket{consumer="ledger@v1",outcome="processed",owner="payments",queue="orders",le="1"} 0
+idem_handling_seconds_bucket{consumer="ledger@v1",outcome="processed",owner="payments",queue="orders",le="2"} 1
+idem_handling_seconds_bucket{consumer="ledger@v1",outcome="processed",owner="payments",queue="orders",le="+Inf"} 1
+idem_handling_seconds_sum{consumer="ledger@v1",outcome="processed",owner="payments",queue="orders"} 1.5
+idem_handling_seconds_count{consumer="ledger@v1",outcome="processed",owner="payments",queue="orders"} 1
 `,
 		},
 		{
@@ -211,12 +225,12 @@ idem_handling_seconds_count{consumer="ledger@v1",outcome="processed",queue="orde
 			want: `
 # HELP idem_recovery_seconds Time from a dead letter's first failure to the processing of its replay.
 # TYPE idem_recovery_seconds histogram
-idem_recovery_seconds_bucket{consumer="ledger@v1",le="60"} 1
-idem_recovery_seconds_bucket{consumer="ledger@v1",le="3600"} 1
-idem_recovery_seconds_bucket{consumer="ledger@v1",le="7200"} 2
-idem_recovery_seconds_bucket{consumer="ledger@v1",le="+Inf"} 2
-idem_recovery_seconds_sum{consumer="ledger@v1"} 7230
-idem_recovery_seconds_count{consumer="ledger@v1"} 2
+idem_recovery_seconds_bucket{consumer="ledger@v1",owner="payments",le="60"} 1
+idem_recovery_seconds_bucket{consumer="ledger@v1",owner="payments",le="3600"} 1
+idem_recovery_seconds_bucket{consumer="ledger@v1",owner="payments",le="7200"} 2
+idem_recovery_seconds_bucket{consumer="ledger@v1",owner="payments",le="+Inf"} 2
+idem_recovery_seconds_sum{consumer="ledger@v1",owner="payments"} 7230
+idem_recovery_seconds_count{consumer="ledger@v1",owner="payments"} 2
 `,
 		},
 		{
@@ -256,12 +270,16 @@ func TestPaused(t *testing.T) {
 		wantPaused float64
 		wantPauses float64
 	}{
-		{"pause", func(m *Metrics) { m.Paused(consumer) }, 1, 1},
+		// Run tells the owner (idem.OwnerObserver) before anything can pause.
+		{"pause", func(m *Metrics) { m.ConsumerOwner(consumer, owner); m.Paused(consumer) }, 1, 1},
+		{"owner told at start, nothing paused", func(m *Metrics) { m.ConsumerOwner(consumer, owner) }, 0, 0},
 		{"pause survives the event that follows it", func(m *Metrics) {
+			m.ConsumerOwner(consumer, owner)
 			m.Paused(consumer)
 			m.Observe(ev(idem.OutcomeAbandoned, idem.ClassPermanent, ""))
 		}, 1, 1},
 		{"resume clears the gauge, not the count", func(m *Metrics) {
+			m.Observe(ev(idem.OutcomeProcessed, idem.ClassUnknown, "")) // the owner, learnt from an event
 			m.Paused(consumer)
 			m.Resumed(consumer)
 			m.Paused(consumer)
@@ -274,8 +292,8 @@ func TestPaused(t *testing.T) {
 			t.Parallel()
 			m := New(Config{})
 			tt.feed(m)
-			require.InDelta(t, tt.wantPaused, testutil.ToFloat64(m.paused.WithLabelValues(consumer)), 0)
-			require.InDelta(t, tt.wantPauses, testutil.ToFloat64(m.pauses.WithLabelValues(consumer)), 0)
+			require.InDelta(t, tt.wantPaused, testutil.ToFloat64(m.paused.WithLabelValues(consumer, owner)), 0)
+			require.InDelta(t, tt.wantPauses, testutil.ToFloat64(m.pauses.WithLabelValues(consumer, owner)), 0)
 		})
 	}
 }
@@ -340,7 +358,7 @@ func TestRegistryLintAndNamespace(t *testing.T) {
 
 			mfs, err := reg.Gather()
 			require.NoError(t, err)
-			require.Len(t, mfs, 14, "every metric has a series")
+			require.Len(t, mfs, 15, "every metric has a series")
 			for _, mf := range mfs {
 				require.True(t, strings.HasPrefix(mf.GetName(), tt.prefix), mf.GetName())
 				require.NotEmpty(t, mf.GetHelp(), mf.GetName())
@@ -444,5 +462,5 @@ func TestObserveConcurrently(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	require.InDelta(t, workers*each, testutil.ToFloat64(m.messages.WithLabelValues(consumer, queue, "processed")), 0)
+	require.InDelta(t, workers*each, testutil.ToFloat64(m.messages.WithLabelValues(consumer, owner, queue, "processed")), 0)
 }

@@ -614,6 +614,11 @@ func nameBefore(s string, lo, sep int) string {
 	for k > lo && isNameByte(s[k-1]) {
 		k--
 	}
+	if k > lo && (s[k-1] == '/' || s[k-1] == '\\') {
+		// The last part of a file path ("open /etc/passwd: file is not a database"), not a
+		// name that a secret value follows.
+		return ""
+	}
 	return s[k:end]
 }
 

@@ -241,6 +241,9 @@ func TestRedactorText(t *testing.T) {
 		{"innocent", "insert into ledger: duplicate key (id)=(42) at 12:30:45", "insert into ledger: duplicate key (id)=(42) at 12:30:45"},
 		{"url without password", "postgres://app@db/ledger", "postgres://app@db/ledger"},
 		{"empty", "", ""},
+		// A file path that ends in a secret name is a path, not a name-value pair.
+		{"file path", "open /etc/passwd: file is not a database (26)", "open /etc/passwd: file is not a database (26)"},
+		{"windows path", `open C:\secrets\token: access denied`, `open C:\secrets\token: access denied`},
 		// Erring towards masking: a name containing a secret name masks the value after it.
 		{"tokenizer with separator", "tokenizer: bad input", "tokenizer: [REDACTED] input"},
 	}

@@ -80,6 +80,9 @@ type Config struct {
 	// machine runs relays for several databases and each should keep its partitions across
 	// restarts (e.g. "orders-relay-1").
 	ID string
+	// Owner is who is paged for the relay's dead letters (a team or rotation, the rule of
+	// idem.ValidateOwner), stored with each; empty means none.
+	Owner string
 	// BatchSize is how many rows one round fetches (default BatchSizeDefault). When rows held
 	// back behind a not-yet-due row fill a whole batch, the relay fetches more next round (up to
 	// 64 times as many) so that the other keys of those partitions are not starved.
@@ -169,6 +172,9 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.ID == "" || len(c.ID) > maxIDLen {
 		errs = append(errs, fmt.Errorf("ID %q: want 1 to %d bytes", c.ID, maxIDLen))
+	}
+	if err := idem.ValidateOwner(c.Owner); err != nil {
+		errs = append(errs, err)
 	}
 	if c.BatchSize < 1 {
 		errs = append(errs, fmt.Errorf("BatchSize is %d, want > 0", c.BatchSize))

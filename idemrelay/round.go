@@ -442,6 +442,7 @@ func (r *Relay) deadLetter(ctx context.Context, it item, reason idem.Reason, err
 		LastFailed:  now,
 		Status:      idem.DeadLetterPending,
 		Source:      SourcePrefix + row.Outgoing.Topic,
+		Owner:       r.cfg.Owner,
 	}
 	stored, err := r.dlq.InsertDeadLetter(ctx, dl)
 	if err != nil {

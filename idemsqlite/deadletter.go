@@ -31,6 +31,9 @@ func (s *Store) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.
 	if dl.Reason == "" {
 		return idem.DeadLetter{}, fmt.Errorf("idemsqlite: insert dead letter: Reason is empty")
 	}
+	if err := idem.ValidateOwner(dl.Owner); err != nil {
+		return idem.DeadLetter{}, fmt.Errorf("idemsqlite: insert dead letter: %w", err)
+	}
 	first, last := dl.FirstFailed, dl.LastFailed
 	switch {
 	case first.IsZero() && last.IsZero():
@@ -52,7 +55,7 @@ func (s *Store) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.
 		out, err = scanDeadLetter(c.QueryRowContext(ctx, s.q.dlInsert,
 			dl.Consumer, m.Tenant, m.EventID, m.Type, m.Payload, headers,
 			nullMicros(m.PublishedAt), nullMicros(m.OccurredAt), fp[:], string(dl.Reason), dl.Error,
-			dl.Attempts, first.UnixMicro(), last.UnixMicro(), dl.Source))
+			dl.Attempts, first.UnixMicro(), last.UnixMicro(), dl.Source, dl.Owner, dl.Topic))
 		return err
 	})
 	if err != nil {
@@ -177,7 +180,7 @@ func (s *Store) SetDeadLetterStatus(ctx context.Context, p idem.SetDeadLetterSta
 		slices.SortFunc(done, func(a, b changed) int { return cmp.Compare(a.id, b.id) })
 		for _, c := range done {
 			if _, err := tx.ExecContext(ctx, s.q.auditInsert,
-				now.UnixMicro(), p.Actor, action, c.id, c.eventID, p.Reason); err != nil {
+				now.UnixMicro(), p.Actor, action, c.id, c.eventID, p.Reason, p.Destination); err != nil {
 				return fmt.Errorf("audit of dead letter %d (event %s): %w", c.id, c.eventID, err)
 			}
 		}
@@ -232,7 +235,7 @@ func (s *Store) ListAudit(ctx context.Context, limit int) ([]idem.AuditEntry, er
 			a  idem.AuditEntry
 			at int64
 		)
-		if err := rows.Scan(&a.ID, &at, &a.Actor, &a.Action, &a.DeadLetterID, &a.EventID, &a.Reason); err != nil {
+		if err := rows.Scan(&a.ID, &at, &a.Actor, &a.Action, &a.DeadLetterID, &a.EventID, &a.Reason, &a.Destination); err != nil {
 			return nil, fmt.Errorf("idemsqlite: list audit: %w", err)
 		}
 		a.At = fromMicros(at)
@@ -291,7 +294,7 @@ func scanDeadLetter(r scanner) (idem.DeadLetter, error) {
 	)
 	err := r.Scan(&dl.ID, &dl.Consumer, &dl.Message.Tenant, &dl.Message.EventID, &dl.Message.Type,
 		&dl.Message.Payload, &headers, &published, &occurred, &fp, &reason, &dl.Error, &dl.Attempts,
-		&first, &last, &stat, &dl.Source, &recovered)
+		&first, &last, &stat, &dl.Source, &recovered, &dl.Owner, &dl.Topic)
 	if err != nil {
 		return idem.DeadLetter{}, err
 	}
@@ -311,4 +314,19 @@ func scanDeadLetter(r scanner) (idem.DeadLetter, error) {
 	dl.LastFailed = fromMicros(last)
 	dl.RecoveredAt = fromNullMicros(recovered)
 	return dl, nil
+}
+
+var _ idem.IgnoreStore[*sql.Tx] = (*Store)(nil)
+
+// RecordIgnoreTx writes the audit row of an event its handler ignored (idem.Ignore) inside tx,
+// the transaction that holds its claim: action "ignore", the consumer as actor, no dead letter.
+func (s *Store) RecordIgnoreTx(ctx context.Context, tx *sql.Tx, p idem.RecordIgnoreParams) error {
+	now := p.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	if _, err := tx.ExecContext(ctx, s.q.auditInsert, now.UnixMicro(), p.Key.Consumer, idem.AuditActionIgnore, 0, p.Key.EventID, p.Reason, ""); err != nil {
+		return fmt.Errorf("idemsqlite: record ignore of %s: %w", p.Key, err)
+	}
+	return nil
 }

@@ -50,7 +50,8 @@ type queries struct {
 
 // dlColumns are the dead-letter columns in the order scanDeadLetter reads them.
 const dlColumns = `id, consumer, tenant, event_id, type, payload, headers, published_at, occurred_at,
-	fingerprint, reason, error, attempts, first_failed_at, last_failed_at, status, source, recovered_at`
+	fingerprint, reason, error, attempts, first_failed_at, last_failed_at, status, source, recovered_at,
+	owner, topic`
 
 // queueReturning are the queue columns in the order QueueFetch reads them.
 const queueReturning = `id, token, attempts, event_id, tenant, type, payload, headers, occurred_at, enqueued_at,
@@ -75,26 +76,27 @@ func buildQueries(prefix string) queries {
 
 		dlInsert: p(`INSERT INTO {p}dead_letters (consumer, tenant, event_id, type, payload, headers,
 				published_at, occurred_at, fingerprint, reason, error, attempts, first_failed_at,
-				last_failed_at, status, source)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)
+				last_failed_at, status, source, owner, topic)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)
 			ON CONFLICT (consumer, tenant, event_id, fingerprint) WHERE status = 'pending' DO UPDATE SET
 				attempts = excluded.attempts,
 				error = excluded.error,
 				last_failed_at = excluded.last_failed_at,
-				reason = excluded.reason
+				reason = excluded.reason,
+				owner = excluded.owner
 			RETURNING ` + dlColumns),
 		dlGet:  p(`SELECT ` + dlColumns + ` FROM {p}dead_letters WHERE id = ?`),
 		dlList: p(`SELECT ` + dlColumns + ` FROM {p}dead_letters`),
 		dlSetStatus: p(`UPDATE {p}dead_letters SET status = ?
 			WHERE id IN (SELECT value FROM json_each(?)) AND status = 'pending'
 			RETURNING id, event_id`),
-		auditInsert: p(`INSERT INTO {p}audit (at, actor, action, dead_letter_id, event_id, reason)
-			VALUES (?, ?, ?, ?, ?, ?)`),
+		auditInsert: p(`INSERT INTO {p}audit (at, actor, action, dead_letter_id, event_id, reason, destination)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`),
 		dlRecover: p(`UPDATE {p}dead_letters SET recovered_at = ?
 			WHERE consumer = ? AND tenant = ? AND event_id = ? AND recovered_at IS NULL
 			AND (status = 'replayed' OR (id = ? AND status = 'pending'))
 			RETURNING first_failed_at`),
-		auditList: p(`SELECT id, at, actor, action, dead_letter_id, event_id, reason FROM {p}audit
+		auditList: p(`SELECT id, at, actor, action, dead_letter_id, event_id, reason, destination FROM {p}audit
 			ORDER BY id DESC LIMIT ?`),
 		dlStatsPending: p(`SELECT reason, count(*), min(first_failed_at) FROM {p}dead_letters
 			WHERE status = 'pending' GROUP BY reason`),

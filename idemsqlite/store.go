@@ -81,7 +81,10 @@ func (c OpenConfig) validate() error {
 // The pool holds ONE connection, because SQLite has one writer and a second connection would
 // only wait for the lock. Consequently code running inside a transaction (a handler, a function
 // given to InTx) must do all its database work through that transaction: using the *sql.DB
-// directly there waits for the connection forever.
+// directly there waits for the connection its own transaction holds. InTx notices such a wait
+// (a wait for the connection that lasts two checks, 2–4 s) and ends it with ErrDBUsedInTx, so the
+// mistake fails with an error that names it instead of hanging until a deadline. A reader of
+// another goroutine that waits that long behind a transaction that long is taken for the same.
 func Open(path string) (*sql.DB, error) {
 	return OpenWithConfig(path, OpenConfig{})
 }
@@ -346,7 +349,13 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 		}
 		s.signal(flags)
 	}()
-	if err := fn(ctx, tx); err != nil {
+	fctx, stopWatch := s.watchPoolWait(ctx)
+	err = fn(fctx, tx)
+	stopWatch()
+	if err != nil {
+		if cause := context.Cause(fctx); errors.Is(cause, ErrDBUsedInTx) && ctx.Err() == nil {
+			return fmt.Errorf("%w (it returned: %w)", cause, err)
+		}
 		return err
 	}
 	s.applyExtensions(ctx, tx)
@@ -355,6 +364,61 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 	}
 	done = true
 	return nil
+}
+
+// ErrDBUsedInTx is the cause InTx gives, and wraps in its error, when code running inside its
+// transaction (a handler) waited for a connection of the *sql.DB while the transaction held the
+// pool's only one (see Open): that wait can never end, so InTx cancels the function's context
+// after poolWaitLimit instead of letting it hang until a deadline.
+var ErrDBUsedInTx = errors.New("idemsqlite: something waited for a connection of the *sql.DB while a transaction held its only one: " +
+	"a handler (or a function given to InTx) that uses the *sql.DB instead of the *sql.Tx it was given deadlocks; do all database work through the tx")
+
+// poolWaitLimit is how long a wait for the pool's only connection may last while a transaction
+// holds it before InTx takes it for the deadlock of ErrDBUsedInTx. Waits of other goroutines
+// (a reader of another component) last as long as the transaction, which is far shorter.
+const poolWaitLimit = 2 * time.Second
+
+// watchPoolWait returns ctx with a watchdog for ErrDBUsedInTx, and the function that stops it.
+// Every poolWaitLimit it reads the pool's statistics: when a wait for a connection began after
+// the transaction started, none has ended since (so the waiter is still blocked behind the
+// transaction) and it was already seen a tick earlier, it cancels ctx with ErrDBUsedInTx. It
+// only runs on a pool of one connection (a *sql.DB from Open).
+func (s *Store) watchPoolWait(ctx context.Context) (context.Context, func()) {
+	start := s.db.Stats()
+	if start.MaxOpenConnections != 1 {
+		return ctx, func() {}
+	}
+	wctx, cancel := context.WithCancelCause(ctx)
+	var (
+		mu      sync.Mutex
+		stopped bool
+		seen    bool
+		t       *time.Timer
+	)
+	mu.Lock()
+	t = time.AfterFunc(poolWaitLimit, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		st := s.db.Stats()
+		waiting := st.WaitCount > start.WaitCount && st.WaitDuration == start.WaitDuration
+		if waiting && seen {
+			cancel(ErrDBUsedInTx)
+			return
+		}
+		seen = waiting
+		t.Reset(poolWaitLimit)
+	})
+	mu.Unlock()
+	return wctx, func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+		cancel(nil)
+	}
 }
 
 // ClaimTx claims p.Key inside tx: INSERT … ON CONFLICT DO NOTHING RETURNING. When the key is

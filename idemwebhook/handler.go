@@ -113,6 +113,7 @@ type Handler struct {
 	cfg          Config
 	provider     Provider
 	consumer     string
+	owner        string
 	process      func(ctx context.Context, msg idem.Message) (idem.Result, error)
 	policy       retry.Policy
 	rand         retry.Rand
@@ -145,6 +146,7 @@ func New[TTx any](consumer *idem.Consumer[TTx], cfg Config) (*Handler, error) {
 		cfg:          cfg,
 		provider:     p,
 		consumer:     consumer.Name(),
+		owner:        cc.Owner,
 		process:      consumer.Process,
 		policy:       cc.Retry,
 		rand:         cc.Rand,
@@ -176,7 +178,7 @@ type delivery struct {
 // refusal into a 503, so the provider keeps the delivery and nothing is lost.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d := &delivery{start: h.now()}
-	d.ev = idem.Event{Consumer: h.consumer, Queue: h.cfg.Source, Attempt: 1}
+	d.ev = idem.Event{Consumer: h.consumer, Owner: h.owner, Queue: h.cfg.Source, Attempt: 1}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		writeProblem(w, Problem{Status: http.StatusMethodNotAllowed, Detail: "webhook deliveries are POSTed", Provider: h.provider.Name}, nil)
@@ -234,6 +236,9 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request, d *delivery, re
 	d.ev.Tenant = d.msg.Tenant
 	if err == nil {
 		d.ev.Outcome = res.Outcome
+		if res.Outcome == idem.OutcomeIgnored {
+			d.ev.Reason = res.Reason
+		}
 		h.observe(d)
 		h.log(ctx, slog.LevelDebug, "idemwebhook: delivery settled", d, "", nil)
 		writeJSON(w, "application/json", http.StatusOK, Answer{EventID: d.msg.EventID, Outcome: string(res.Outcome)})
@@ -321,6 +326,7 @@ func (h *Handler) refuseFP(w http.ResponseWriter, r *http.Request, d *delivery, 
 		LastFailed:  now,
 		Status:      idem.DeadLetterPending,
 		Source:      h.cfg.Source,
+		Owner:       h.owner,
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.cfg.DeadLetterTimeout)
 	defer cancel()

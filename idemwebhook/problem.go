@@ -33,7 +33,8 @@ type Problem struct {
 // Answer is the body of a 200: what happened to the event.
 type Answer struct {
 	EventID string `json:"event_id"`
-	// Outcome is "processed" (applied now) or "duplicate" (applied before; nothing done).
+	// Outcome is "processed" (applied now), "duplicate" (applied before; nothing done) or
+	// "ignored" (the handler returned idem.Ignore: acknowledged without effect).
 	Outcome string `json:"outcome"`
 }
 

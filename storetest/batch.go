@@ -14,9 +14,9 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// ExerciseBatch runs the batched path (Consumer.ProcessBatch) against stores built by factory,
-// which must implement idem.BatchStore: every semantic of the single-event path must hold when
-// many events share one transaction.
+// ExerciseBatch runs the batched path (Consumer.ProcessBatch) and the set-based path
+// (Consumer.ProcessSet) against stores built by factory, which must implement idem.BatchStore:
+// every semantic of the single-event path must hold when many events share one transaction.
 func ExerciseBatch[TTx any](t *testing.T, factory Factory[TTx]) {
 	t.Helper()
 	for _, savepoints := range []bool{false, true} {
@@ -42,6 +42,7 @@ func exerciseBatch[TTx any](t *testing.T, factory Factory[TTx], savepoints bool)
 	batched := func(cfg *idem.ConsumerConfig[TTx]) {
 		cfg.Batch = idem.BatchConfig{Enabled: true, Savepoints: savepoints}
 	}
+	batchIgnoreCheck(run, batched)
 
 	run("MixedBatchTakesEachPath", func(s *suite[TTx]) {
 		s.wallet("w1")
@@ -136,6 +137,8 @@ func exerciseBatch[TTx any](t *testing.T, factory Factory[TTx], savepoints bool)
 			[]idem.Outcome{rs[0].Outcome, rs[1].Outcome, rs[2].Outcome})
 		require.EqualValues(s.t, 31, s.balance("w1"))
 	})
+
+	setChecks(run, batched)
 
 	for _, swallow := range []bool{false, true} {
 		name := "TransactionEndedByAHandlerAbortsTheBatch"

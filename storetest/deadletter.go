@@ -20,6 +20,66 @@ func ExerciseDeadLetters[TTx any](t *testing.T, factory Factory[TTx]) {
 	t.Run("Insert", func(t *testing.T) { checkDeadLetterInsert(t, factory) })
 	t.Run("StatusAndAudit", func(t *testing.T) { checkDeadLetterStatusAndAudit(t, factory) })
 	t.Run("List", func(t *testing.T) { checkListDeadLetters(t, factory) })
+	t.Run("Owner", func(t *testing.T) { checkDeadLetterOwner(t, factory) })
+}
+
+// checkDeadLetterOwner: the consumer's owner is stored with the dead letter, read back by get
+// and list, updated by the upsert of a pending delivery, and refused when it is not a valid
+// owner (idem.ValidateOwner).
+func checkDeadLetterOwner[TTx any](t *testing.T, factory Factory[TTx]) {
+	t.Parallel()
+	ctx := context.Background()
+	ds := deadLettersOf(t, factory)
+	now := utcNow()
+
+	in := newDeadLetter("ledger@v1", "acme", "e-owner", idem.ReasonPermanentError, fingerprintOf(7), now)
+	in.Owner, in.Topic = "payments", "payments.captured.eu"
+	got, err := ds.InsertDeadLetter(ctx, in)
+	require.NoError(t, err)
+	require.Equal(t, "payments", got.Owner)
+	require.Equal(t, "payments.captured.eu", got.Topic, "the topic it arrived on, where a replay goes")
+	back, err := ds.GetDeadLetter(ctx, got.ID)
+	require.NoError(t, err)
+	require.Equal(t, "payments", back.Owner)
+	require.Equal(t, "payments.captured.eu", back.Topic)
+
+	none, err := ds.InsertDeadLetter(ctx, newDeadLetter("mailer@v1", "acme", "e-none", idem.ReasonPermanentError, fingerprintOf(8), now))
+	require.NoError(t, err)
+	require.Empty(t, none.Owner, "no owner is stored as none")
+
+	// The consumer changed hands; its next failure of the same delivery says so.
+	in.Owner, in.Attempts = "ledger-oncall", 2
+	again, err := ds.InsertDeadLetter(ctx, in)
+	require.NoError(t, err)
+	require.Equal(t, got.ID, again.ID)
+	require.Equal(t, "ledger-oncall", again.Owner)
+	list, err := ds.ListDeadLetters(ctx, idem.DeadLetterFilter{Consumer: "ledger@v1"})
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.Equal(t, "ledger-oncall", list[0].Owner)
+
+	// The audit says where a replay went.
+	changed, err := ds.SetDeadLetterStatus(ctx, idem.SetDeadLetterStatusParams{IDs: []int64{got.ID}, Status: idem.DeadLetterReplayed,
+		Actor: "alice", Reason: "fixed", Destination: "payments.captured.eu", Now: now})
+	require.NoError(t, err)
+	require.Equal(t, []int64{got.ID}, changed)
+	changed, err = ds.SetDeadLetterStatus(ctx, idem.SetDeadLetterStatusParams{IDs: []int64{none.ID}, Status: idem.DeadLetterDiscarded,
+		Actor: "alice", Reason: "test data", Now: now})
+	require.NoError(t, err)
+	require.Equal(t, []int64{none.ID}, changed)
+	audit, err := ds.ListAudit(ctx, 10)
+	require.NoError(t, err)
+	dest := map[int64]string{}
+	for _, a := range audit {
+		dest[a.DeadLetterID] = a.Destination
+	}
+	require.Equal(t, "payments.captured.eu", dest[got.ID])
+	require.Empty(t, dest[none.ID], "a discard goes nowhere")
+
+	bad := newDeadLetter("ledger@v1", "acme", "e-bad", idem.ReasonPermanentError, fingerprintOf(9), now)
+	bad.Owner = "Payments Team\n"
+	_, err = ds.InsertDeadLetter(ctx, bad)
+	requireErrorNames(t, err, "owner")
 }
 
 // deadLettersOf builds a store and returns it as a dead letter store, skipping the test when it

@@ -13,6 +13,41 @@ import (
 
 // replayChecks are the checks of an operator's replay against the claims a store keeps.
 func replayChecks[TTx any](run func(string, func(*suite[TTx]))) {
+	run("ReplayGoesWhereTheMessageArrived", func(s *suite[TTx]) {
+		now := time.Now().UTC()
+		insert := func(eventID, topic string) idem.DeadLetter {
+			msg := s.payment("acme", eventID, Payment{Wallet: "w1", Amount: 1})
+			fp, err := idem.ComputeFingerprint(msg, idem.FingerprintConfig{})
+			require.NoError(s.t, err)
+			dl, err := s.b.Store.InsertDeadLetter(s.ctx, idem.DeadLetter{
+				Consumer: "ledger@v1", Message: msg, Fingerprint: fp, Reason: idem.ReasonPermanentError, Attempts: 1,
+				FirstFailed: now, LastFailed: now, Source: "PAYMENTS/ledger", Topic: topic,
+			})
+			require.NoError(s.t, err)
+			return dl
+		}
+		withTopic, without := insert("evt-nats", "payments.captured.eu"), insert("evt-nowhere", "")
+		sink := idemtest.NewSink()
+		rp := idem.NewReplayer(s.b.Store, sink)
+
+		// Not the broker it arrived from: its topic is not a destination.
+		_, err := rp.Replay(s.ctx, idem.ReplayParams{Selection: idem.Selection{IDs: []int64{withTopic.ID}, Actor: "ops", Limit: 1}})
+		require.ErrorContains(s.t, err, "name the topic")
+		_, err = rp.Replay(s.ctx, idem.ReplayParams{ArrivalTopic: true, Selection: idem.Selection{IDs: []int64{without.ID}, Actor: "ops", Limit: 1}})
+		require.ErrorContains(s.t, err, "name the topic", "no topic recorded, no queue source")
+		require.Empty(s.t, sink.Published())
+
+		res, err := rp.Replay(s.ctx, idem.ReplayParams{ArrivalTopic: true, Selection: idem.Selection{IDs: []int64{withTopic.ID}, Actor: "ops", Limit: 1}})
+		require.NoError(s.t, err)
+		require.Equal(s.t, []int64{withTopic.ID}, res.Replayed)
+		require.Equal(s.t, []string{"evt-nats"}, sink.EventIDs("payments.captured.eu"))
+		audit, err := s.b.Store.ListAudit(s.ctx, 10)
+		require.NoError(s.t, err)
+		require.NotEmpty(s.t, audit)
+		require.Equal(s.t, withTopic.ID, audit[0].DeadLetterID)
+		require.Equal(s.t, "payments.captured.eu", audit[0].Destination, "the audit says where the replay went")
+	})
+
 	// An event without OccurredAt fails once and is dead-lettered; a copy of it is applied and,
 	// after the retention, its claim collected. A replay of the dead letter then carries a new
 	// publish time, so only the original event time the replayer sends along keeps it too_old.

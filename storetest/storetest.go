@@ -122,6 +122,7 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 
 	replayChecks(run)
 	keyChecks(run)
+	ignoreChecks(run)
 
 	run("DuplicateDeliveryAppliesOnce", func(s *suite[TTx]) {
 		s.wallet("w1")

@@ -126,8 +126,8 @@ func feature(declared bool, name string) string {
 	return name
 }
 
-// testPublishReceiveAck: every field survives the trip, the first delivery is attempt 1, and
-// an acked message does not come back after its lease.
+// testPublishReceiveAck: every field survives the trip (trace headers included), the first
+// delivery is attempt 1, and an acked message does not come back after its lease.
 func testPublishReceiveAck(t *testing.T, h Harness) {
 	topic := h.NewTopic(t)
 	src := openSource(t, h, topic, "roundtrip", shortLease)
@@ -141,11 +141,14 @@ func testPublishReceiveAck(t *testing.T, h Harness) {
 	occurred := time.Now().Add(-time.Hour).UTC().Truncate(time.Microsecond)
 	sent := []idem.Message{
 		{
-			EventID:    prefix + "-full",
-			Tenant:     "tenant-a",
-			Type:       "payment.captured",
-			Payload:    []byte(`{"order":"o-1","amount_cents":1250}`),
-			Headers:    map[string]string{"Trace-Id": "trace-1", "x-request-id": "req-1"},
+			EventID: prefix + "-full",
+			Tenant:  "tenant-a",
+			Type:    "payment.captured",
+			Payload: []byte(`{"order":"o-1","amount_cents":1250}`),
+			Headers: map[string]string{"Trace-Id": "trace-1", "x-request-id": "req-1",
+				// W3C Trace Context, as idemotel writes it: a consumer's span hangs under the
+				// producer's only if every transport carries these two unchanged.
+				"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tracestate": "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"},
 			OccurredAt: occurred,
 		},
 		{EventID: prefix + "-binary", Type: "blob", Payload: []byte{0, 1, 2, 0x7f, 0x80, 0xfe, 0xff}},

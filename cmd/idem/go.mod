@@ -16,6 +16,8 @@ replace github.com/idemkit/idem/idemredis => ../../idemredis
 
 replace github.com/idemkit/idem/idemprom => ../../idemprom
 
+replace github.com/idemkit/idem/idemotel => ../../idemotel
+
 replace github.com/idemkit/idem/idemschema => ../../idemschema
 
 require (
@@ -27,6 +29,7 @@ require (
 	github.com/idemkit/idem v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idemamqp v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idemnats v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idem/idemotel v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idempg v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idemprom v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idemredis v0.0.0-00010101000000-000000000000
@@ -43,6 +46,8 @@ require (
 	github.com/stretchr/testify v1.12.1
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
+	go.opentelemetry.io/otel/sdk v1.47.0
+	go.opentelemetry.io/otel/trace v1.47.0
 	go.uber.org/goleak v1.3.0
 	google.golang.org/api v0.304.0
 	google.golang.org/grpc v1.84.0
@@ -77,8 +82,6 @@ require (
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
-	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
-	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect

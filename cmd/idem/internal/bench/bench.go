@@ -1,11 +1,13 @@
 // Package bench measures idem against its ceilings on PostgreSQL, side by side in one process
 // against one database: the same business effect with no idem (baseline), the claim and effect
-// SQL alone (ceiling), idem's per-event path, its batched path, and whole pipelines through the
-// queue table and JetStream. The ratios between cases are the result; absolute numbers depend on
+// SQL alone (ceiling), idem's per-event path, its batched path, its set-based path (one
+// multi-row claim and one multi-row effect per batch), and whole pipelines through the queue
+// table and JetStream. The ratios between cases are the result; absolute numbers depend on
 // the machine. `idem bench` and `go test -bench` both run it.
 package bench
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -68,7 +70,7 @@ func (o Options) WithDefaults() Options {
 		o.BatchSizes = []int{10, 100, 500}
 	}
 	if len(o.Cases) == 0 {
-		o.Cases = []string{"baseline", "ceiling", "per_event", "batched", "pipeline_queue", "pipeline_jetstream", "pipeline_sqs", "outbox_e2e", "memory"}
+		o.Cases = []string{"baseline", "ceiling", "per_event", "batched", "set_batch", "pipeline_queue", "pipeline_jetstream", "pipeline_sqs", "outbox_e2e", "memory"}
 	}
 	if o.LargeInboxClaims == 0 {
 		o.LargeInboxClaims = 10_000_000
@@ -106,10 +108,11 @@ func (o Options) Validate() error {
 			return fmt.Errorf("bench: batch size %d: want 1..10000", b)
 		}
 	}
-	known := map[string]bool{"baseline": true, "ceiling": true, "per_event": true, "batched": true, "pipeline_queue": true, "pipeline_jetstream": true, "pipeline_sqs": true, "outbox_e2e": true, "memory": true, "large_inbox": true}
+	known := map[string]bool{"baseline": true, "ceiling": true, "per_event": true, "batched": true, "set_batch": true, "set_ceiling": true, "pipeline_queue": true, "pipeline_jetstream": true, "pipeline_sqs": true, "outbox_e2e": true, "memory": true, "large_inbox": true,
+		"sqlite_ceiling": true, "sqlite_per_event": true, "sqlite_batched": true, "sqlite_set_batch": true, "sqlite_pipeline": true}
 	for _, c := range o.Cases {
 		if !known[c] {
-			return fmt.Errorf("bench: unknown case %q (known: baseline, ceiling, per_event, batched, large_inbox, pipeline_queue, pipeline_jetstream, pipeline_sqs, outbox_e2e, memory)", c)
+			return fmt.Errorf("bench: unknown case %q (known: baseline, ceiling, per_event, batched, set_batch, set_ceiling, large_inbox, pipeline_queue, pipeline_jetstream, pipeline_sqs, outbox_e2e, memory, sqlite_ceiling, sqlite_per_event, sqlite_batched, sqlite_set_batch, sqlite_pipeline)", c)
 		}
 	}
 	return nil
@@ -136,9 +139,12 @@ type Result struct {
 
 // Ratio is one target the issue sets, evaluated on a run's results.
 type Ratio struct {
+	// Key names a throughput ratio in the ratios object of `idem bench --json`
+	// ("set_batch/per_event"); it is empty for a target that is not a ratio (allocations).
+	Key    string  `json:"key,omitempty"`
 	Name   string  `json:"ratio"`
 	Value  float64 `json:"value"`
-	Target float64 `json:"target"`
+	Target float64 `json:"target"` // 0: measured, no target
 	// Min means the value must be at least Target (else at most).
 	Min bool `json:"min"`
 	OK  bool `json:"ok"`
@@ -153,6 +159,8 @@ type env struct {
 	seq    atomic.Int64
 	// pace, when set, makes pipeline offer one event per pace instead of publishing in bulk.
 	pace time.Duration
+	// setSQL is creditSet's one statement.
+	setSQL string
 }
 
 func randHex(n int) string {
@@ -195,6 +203,11 @@ func newEnvWith(ctx context.Context, opts Options, part idempg.PartitionConfig) 
 		e.close()
 		return nil, fmt.Errorf("bench: business tables: %w", err)
 	}
+	e.setSQL = `WITH ledger AS (INSERT INTO ` + e.schema + `.ledger (event_id, wallet, amount)
+			SELECT event_id, wallet, 1 FROM unnest($1::text[], $2::int[]) AS t(event_id, wallet))
+		UPDATE ` + e.schema + `.wallets w SET balance = w.balance + d.n
+		FROM (SELECT wallet, count(*) AS n FROM unnest($2::int[]) AS wallet GROUP BY wallet ORDER BY wallet) d
+		WHERE w.id = d.wallet`
 	return e, nil
 }
 
@@ -219,6 +232,22 @@ func (e *env) credit(ctx context.Context, tx pgx.Tx, eventID string, wallet int)
 	return idem.ExpectRows(tag.RowsAffected(), 1)
 }
 
+// creditSet applies credit to every event of a set in one statement: a multi-row ledger insert
+// and one balance update per wallet the set touches.
+func (e *env) creditSet(ctx context.Context, tx pgx.Tx, msgs []idem.Message) error {
+	ids := make([]string, len(msgs))
+	wallets := make([]int32, len(msgs))
+	for i, m := range msgs {
+		ids[i], wallets[i] = m.EventID, int32(walletOf(m, e.opts.Wallets))
+	}
+	tag, err := tx.Exec(ctx, e.setSQL, ids, wallets)
+	if err != nil {
+		return err
+	}
+	slices.Sort(wallets)
+	return idem.ExpectRows(tag.RowsAffected(), int64(len(slices.Compact(wallets))))
+}
+
 // messages makes n fresh events with distinct ids.
 func (e *env) messages(n int) []idem.Message {
 	now := time.Now().UTC()
@@ -235,9 +264,9 @@ func (e *env) messages(n int) []idem.Message {
 }
 
 func walletOf(msg idem.Message, wallets int) int {
-	// Payload is {"wallet":N,…}: cheap to parse without a decoder.
-	s := string(msg.Payload)
-	i := strings.Index(s, `"wallet":`)
+	// Payload is {"wallet":N,…}: cheap to parse without a decoder (or a copy).
+	s := msg.Payload
+	i := bytes.Index(s, []byte(`"wallet":`))
 	n := 0
 	for j := i + 9; j < len(s) && s[j] >= '0' && s[j] <= '9'; j++ {
 		n = n*10 + int(s[j]-'0')
@@ -256,6 +285,19 @@ func (e *env) consumer(name string, batch int) (*idem.Consumer[pgx.Tx], error) {
 	if batch > 1 {
 		cfg.Batch = idem.BatchConfig{Enabled: true, Size: batch}
 	}
+	return idem.NewConsumer(e.store, cfg)
+}
+
+// setConsumer is consumer with creditSet as its set handler (the per-event handler stays for
+// a set that falls back event by event).
+func (e *env) setConsumer(name string, batch int) (*idem.Consumer[pgx.Tx], error) {
+	c, err := e.consumer(name, 0)
+	if err != nil {
+		return nil, err
+	}
+	cfg := c.Config()
+	cfg.SetHandler = e.creditSet
+	cfg.Batch = idem.BatchConfig{Enabled: true, Size: batch}
 	return idem.NewConsumer(e.store, cfg)
 }
 
@@ -302,6 +344,13 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	}
 	defer e.close()
 	want := func(c string) bool { return slices.Contains(opts.Cases, c) }
+	var l *lite
+	if slices.ContainsFunc(opts.Cases, func(c string) bool { return strings.HasPrefix(c, "sqlite_") }) {
+		if l, err = newLite(ctx, e); err != nil {
+			return nil, err
+		}
+		defer l.close()
+	}
 	var out []Result
 	add := func(r Result, err error) error {
 		if err != nil {
@@ -332,6 +381,47 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 				if err := add(e.batched(ctx, conc, b, "batched")); err != nil {
 					return out, err
 				}
+			}
+		}
+		if want("set_ceiling") {
+			for _, b := range opts.BatchSizes {
+				if err := add(e.setCeiling(ctx, conc, b)); err != nil {
+					return out, err
+				}
+			}
+		}
+		if want("set_batch") {
+			for _, b := range opts.BatchSizes {
+				if err := add(e.setBatch(ctx, conc, b)); err != nil {
+					return out, err
+				}
+			}
+		}
+		if want("sqlite_ceiling") {
+			if err := add(l.ceiling(ctx, conc)); err != nil {
+				return out, err
+			}
+		}
+		if want("sqlite_per_event") {
+			if err := add(l.perEvent(ctx, conc)); err != nil {
+				return out, err
+			}
+		}
+		for _, set := range []bool{false, true} {
+			if (!set && !want("sqlite_batched")) || (set && !want("sqlite_set_batch")) {
+				continue
+			}
+			for _, b := range opts.BatchSizes {
+				if err := add(l.batched(ctx, conc, b, set)); err != nil {
+					return out, err
+				}
+			}
+		}
+	}
+	if want("sqlite_pipeline") {
+		for _, batch := range []int{0, 100} {
+			if err := add(l.pipeline(ctx, 8, batch)); err != nil {
+				return out, err
 			}
 		}
 	}
@@ -439,6 +529,71 @@ func (e *env) batched(ctx context.Context, conc, batch int, name string) (Result
 	return result(name, conc, batch, len(msgs), d), err
 }
 
+// setCeiling is the set path's SQL alone: per batch, idempg's multi-row claim statement, the
+// set's effect statement and the commit, with no Go work besides building the arguments.
+func (e *env) setCeiling(ctx context.Context, conc, batch int) (Result, error) {
+	n := max(e.opts.Events, conc*batch*2)
+	msgs := e.messages(n)
+	claim := `INSERT INTO ` + e.schema + `.idem_claims (tenant, consumer, event_id, fingerprint, created_at)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::timestamptz[])
+		ON CONFLICT DO NOTHING RETURNING tenant, consumer, event_id`
+	fp := make([]byte, 32)
+	d, err := parallel(ctx, msgs, conc, batch, func(ctx context.Context, part []idem.Message) error {
+		tenants, consumers, ids := make([]string, len(part)), make([]string, len(part)), make([]string, len(part))
+		fps, nows := make([][]byte, len(part)), make([]time.Time, len(part))
+		now := time.Now()
+		for i, m := range part {
+			tenants[i], consumers[i], ids[i], fps[i], nows[i] = m.Tenant, "ceiling@v1", m.EventID, fp, now
+		}
+		return pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, claim, tenants, consumers, ids, fps, nows)
+			if err != nil {
+				return err
+			}
+			claimed := 0
+			for rows.Next() {
+				claimed++
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			if claimed != len(part) {
+				return fmt.Errorf("set_ceiling: %d of %d claimed", claimed, len(part))
+			}
+			return e.creditSet(ctx, tx, part)
+		})
+	})
+	return result("set_ceiling", conc, batch, len(msgs), d), err
+}
+
+// setBatch runs Consumer.ProcessSet: per batch one multi-row claim, one multi-row effect
+// statement and one commit. It also reports allocations per event (of the whole process while
+// the case runs, client library included).
+func (e *env) setBatch(ctx context.Context, conc, batch int) (Result, error) {
+	c, err := e.setConsumer("ledger@v1", batch)
+	if err != nil {
+		return Result{}, err
+	}
+	n := max(e.opts.Events, conc*batch*2)
+	msgs := e.messages(n)
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	d, err := parallel(ctx, msgs, conc, batch, func(ctx context.Context, part []idem.Message) error {
+		for _, r := range c.ProcessSet(ctx, part) {
+			if r.Outcome != idem.OutcomeProcessed {
+				return fmt.Errorf("set_batch: outcome %s: %v", r.Outcome, r.Err)
+			}
+		}
+		return nil
+	})
+	runtime.ReadMemStats(&after)
+	r := result("set_batch", conc, batch, len(msgs), d)
+	r.AllocsPerEv = float64(after.Mallocs-before.Mallocs) / float64(len(msgs))
+	r.BytesPerEv = float64(after.TotalAlloc-before.TotalAlloc) / float64(len(msgs))
+	return r, err
+}
+
 // memory measures allocations per processed event on the per-event and batched paths.
 func (e *env) memory(ctx context.Context) (Result, error) {
 	c, err := e.consumer("ledger@v1", 100)
@@ -478,31 +633,54 @@ func percentiles(ds []time.Duration) (p50, p99 float64) {
 	return at(0.50), at(0.99)
 }
 
-// Ratios evaluates the issue's targets on results of one run.
+// Ratios evaluates the issue's targets on results of one run: only for cases that ran (at 8
+// workers; the batched ones at batch 100), never estimated.
 func Ratios(rs []Result) []Ratio {
 	find := func(name string, conc, batch int) (Result, bool) {
 		for _, r := range rs {
-			if r.Case == name && r.Concurrency == conc && r.Batch == batch {
+			if r.Case == name && r.Concurrency == conc && r.Batch == batch && r.Inbox == "" {
 				return r, true
 			}
 		}
 		return Result{}, false
 	}
 	var out []Ratio
-	ratio := func(name string, a, b Result, okA, okB bool, target float64, isMin bool) {
+	ratio := func(key, name string, a, b Result, okA, okB bool, target float64, isMin bool) {
 		if !okA || !okB || b.EventsPerS == 0 {
 			return
 		}
 		v := a.EventsPerS / b.EventsPerS
-		out = append(out, Ratio{Name: name, Value: v, Target: target, Min: isMin, OK: (isMin && v >= target) || (!isMin && v <= target)})
+		out = append(out, Ratio{Key: key, Name: name, Value: v, Target: target, Min: isMin, OK: (isMin && v >= target) || (!isMin && v <= target)})
 	}
 	pe, ok1 := find("per_event", 8, 0)
 	ce, ok2 := find("ceiling", 8, 0)
-	ratio("per_event / ceiling (8 workers)", pe, ce, ok1, ok2, 0.85, true)
+	ratio("per_event/ceiling", "per_event / ceiling (8 workers)", pe, ce, ok1, ok2, 0.85, true)
 	ba, ok3 := find("batched", 8, 100)
-	ratio("batched(100) / per_event (8 workers)", ba, pe, ok3, ok1, 10, true)
+	ratio("batched/per_event", "batched(100) / per_event (8 workers)", ba, pe, ok3, ok1, 10, true)
+	sb, ok5 := find("set_batch", 8, 100)
+	ratio("set_batch/per_event", "set_batch(100) / per_event (8 workers)", sb, pe, ok5, ok1, 10, true)
+	sc, ok6 := find("set_ceiling", 8, 100)
+	ratio("set_batch/set_ceiling", "set_batch(100) / set_ceiling(100) (8 workers)", sb, sc, ok5, ok6, 0, true)
 	bl, ok4 := find("baseline", 8, 0)
-	ratio("per_event / baseline (8 workers)", pe, bl, ok1, ok4, 0.8, true)
+	ratio("per_event/baseline", "per_event / baseline (8 workers)", pe, bl, ok1, ok4, 0.8, true)
+	for _, p := range []string{"pipeline_queue", "pipeline_jetstream"} {
+		pp, okP := find(p, 8, 0)
+		ratio(p+"/per_event", p+" / per_event (8 workers)", pp, pe, okP, ok1, 0.8, true)
+		pb, okB := find(p, 8, 100)
+		ratio(p+"_batched/batched", p+"(100) / batched(100) (8 workers)", pb, ba, okB, ok3, 0.8, true)
+	}
+	// SQLite, side by side in the same run; only the pipeline's ratio has a target (0: none).
+	sce, okC := find("sqlite_ceiling", 8, 0)
+	spe, okE := find("sqlite_per_event", 8, 0)
+	sba, okB := find("sqlite_batched", 8, 100)
+	ssb, okS := find("sqlite_set_batch", 8, 100)
+	spp, okP := find("sqlite_pipeline", 8, 0)
+	spb, okPB := find("sqlite_pipeline", 8, 100)
+	ratio("sqlite_per_event/sqlite_ceiling", "sqlite_per_event / sqlite_ceiling (8 workers)", spe, sce, okE, okC, 0, true)
+	ratio("sqlite_batched/sqlite_per_event", "sqlite_batched(100) / sqlite_per_event (8 workers)", sba, spe, okB, okE, 0, true)
+	ratio("sqlite_set_batch/sqlite_per_event", "sqlite_set_batch(100) / sqlite_per_event (8 workers)", ssb, spe, okS, okE, 0, true)
+	ratio("sqlite_pipeline/sqlite_ceiling", "sqlite_pipeline / sqlite_ceiling (8 workers)", spp, sce, okP, okC, 0.8, true)
+	ratio("sqlite_pipeline_batched/sqlite_batched", "sqlite_pipeline(100) / sqlite_batched(100) (8 workers)", spb, sba, okPB, okB, 0, true)
 	for _, inbox := range []string{"plain", "partitioned"} {
 		var large, empty Result
 		var okL, okE bool
@@ -515,12 +693,28 @@ func Ratios(rs []Result) []Ratio {
 				}
 			}
 		}
-		ratio("large_inbox / empty inbox per_event ("+inbox+")", large, empty, okL, okE, 0.85, true)
+		ratio("large_inbox/empty_inbox_"+inbox, "large_inbox / empty inbox per_event ("+inbox+")", large, empty, okL, okE, 0.85, true)
 	}
 	for _, r := range rs {
-		if r.AllocsPerEv > 0 && r.Batch > 0 {
+		switch {
+		case r.AllocsPerEv == 0:
+		case r.Case == "memory_batched":
 			out = append(out, Ratio{Name: "allocations per event (batched)", Value: r.AllocsPerEv, Target: 40, Min: false, OK: r.AllocsPerEv <= 40})
+		case r.Case == "set_batch" && r.Concurrency == 8 && r.Batch == 100:
+			out = append(out, Ratio{Name: "allocations per event (set_batch(100), 8 workers)", Value: r.AllocsPerEv, Target: 15, Min: false, OK: r.AllocsPerEv <= 15})
 		}
 	}
 	return out
+}
+
+// RatioMap is the ratios object of `idem bench --json`: each throughput ratio that Ratios
+// could compute, by key.
+func RatioMap(ratios []Ratio) map[string]float64 {
+	m := make(map[string]float64, len(ratios))
+	for _, r := range ratios {
+		if r.Key != "" {
+			m[r.Key] = r.Value
+		}
+	}
+	return m
 }

@@ -20,7 +20,8 @@ func TestSmoke(t *testing.T) {
 	rs, err := Run(ctx, Options{
 		PostgresURL: testenv.Postgres(t), NATSURL: testenv.NATS(t),
 		Events: 200, Concurrency: []int{1, 8}, BatchSizes: []int{10, 100},
-		Cases:            []string{"baseline", "ceiling", "per_event", "batched", "pipeline_queue", "pipeline_jetstream", "outbox_e2e", "memory", "large_inbox"},
+		Cases: []string{"baseline", "ceiling", "per_event", "batched", "set_batch", "set_ceiling", "pipeline_queue", "pipeline_jetstream", "outbox_e2e", "memory", "large_inbox",
+			"sqlite_ceiling", "sqlite_per_event", "sqlite_batched", "sqlite_set_batch", "sqlite_pipeline"},
 		LargeInboxClaims: 20000, OfferedRate: 100, OfferedSeconds: 2,
 		Logf: t.Logf,
 	})
@@ -30,18 +31,23 @@ func TestSmoke(t *testing.T) {
 		cases[r.Case] = true
 		require.Positive(t, r.EventsPerS, "%+v", r)
 	}
-	for _, c := range []string{"baseline", "ceiling", "per_event", "batched", "pipeline_queue", "pipeline_jetstream", "outbox_e2e", "memory_batched", "large_inbox"} {
+	for _, c := range []string{"baseline", "ceiling", "per_event", "batched", "set_batch", "set_ceiling", "pipeline_queue", "pipeline_jetstream", "outbox_e2e", "memory_batched", "large_inbox",
+		"sqlite_ceiling", "sqlite_per_event", "sqlite_batched", "sqlite_set_batch", "sqlite_pipeline"} {
 		require.True(t, cases[c], "case %s ran", c)
 	}
-	names := map[string]bool{}
-	for _, r := range Ratios(rs) {
-		names[r.Name] = true
+	ratios := RatioMap(Ratios(rs))
+	for _, k := range []string{"per_event/ceiling", "batched/per_event", "set_batch/per_event", "set_batch/set_ceiling", "per_event/baseline",
+		"pipeline_queue/per_event", "pipeline_queue_batched/batched", "pipeline_jetstream/per_event", "pipeline_jetstream_batched/batched",
+		"large_inbox/empty_inbox_plain", "large_inbox/empty_inbox_partitioned",
+		"sqlite_per_event/sqlite_ceiling", "sqlite_batched/sqlite_per_event", "sqlite_set_batch/sqlite_per_event",
+		"sqlite_pipeline/sqlite_ceiling", "sqlite_pipeline_batched/sqlite_batched"} {
+		require.Positive(t, ratios[k], "ratio %s", k)
 	}
-	require.True(t, names["per_event / ceiling (8 workers)"])
-	require.True(t, names["batched(100) / per_event (8 workers)"])
-	require.True(t, names["per_event / baseline (8 workers)"])
-	require.True(t, names["large_inbox / empty inbox per_event (plain)"])
-	require.True(t, names["large_inbox / empty inbox per_event (partitioned)"])
+	for _, r := range rs {
+		if r.Case == "set_batch" {
+			require.Positive(t, r.AllocsPerEv, "set_batch reports its allocations")
+		}
+	}
 }
 
 func TestOptionsValidate(t *testing.T) {
@@ -58,6 +64,29 @@ func TestOptionsValidate(t *testing.T) {
 		err := tc.o.WithDefaults().Validate()
 		require.ErrorContains(t, err, tc.want)
 	}
+}
+
+// TestRatiosOnlyFromCasesThatRan: a ratio is computed only when both of its cases ran, and the
+// ratios object holds throughput ratios only.
+func TestRatiosOnlyFromCasesThatRan(t *testing.T) {
+	t.Parallel()
+	rs := []Result{
+		{Case: "per_event", Concurrency: 8, EventsPerS: 2000},
+		{Case: "set_batch", Concurrency: 8, Batch: 100, EventsPerS: 30000, AllocsPerEv: 12},
+		{Case: "set_batch", Concurrency: 4, Batch: 100, EventsPerS: 99999},
+		{Case: "pipeline_queue", Concurrency: 8, EventsPerS: 1000},
+	}
+	m := RatioMap(Ratios(rs))
+	require.Equal(t, map[string]float64{"set_batch/per_event": 15, "pipeline_queue/per_event": 0.5}, m)
+	var allocs []Ratio
+	for _, r := range Ratios(rs) {
+		if r.Key == "" {
+			allocs = append(allocs, r)
+		}
+	}
+	require.Len(t, allocs, 1)
+	require.True(t, allocs[0].OK)
+	require.EqualValues(t, 12, allocs[0].Value)
 }
 
 // TestSmokeSQS runs the SQS pipeline case small, against IDEM_SQS_URL or a moto_server the test

@@ -79,6 +79,17 @@ func (e *env) pipeline(ctx context.Context, name string, workers, batch int, src
 	if err != nil {
 		return Result{}, err
 	}
+	return e.drive(ctx, name, workers, batch, n, lat, c, src, publish)
+}
+
+// runnable is a consumer over any store's transactions, as drive runs it.
+type runnable interface {
+	Run(ctx context.Context, src idem.Source) error
+}
+
+// drive runs c over src while publishing n events through publish, and measures what pipeline
+// reports; c must report to lat.
+func (e *env) drive(ctx context.Context, name string, workers, batch, n int, lat *latencies, c runnable, src idem.Source, publish func(ctx context.Context, msgs []idem.Message) error) (Result, error) {
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	runErr := make(chan error, 1)

@@ -32,6 +32,10 @@ func WriteTable(w io.Writer, rs []Result, ratios []Ratio) error {
 		if !r.OK {
 			met = "NO"
 		}
+		if r.Target == 0 {
+			fmt.Fprintf(tw, "%s\t%.2f\t-\t-\n", r.Name, r.Value) // measured, no target
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%.2f\t%s %.2f\t%s\n", r.Name, r.Value, cmp, r.Target, met)
 	}
 	return tw.Flush()

@@ -56,6 +56,10 @@ var (
 	StallForDefault     = [2]time.Duration{2 * time.Second, 4 * time.Second}
 	CutForDefault       = [2]time.Duration{200 * time.Millisecond, 1500 * time.Millisecond}
 	NATSDownDefault     = [2]time.Duration{500 * time.Millisecond, 2 * time.Second}
+	// BrokerFaultEveryDefault is the pause between two broker faults on RabbitMQ or Redis: the
+	// run's connections closed by the server, stalled, or cut (the broker gone for BrokerDown).
+	BrokerFaultEveryDefault = [2]time.Duration{5 * time.Second, 10 * time.Second}
+	BrokerDownDefault       = [2]time.Duration{500 * time.Millisecond, 2 * time.Second}
 	// DeadLetterFailEveryDefault and DeadLetterFailForDefault: the pause between two windows in
 	// which every dead-letter write fails, and the length of one.
 	DeadLetterFailEveryDefault = [2]time.Duration{5 * time.Second, 10 * time.Second}
@@ -86,6 +90,14 @@ type Options struct {
 	// or one a minute for runs longer than two minutes); NATSDown the range of each downtime.
 	NATSRestarts int
 	NATSDown     [2]time.Duration
+	// BrokerURL runs the events through a RabbitMQ (amqp://) or Redis (redis://) server instead
+	// of the embedded NATS server. The run uses a queue or stream of its own, reached through
+	// a proxy of the harness, and every BrokerFaultEvery it either closes its roles'
+	// connections from the server's side (rabbitmqctl close_connection; CLIENT KILL ID), or
+	// stalls them for StallFor (what DEBUG SLEEP would do to the run), or cuts them and refuses
+	// new ones for BrokerDown (what a restart looks like to the run); never anyone else's.
+	BrokerURL                    string
+	BrokerFaultEvery, BrokerDown [2]time.Duration
 	// Outages is how many database outages longer than the consumers' retry budget the run
 	// has, spread over it (default 1, or one per three minutes for longer runs): every
 	// connection dropped and new ones refused for OutageFor (default RetryBudget + 2–5 s).
@@ -159,12 +171,15 @@ func (o Options) WithDefaults() Options {
 		{&o.KillEvery, KillEveryDefault}, {&o.RestartDelay, RestartDelayDefault},
 		{&o.FaultEvery, FaultEveryDefault}, {&o.CutFor, CutForDefault},
 		{&o.StallFor, StallForDefault}, {&o.NATSDown, NATSDownDefault},
+		{&o.BrokerFaultEvery, BrokerFaultEveryDefault}, {&o.BrokerDown, BrokerDownDefault},
 	} {
 		if *r.v == ([2]time.Duration{}) {
 			*r.v = r.def
 		}
 	}
-	if o.NATSRestarts == 0 {
+	if o.BrokerURL != "" {
+		o.NATSRestarts = 0
+	} else if o.NATSRestarts == 0 {
 		o.NATSRestarts = max(2, int(o.Duration/time.Minute))
 	}
 	if o.Rate == 0 {
@@ -209,10 +224,14 @@ func (o Options) Validate() error {
 		{"KillEvery", o.KillEvery}, {"RestartDelay", o.RestartDelay}, {"FaultEvery", o.FaultEvery},
 		{"CutFor", o.CutFor}, {"StallFor", o.StallFor}, {"NATSDown", o.NATSDown},
 		{"OutageFor", o.OutageFor}, {"DeadLetterFailEvery", o.DeadLetterFailEvery}, {"DeadLetterFailFor", o.DeadLetterFailFor},
+		{"BrokerFaultEvery", o.BrokerFaultEvery}, {"BrokerDown", o.BrokerDown},
 	} {
 		if r.v[0] <= 0 || r.v[1] < r.v[0] {
 			errs = append(errs, fmt.Errorf("%s is %v–%v, want 0 < min <= max", r.name, r.v[0], r.v[1]))
 		}
+	}
+	if _, err := brokerKind(o.BrokerURL); err != nil {
+		errs = append(errs, fmt.Errorf("BrokerURL: %w", err))
 	}
 	if o.RetryBudget <= 0 {
 		errs = append(errs, fmt.Errorf("RetryBudget is %v, want > 0", o.RetryBudget))
@@ -284,6 +303,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	id := newRunID()
 	h.runID = id
 	h.r = Report{RunID: id, Schema: "idem_chaos_" + id[len(id)-8:], Seed: o.Seed, KillsByRole: map[string]int{}}
+	h.r.Broker, _ = brokerKind(o.BrokerURL)
 	h.t = newTables(h.r.Schema)
 	return h.run(ctx, exe)
 }
@@ -305,7 +325,11 @@ type harness struct {
 	proxy *Proxy
 	nats  *natsServer
 	js    jetstream.JetStream
-	sup   *supervisor
+	// broker is the run's RabbitMQ or Redis broker (nil on NATS); brokerProxy stands between
+	// it and the roles.
+	broker      brokerTarget
+	brokerProxy *Proxy
+	sup         *supervisor
 
 	stream, subject, durable string
 
@@ -351,37 +375,34 @@ func (h *harness) run(ctx context.Context, exe string) (Report, error) {
 		}()
 	}
 
-	dir, err := os.MkdirTemp("", "idem-chaos-nats-")
-	if err != nil {
-		return h.r, fmt.Errorf("chaos: NATS store directory: %w", err)
-	}
-	defer os.RemoveAll(dir)
-	if h.nats, err = startNATS(dir); err != nil {
-		return h.r, err
-	}
-	defer h.nats.stop()
-	nc, err := connectNATS(h.nats.URL(), "harness")
-	if err != nil {
-		return h.r, fmt.Errorf("chaos: %w", err)
-	}
-	defer nc.Close()
-	if h.js, err = jetstream.New(nc); err != nil {
-		return h.r, fmt.Errorf("chaos: JetStream: %w", err)
-	}
 	suffix := h.runID[len(h.runID)-8:]
 	h.stream, h.subject, h.durable = "IDEM_CHAOS_"+strings.ToUpper(suffix), "idem.chaos."+suffix+".payments", "ledger"
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	_, err = idemnats.EnsureStream(sctx, h.js, jetstream.StreamConfig{
-		Name:        h.stream,
-		Description: "idem chaos: payment.captured events of one run",
-		Subjects:    []string{h.subject},
-		MaxAge:      streamMaxAge,
-		Duplicates:  streamDuplicates,
-		Storage:     jetstream.FileStorage,
-	})
-	cancel()
-	if err != nil {
-		return h.r, fmt.Errorf("chaos: %w", err)
+	natsURL, roleBrokerURL := "", ""
+	if o.BrokerURL == "" {
+		stop, err := h.startNATS(ctx)
+		if err != nil {
+			return h.r, err
+		}
+		defer stop()
+		natsURL = h.nats.URL()
+	} else {
+		h.stream = h.subject // the queue, or the stream under idemredis's key prefix
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		h.broker, err = openBrokerTarget(sctx, o.BrokerURL, h.runID, h.subject, h.durable)
+		cancel()
+		if err != nil {
+			return h.r, fmt.Errorf("chaos: %s: %w", h.r.Broker, err)
+		}
+		defer h.broker.close()
+		_, target, err := proxiedBrokerURL(o.BrokerURL, "")
+		if err == nil {
+			h.brokerProxy, err = NewProxy("tcp", target)
+		}
+		if err != nil {
+			return h.r, fmt.Errorf("chaos: %s: %w", h.r.Broker, err)
+		}
+		defer h.brokerProxy.Close()
+		roleBrokerURL, _, _ = proxiedBrokerURL(o.BrokerURL, h.brokerProxy.Addr())
 	}
 
 	network, target, err := pgTarget(o.PostgresURL)
@@ -402,7 +423,7 @@ func (h *harness) run(ctx context.Context, exe string) (Report, error) {
 	h.sup = newSupervisor(runCtx, exe, o.Command, o.Verbose, h.logf, h.addStat)
 	defer h.sup.killAll()
 	base := RoleArgs{
-		PostgresURL: roleURL, Schema: h.r.Schema, NATSURL: h.nats.URL(),
+		PostgresURL: roleURL, Schema: h.r.Schema, NATSURL: natsURL, BrokerURL: roleBrokerURL,
 		Stream: h.stream, Subject: h.subject, Durable: h.durable, RunID: h.runID, Seed: o.Seed,
 		Rate: o.Rate, Duplicates: o.Duplicates, Transient: o.Transient, Poison: o.Poison, Workers: o.Workers,
 		RetryBudget: o.RetryBudget, InboxBucket: o.InboxBucket,
@@ -438,6 +459,10 @@ func (h *harness) run(ctx context.Context, exe string) (Report, error) {
 	// Drain: everything up, the producer stopped, the rest working until nothing is left.
 	h.proxy.Resume()
 	h.proxy.Restore()
+	if h.brokerProxy != nil {
+		h.brokerProxy.Resume()
+		h.brokerProxy.Restore()
+	}
 	stopStart := time.Now()
 	h.sup.stop(RoleProducer, 10*time.Second)
 	h.logf("chaos: over; producer stopped in %v, draining", time.Since(stopStart).Round(time.Millisecond))
@@ -464,7 +489,11 @@ func (h *harness) run(ctx context.Context, exe string) (Report, error) {
 	if err := check(cctx, h.pool, h.t, h.runID, r); err != nil {
 		return *r, fmt.Errorf("chaos: %w", err)
 	}
-	if err := checkOrder(cctx, h.pool, h.t, h.js, h.stream, h.runID, r); err != nil {
+	firstSeqs := func(ctx context.Context) (map[int]uint64, error) { return streamFirstSeqs(ctx, h.js, h.stream) }
+	if h.broker != nil {
+		firstSeqs = h.broker.firstSeqs
+	}
+	if err := checkOrder(cctx, h.pool, h.t, firstSeqs, h.runID, r); err != nil {
 		return *r, fmt.Errorf("chaos: %w", err)
 	}
 	r.UnexpectedExits = h.sup.unexpectedExits()
@@ -487,6 +516,48 @@ func (h *harness) run(ctx context.Context, exe string) (Report, error) {
 	return *r, nil
 }
 
+// startNATS starts the run's embedded NATS server and its stream; stop shuts it down.
+func (h *harness) startNATS(ctx context.Context) (stop func(), err error) {
+	dir, err := os.MkdirTemp("", "idem-chaos-nats-")
+	if err != nil {
+		return nil, fmt.Errorf("chaos: NATS store directory: %w", err)
+	}
+	if h.nats, err = startNATS(dir); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	nc, err := connectNATS(h.nats.URL(), "harness")
+	if err == nil {
+		h.js, err = jetstream.New(nc)
+	}
+	stop = func() {
+		if nc != nil {
+			nc.Close()
+		}
+		h.nats.stop()
+		os.RemoveAll(dir)
+	}
+	if err != nil {
+		stop()
+		return nil, fmt.Errorf("chaos: JetStream: %w", err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	_, err = idemnats.EnsureStream(sctx, h.js, jetstream.StreamConfig{
+		Name:        h.stream,
+		Description: "idem chaos: payment.captured events of one run",
+		Subjects:    []string{h.subject},
+		MaxAge:      streamMaxAge,
+		Duplicates:  streamDuplicates,
+		Storage:     jetstream.FileStorage,
+	})
+	cancel()
+	if err != nil {
+		stop()
+		return nil, fmt.Errorf("chaos: %w", err)
+	}
+	return stop, nil
+}
+
 // chaos kills, cuts, stalls and restarts until the chaos phase ends, and returns once every
 // process it killed is started again and the NATS server is up.
 func (h *harness) chaos(ctx context.Context) {
@@ -496,7 +567,11 @@ func (h *harness) chaos(ctx context.Context) {
 	wg.Go(func() { h.killLoop(cctx, &restarts) })
 	wg.Go(func() { h.faultLoop(cctx) })
 	wg.Go(func() { h.deadLetterLoop(cctx) })
-	wg.Go(func() { h.natsLoop(cctx) })
+	if h.broker == nil {
+		wg.Go(func() { h.natsLoop(cctx) })
+	} else {
+		wg.Go(func() { h.brokerLoop(cctx) })
+	}
 	wg.Go(func() { h.progressLoop(cctx) })
 	wg.Wait()
 	restarts.Wait()
@@ -646,6 +721,41 @@ func (h *harness) natsLoop(ctx context.Context) {
 	}
 }
 
+// brokerLoop has a broker fault every BrokerFaultEvery, in turn: the run's connections cut
+// with new ones refused for BrokerDown, closed from the server's side, or stalled (no byte
+// moves for StallFor). The roles must reconnect, and what was in flight comes back.
+func (h *harness) brokerLoop(ctx context.Context) {
+	rng := h.rng(5)
+	for k := 0; sleepCtx(ctx, randIn(rng, h.o.BrokerFaultEvery)); k++ {
+		switch k % 3 {
+		case 0:
+			d := randIn(rng, h.o.BrokerDown)
+			n := h.brokerProxy.Cut()
+			h.count(func(r *Report) { r.BrokerCuts++ })
+			h.logf("chaos: cut %d %s connections, refusing new ones for %v", n, h.r.Broker, d.Round(time.Millisecond))
+			sleepCtx(ctx, d)
+			h.brokerProxy.Restore()
+		case 1:
+			kctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			n, err := h.broker.killConns(kctx)
+			cancel()
+			if err != nil {
+				h.logf("chaos: kill %s connections: %v", h.r.Broker, err)
+				continue
+			}
+			h.count(func(r *Report) { r.BrokerKills++; r.BrokerConnsKilled += n })
+			h.logf("chaos: closed %d %s connections of the run", n, h.r.Broker)
+		default:
+			d := randIn(rng, h.o.StallFor)
+			h.brokerProxy.Stall()
+			h.count(func(r *Report) { r.BrokerStalls++ })
+			h.logf("chaos: stall %d %s connections for %v", h.brokerProxy.Conns(), h.r.Broker, d.Round(time.Millisecond))
+			sleepCtx(ctx, d)
+			h.brokerProxy.Resume()
+		}
+	}
+}
+
 // progressLoop writes a line to Out every five seconds.
 func (h *harness) progressLoop(ctx context.Context) {
 	if h.o.Out == nil {
@@ -704,6 +814,9 @@ func (h *harness) drain(ctx context.Context) {
 
 // brokerBacklog is what the durable still has to deliver or see acknowledged.
 func (h *harness) brokerBacklog(ctx context.Context) (int, error) {
+	if h.broker != nil {
+		return h.broker.backlog(ctx)
+	}
 	cons, err := h.js.Consumer(ctx, h.stream, h.durable)
 	if err != nil {
 		return 0, fmt.Errorf("look up consumer %s: %w", h.durable, err)

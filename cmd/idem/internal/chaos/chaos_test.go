@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -51,20 +52,29 @@ func (w *logWriter) Write(p []byte) (int, error) {
 	}
 }
 
-// runChaos runs the harness for d against IDEM_POSTGRES_URL and checks what every run must
-// show: no violation, and chaos that actually happened.
-func runChaos(t *testing.T, d time.Duration, timeout time.Duration) Report {
+// runChaos runs the harness for d against IDEM_POSTGRES_URL and broker (empty: the embedded
+// NATS server) and checks what every run must show: no violation, and chaos that actually
+// happened.
+func runChaos(t *testing.T, broker string, d time.Duration, timeout time.Duration) Report {
 	t.Helper()
 	pg := testenv.Postgres(t)
 	exe := buildRoleBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	start := time.Now()
+	var brokerFaults [2]time.Duration
+	if broker != "" && d < time.Minute {
+		// A broker fault every 3–5 s: a short run meets a cut and a kill (which takes
+		// rabbitmqctl a few seconds).
+		brokerFaults = [2]time.Duration{3 * time.Second, 5 * time.Second}
+	}
 	r, err := Run(ctx, Options{
-		PostgresURL: pg,
-		Duration:    d,
-		Executable:  exe,
-		Out:         &logWriter{t: t},
+		PostgresURL:      pg,
+		BrokerURL:        broker,
+		BrokerFaultEvery: brokerFaults,
+		Duration:         d,
+		Executable:       exe,
+		Out:              &logWriter{t: t},
 		// A run that does not drain fails within the CI budget rather than after minutes; two
 		// minutes because a database outage near the end, with dead-letter writes refused and
 		// consumers pausing, takes a loaded 2-core machine more than one to work off.
@@ -81,8 +91,16 @@ func runChaos(t *testing.T, d time.Duration, timeout time.Duration) Report {
 	require.Zero(t, r.UnexpectedExits)
 	// The chaos happened, and so did the misbehaviour it is meant to meet.
 	require.GreaterOrEqual(t, r.Kills, int(d/(3*time.Second)), "kills")
-	require.GreaterOrEqual(t, r.Cuts+r.Stalls, 2, "database faults")
-	require.GreaterOrEqual(t, r.NATSRestarts, 1, "NATS restarts")
+	// A fault every 3–7 s, and the outage takes one slot: a 15 s run is sure of one.
+	require.GreaterOrEqual(t, r.Cuts+r.Stalls, min(2, int(d/(15*time.Second))), "database faults")
+	classes := []string{"db_outage", "dead_letter_write_failures", "poison_identities", "resent_occurred_at"}
+	if broker == "" {
+		require.GreaterOrEqual(t, r.NATSRestarts, 1, "NATS restarts")
+		classes = append(classes, "sink_refusals")
+	} else {
+		require.Positive(t, r.BrokerConnsKilled, "broker connections closed")
+		classes = append(classes, "broker_connection_kills", "broker_stalls_and_cuts")
+	}
 	require.Greater(t, r.Events, 0)
 	require.Positive(t, r.DuplicatesInjected)
 	require.Positive(t, r.DuplicatesIgnored)
@@ -91,7 +109,7 @@ func runChaos(t *testing.T, d time.Duration, timeout time.Duration) Report {
 	require.Positive(t, r.DeadLetters["invalid_payload"])
 	require.Positive(t, r.DeadLetters["key_reuse"])
 	// The fault classes of issue 10 happened, and per-key order held.
-	for _, k := range []string{"db_outage", "dead_letter_write_failures", "poison_identities", "resent_occurred_at", "sink_refusals"} {
+	for _, k := range classes {
 		require.Positive(t, r.Faults[k].Count, "fault class %s", k)
 	}
 	require.Zero(t, r.OrderViolations)
@@ -107,7 +125,7 @@ func TestChaosShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping the chaos run in -short mode")
 	}
-	r := runChaos(t, 30*time.Second, 4*time.Minute)
+	r := runChaos(t, "", 30*time.Second, 4*time.Minute)
 	require.GreaterOrEqual(t, r.Kills, 10)
 }
 
@@ -122,5 +140,68 @@ func TestChaosLong(t *testing.T) {
 		d, err = time.ParseDuration(s)
 		require.NoError(t, err, "IDEM_CHAOS_DURATION")
 	}
-	runChaos(t, d, d+10*time.Minute)
+	runChaos(t, os.Getenv("IDEM_CHAOS_BROKER"), d, d+10*time.Minute)
+}
+
+// TestChaosShortBrokers is the CI variant on RabbitMQ and Redis: 20 s of chaos each, one after
+// the other (the kills, cuts, outage and refused dead-letter writes as on NATS, and the run's
+// broker connections cut, closed from the server's side or stalled every 3–5 s), then the
+// drain and the verdict. The five-minute runs are by hand: IDEM_CHAOS_LONG=1 IDEM_CHAOS_DURATION=5m
+// IDEM_CHAOS_BROKER=$IDEM_AMQP_URL (or $IDEM_REDIS_URL) go test -run TestChaosLong.
+func TestChaosShortBrokers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping the chaos runs in -short mode")
+	}
+	for _, b := range []struct{ name, env string }{{BrokerAMQP, testenv.AMQPVar}, {BrokerRedis, testenv.RedisVar}} {
+		t.Run(b.name, func(t *testing.T) {
+			r := runChaos(t, testenv.URL(t, b.env), 20*time.Second, 4*time.Minute)
+			require.Equal(t, b.name, r.Broker)
+		})
+	}
+}
+
+func TestBrokerKind(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ url, kind string }{
+		{"", BrokerNATS},
+		{"amqp://guest:guest@127.0.0.1:5672/", BrokerAMQP},
+		{"amqps://h/", BrokerAMQP},
+		{"redis://127.0.0.1:6379/0", BrokerRedis},
+		{"rediss://h:6380", BrokerRedis},
+		{"nats://127.0.0.1:4222", ""},
+		{"127.0.0.1:6379", ""},
+	} {
+		kind, err := brokerKind(c.url)
+		if c.kind == "" {
+			require.Error(t, err, c.url)
+			continue
+		}
+		require.NoError(t, err, c.url)
+		require.Equal(t, c.kind, kind, c.url)
+	}
+	for _, c := range []struct{ url, proxied, target string }{
+		{"amqp://guest:guest@127.0.0.1:5672/", "amqp://guest:guest@127.0.0.1:40000/", "127.0.0.1:5672"},
+		{"amqp://h/vhost", "amqp://127.0.0.1:40000/vhost", "h:5672"},
+		{"redis://127.0.0.1:6379/0", "redis://127.0.0.1:40000/0", "127.0.0.1:6379"},
+		{"redis://:pw@h/1", "redis://:pw@127.0.0.1:40000/1", "h:6379"},
+	} {
+		proxied, target, err := proxiedBrokerURL(c.url, "127.0.0.1:40000")
+		require.NoError(t, err, c.url)
+		require.Equal(t, c.proxied, proxied, c.url)
+		require.Equal(t, c.target, target, c.url)
+	}
+	err := Options{PostgresURL: "postgres://x/y", BrokerURL: "kafka://h"}.WithDefaults().Validate()
+	require.ErrorContains(t, err, "BrokerURL")
+}
+
+// TestConnNameScopesTheRun: the harness closes the connections named after the run's roles
+// and never its own nor another run's.
+func TestConnNameScopesTheRun(t *testing.T) {
+	t.Parallel()
+	run, other := "20261202t072629-c621d633", "20261202t072629-0badf00d"
+	prefix := connName(run, "")
+	require.True(t, strings.HasPrefix(connName(run, "consumer-1"), prefix))
+	require.False(t, strings.HasPrefix(connName(other, "consumer-1"), prefix))
+	require.False(t, strings.HasPrefix(strings.TrimSuffix(prefix, "-"), prefix), "the harness's own name")
+	require.NotContains(t, connName(run, "relay-1"), " ", "Redis refuses spaces in client names")
 }

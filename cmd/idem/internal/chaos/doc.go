@@ -4,7 +4,12 @@
 //   - sends SIGKILL to a random one of them every KillEvery (1–3 s) and restarts it;
 //   - cuts the database connections (all dropped, new ones refused for a moment) or stalls them
 //     (no byte moves for 2–4 s) through a TCP proxy it owns ([Proxy]);
-//   - restarts the NATS server, an embedded JetStream server with a file store that it owns;
+//   - restarts the NATS server, an embedded JetStream server with a file store that it owns; or,
+//     with Options.BrokerURL, runs the events through a RabbitMQ or Redis server (a queue or
+//     stream of the run's own, reached through a second proxy) and, every BrokerFaultEvery,
+//     cuts the run's broker connections for BrokerDown, closes them from the server's side
+//     (rabbitmqctl close_connection, CLIENT KILL ID) or stalls them (broker_connection_kills,
+//     broker_stalls_and_cuts) — never anyone else's, as the server may be shared;
 //   - keeps producing events with duplicates, transient failures and poison messages.
 //
 // It also injects these fault classes, each reported in [Report.Faults] with what it injected,

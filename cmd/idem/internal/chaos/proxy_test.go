@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
 )
 
 // echoServer echoes every connection until the test ends.
@@ -124,37 +126,16 @@ func TestProxiedURL(t *testing.T) {
 	require.Equal(t, "db.example:6543", addr)
 }
 
-func TestPlanIsPureAndInjectsWhatItSays(t *testing.T) {
+// TestInjectTransient: the handler's injected failures are a pure function of the seed and the
+// event id, at their rate.
+func TestInjectTransient(t *testing.T) {
 	t.Parallel()
-	r := rates{duplicates: 0.1, transient: 0.1, poison: 0.05}
-	a, b := newPlanner(7, r), newPlanner(7, r)
-	b.at(4999) // built in one go, a one order at a time
-	kinds := map[string]int{}
-	dups := 0
-	for i := range 5000 {
-		oa := a.at(i)
-		require.Equal(t, b.at(i), oa, "order %d", i)
-		kinds[oa.poison]++
-		if oa.duplicate {
-			dups++
-		}
-		if oa.poison == poisonKeyReuse {
-			target := a.at(oa.target)
-			require.True(t, target.valid(), "order %d reuses a valid order's id", i)
-			require.Equal(t, target.wallet, oa.wallet)
-			require.NotEqual(t, target.amount, oa.amount)
-		}
-	}
-	require.InDelta(t, 500, dups, 100)
-	require.InDelta(t, 250, kinds[poisonInvalidJSON]+kinds[poisonMissingField]+kinds[poisonKeyReuse], 80)
-	require.Positive(t, kinds[poisonKeyReuse])
-
 	n := 0
 	for i := range 10000 {
-		if injectTransient(7, 0.1, eventID("run", i)) {
+		if injectTransient(7, 0.1, payments.EventID("run", i)) {
 			n++
 		}
-		require.Equal(t, injectTransient(7, 0.1, eventID("run", i)), injectTransient(7, 0.1, eventID("run", i)))
+		require.Equal(t, injectTransient(7, 0.1, payments.EventID("run", i)), injectTransient(7, 0.1, payments.EventID("run", i)))
 	}
 	require.InDelta(t, 1000, n, 150)
 	require.False(t, injectTransient(7, 0, "x"))

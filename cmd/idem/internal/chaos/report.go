@@ -5,9 +5,10 @@ import (
 	"io"
 	"maps"
 	"slices"
-	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
 )
 
 // Report is what a chaos run did and what the database proves about it. The guarantee fields
@@ -43,6 +44,16 @@ type Report struct {
 	Stalls int `json:"stalls"`
 	// NATSRestarts counts restarts of the NATS server.
 	NATSRestarts int `json:"nats_restarts"`
+	// Broker is the broker the run used (BrokerNATS, BrokerAMQP, BrokerRedis); BrokerKills
+	// counts the times the harness closed the run's connections on RabbitMQ or Redis, and
+	// BrokerConnsKilled the connections it closed.
+	Broker            string `json:"broker"`
+	BrokerKills       int    `json:"broker_kills"`
+	BrokerConnsKilled int    `json:"broker_conns_killed"`
+	// BrokerStalls and BrokerCuts count the times the harness's proxy stalled the run's broker
+	// connections, or cut them and refused new ones for a while.
+	BrokerStalls int `json:"broker_stalls"`
+	BrokerCuts   int `json:"broker_cuts"`
 	// UnexpectedExits counts role processes that exited without being killed.
 	UnexpectedExits int `json:"unexpected_exits"`
 
@@ -81,6 +92,9 @@ type Report struct {
 	// wallet (the key of their events): the relay broke per-key order. It is read from the
 	// stream itself after the drain.
 	OrderViolations int `json:"order_violations"`
+	// OrderNotChecked says the broker could not be read back (a RabbitMQ queue), so
+	// OrderViolations means nothing.
+	OrderNotChecked bool `json:"order_not_checked,omitempty"`
 	// ApplyOrderInversions counts ledger rows committed after a later order of their wallet.
 	// The consumers apply concurrently and retry failures later, so this is information: idem
 	// keeps per-key order at the relay, not at the consumers.
@@ -127,64 +141,41 @@ func (r Report) WriteTable(w io.Writer) error {
 	row := func(k, f string, args ...any) { fmt.Fprintf(tw, "%s\t"+f+"\n", append([]any{k}, args...)...) }
 	row("run", "%s (seed %d, schema %s)", r.RunID, r.Seed, r.Schema)
 	row("duration", "%.1f s of chaos, %.1f s to drain", float64(r.ChaosMS)/1000, float64(r.DrainMS)/1000)
-	row("events", "%d (%d valid, poison: %s)", r.Events, r.Valid, countText(r.Poison))
+	row("events", "%d (%d valid, poison: %s)", r.Events, r.Valid, payments.CountText(r.Poison))
 	row("injected", "%d duplicates, %d transient failures", r.DuplicatesInjected, r.TransientInjected)
-	row("kills", "%d (%s), %d restarts", r.Kills, countText(r.KillsByRole), r.Restarts)
+	row("kills", "%d (%s), %d restarts", r.Kills, payments.CountText(r.KillsByRole), r.Restarts)
 	row("database", "%d cuts, %d stalls", r.Cuts, r.Stalls)
-	row("nats restarts", "%d", r.NATSRestarts)
+	if r.Broker == BrokerNATS || r.Broker == "" {
+		row("nats restarts", "%d", r.NATSRestarts)
+	} else {
+		row("broker", "%s: %d connection kills (%d connections closed), %d stalls, %d cuts", r.Broker, r.BrokerKills, r.BrokerConnsKilled, r.BrokerStalls, r.BrokerCuts)
+	}
 	row("unexpected exits", "%d", r.UnexpectedExits)
 	row("processed", "%d", r.Processed)
 	row("duplicates ignored", "%d", r.DuplicatesIgnored)
 	row("retries", "%d", r.Retries)
 	row("abandoned", "%d", r.Abandoned)
-	row("dead letters", "%s", countText(r.DeadLetters))
+	row("dead letters", "%s", payments.CountText(r.DeadLetters))
 	row("double applied", "%d", r.DoubleApplied)
 	row("lost", "%d", r.Lost)
-	row("balances", "%s", okText(r.BadBalances == 0))
-	row("poison", "%s", okText(r.BadPoison == 0 && r.StrayDeadLetters == 0))
+	row("balances", "%s", payments.OKText(r.BadBalances == 0))
+	row("poison", "%s", payments.OKText(r.BadPoison == 0 && r.StrayDeadLetters == 0))
 	row("outbox unpublished", "%d", r.Unpublished)
 	row("claims w/o effect", "%d", r.ClaimsWithoutEffect)
 	row("effects w/o claim", "%d", r.EffectsWithoutClaim)
-	row("order violations", "%d (%d apply-order inversions, information)", r.OrderViolations, r.ApplyOrderInversions)
+	if r.OrderNotChecked {
+		row("order violations", "not checked (%d apply-order inversions, information)", r.ApplyOrderInversions)
+	} else {
+		row("order violations", "%d (%d apply-order inversions, information)", r.OrderViolations, r.ApplyOrderInversions)
+	}
 	for _, k := range slices.Sorted(maps.Keys(r.Faults)) {
 		f := r.Faults[k]
-		row("fault "+k, "%d injected (%s); verdict: %s", f.Count, countText(f.Detail), countText(f.Verdict))
+		row("fault "+k, "%d injected (%s); verdict: %s", f.Count, payments.CountText(f.Detail), payments.CountText(f.Verdict))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	var b strings.Builder
-	for _, n := range r.Notes {
-		b.WriteString("note: " + n + "\n")
-	}
-	if r.OK {
-		b.WriteString("verdict: ok\n")
-	} else {
-		b.WriteString("verdict: FAILED\n")
-		for _, v := range r.Violations {
-			b.WriteString("  - " + v + "\n")
-		}
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
-}
-
-func okText(ok bool) string {
-	if ok {
-		return "ok"
-	}
-	return "FAILED"
-}
-
-func countText(m map[string]int) string {
-	if len(m) == 0 {
-		return "none"
-	}
-	var parts []string
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		parts = append(parts, fmt.Sprintf("%d %s", m[k], k))
-	}
-	return strings.Join(parts, ", ")
+	return payments.WriteVerdict(w, r.Notes, r.OK, r.Violations)
 }
 
 // buildFaults fills r.Faults from the counts the harness and the verdict gathered; counters are
@@ -195,7 +186,7 @@ func (r *Report) buildFaults(counters map[string]int, budget, inboxBucket time.D
 	idents := map[string]int{}
 	n := 0
 	for kind, c := range r.Poison {
-		if isIdent(kind) {
+		if payments.IsIdent(kind) {
 			idents[kind] = c
 			n += c
 		}
@@ -228,10 +219,29 @@ func (r *Report) buildFaults(counters map[string]int, budget, inboxBucket time.D
 			Detail:   map[string]int{"inbox_bucket_hours": int(inboxBucket.Hours())},
 			Verdict:  map[string]int{"double_applied": r.DoubleApplied, "valid_dead_lettered": r.validDeadLettered},
 		},
-		"sink_refusals": {
+	}
+	if r.Broker == BrokerNATS || r.Broker == "" {
+		r.Faults["sink_refusals"] = FaultClass{
 			Injected: "the broker refuses one message of a pipelined batch (its PubAck fails, the rest of the batch goes on)",
 			Count:    counters["sink_refused"],
 			Verdict:  map[string]int{"order_violations": r.OrderViolations, "unpublished": r.Unpublished},
-		},
+		}
+	} else {
+		verdict := map[string]int{"lost": r.Lost, "double_applied": r.DoubleApplied}
+		if !r.OrderNotChecked {
+			verdict["order_violations"] = r.OrderViolations
+		}
+		r.Faults["broker_connection_kills"] = FaultClass{
+			Injected: "the run's connections to the broker closed from the server's side (rabbitmqctl close_connection, CLIENT KILL ID)",
+			Count:    r.BrokerKills,
+			Detail:   map[string]int{"connections_closed": r.BrokerConnsKilled},
+			Verdict:  verdict,
+		}
+		r.Faults["broker_stalls_and_cuts"] = FaultClass{
+			Injected: "the run's broker connections stalled (no byte moves, as under DEBUG SLEEP), or cut with new ones refused (as in a restart), through the harness's proxy",
+			Count:    r.BrokerStalls + r.BrokerCuts,
+			Detail:   map[string]int{"stalls": r.BrokerStalls, "cuts": r.BrokerCuts},
+			Verdict:  verdict,
+		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // The roles a chaos run starts as separate processes.
@@ -53,8 +54,9 @@ type RoleArgs struct {
 	PostgresURL string
 	// Schema holds idem's and the scenario's tables of the run.
 	Schema string
-	// NATSURL reaches the harness's NATS server.
-	NATSURL string
+	// NATSURL reaches the harness's NATS server; BrokerURL a RabbitMQ or Redis server instead
+	// (one of the two is set).
+	NATSURL, BrokerURL string
 	// Stream, Subject and Durable name the run's JetStream stream, the subject the relay
 	// publishes to and the durable consumer the consumers share.
 	Stream, Subject, Durable string
@@ -84,7 +86,7 @@ func (a RoleArgs) Flags(role string) []string {
 	return []string{
 		"--role", role, "--name", a.Name,
 		"--pg", a.PostgresURL, "--schema", a.Schema,
-		"--nats", a.NATSURL, "--stream", a.Stream, "--subject", a.Subject, "--durable", a.Durable,
+		"--nats", a.NATSURL, "--broker", a.BrokerURL, "--stream", a.Stream, "--subject", a.Subject, "--durable", a.Durable,
 		"--run", a.RunID, "--seed", strconv.FormatInt(a.Seed, 10), "--rate", strconv.Itoa(a.Rate),
 		"--duplicates", f(a.Duplicates), "--transient", f(a.Transient), "--poison", f(a.Poison),
 		"--workers", strconv.Itoa(a.Workers), "--retry-budget", a.RetryBudget.String(),
@@ -111,6 +113,7 @@ func RoleMain(ctx context.Context, argv []string, stdin io.Reader, stdout, stder
 	fs.StringVar(&a.PostgresURL, "pg", "", "PostgreSQL URL")
 	fs.StringVar(&a.Schema, "schema", "", "schema of the run")
 	fs.StringVar(&a.NATSURL, "nats", "", "NATS URL")
+	fs.StringVar(&a.BrokerURL, "broker", "", "RabbitMQ or Redis URL (instead of --nats)")
 	fs.StringVar(&a.Stream, "stream", "", "JetStream stream")
 	fs.StringVar(&a.Subject, "subject", "", "subject of the events")
 	fs.StringVar(&a.Durable, "durable", "", "durable consumer")
@@ -173,8 +176,10 @@ func RunRole(ctx context.Context, role string, a RoleArgs) error {
 	if role == RoleProducer && a.Subject == "" {
 		errs = append(errs, errors.New("--subject is empty"))
 	}
-	if a.NATSURL == "" {
-		errs = append(errs, errors.New("--nats is empty"))
+	if (a.NATSURL == "") == (a.BrokerURL == "") {
+		errs = append(errs, errors.New("want one of --nats and --broker"))
+	} else if _, err := brokerKind(a.BrokerURL); err != nil {
+		errs = append(errs, fmt.Errorf("--broker: %w", err))
 	}
 	if role == RoleConsumer && (a.Stream == "" || a.Durable == "") {
 		errs = append(errs, errors.New("--stream and --durable are required for a consumer"))
@@ -269,6 +274,21 @@ func connectNATS(url, name string) (*nats.Conn, error) {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
 	}
 	return nc, nil
+}
+
+// connectJetStream connects to url as connectNATS does and returns its JetStream and what
+// closes the connection.
+func connectJetStream(url, name string) (jetstream.JetStream, func(), error) {
+	nc, err := connectNATS(url, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("JetStream: %w", err)
+	}
+	return js, nc.Close, nil
 }
 
 // sleepCtx waits d or until ctx ends, and reports whether ctx is still live.

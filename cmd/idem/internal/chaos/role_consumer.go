@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
 	"github.com/idemkit/idem/idemnats"
 	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/retry"
@@ -43,21 +43,17 @@ func runConsumer(ctx context.Context, a RoleArgs, st *stats) error {
 		return fmt.Errorf("chaos: consumer: %w", err)
 	}
 	defer store.Close()
-	nc, err := connectNATS(a.NATSURL, a.Name)
+	open, closeBroker, err := consumerSource(a)
 	if err != nil {
 		return fmt.Errorf("chaos: consumer: %w", err)
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("chaos: consumer: %w", err)
-	}
+	defer closeBroker()
 
 	// A consumer that pauses itself (a dead letter it cannot write, say) returns ErrPaused and
 	// leaves its message in the broker; an orchestrator starts it again. So does this loop,
 	// after a moment, in the same process: a pause is not an unexpected exit.
 	for {
-		err := consumeOnce(ctx, a, st, store, js)
+		err := consumeOnce(ctx, a, st, store, open)
 		if err == nil || !errors.Is(err, idem.ErrPaused) {
 			return err
 		}
@@ -70,7 +66,7 @@ func runConsumer(ctx context.Context, a RoleArgs, st *stats) error {
 }
 
 // consumeOnce runs the consumer until ctx ends (nil) or it pauses itself (ErrPaused).
-func consumeOnce(ctx context.Context, a RoleArgs, st *stats, store *idempg.Store, js jetstream.JetStream) error {
+func consumeOnce(ctx context.Context, a RoleArgs, st *stats, store *idempg.Store, open func(context.Context) (idem.Source, error)) error {
 	t := newTables(a.Schema)
 	h := &ledgerHandler{
 		seed: a.Seed, transient: a.Transient, stats: st,
@@ -78,33 +74,14 @@ func consumeOnce(ctx context.Context, a RoleArgs, st *stats, store *idempg.Store
 		creditWallet: t.sql(`UPDATE {wallets} SET balance_cents = balance_cents + $1 WHERE run_id = $2 AND id = $3`),
 		runID:        a.RunID,
 	}
-	consumer, err := idem.NewConsumer(store, idem.ConsumerConfig[pgx.Tx]{
-		Name:             consumerName,
-		Handler:          h.credit,
-		Validator:        idem.ValidatorFunc(validatePayment),
-		Retry:            consumerRetry(a.RetryBudget),
-		RedeliveryWindow: max(streamMaxAge, streamDuplicates),
-		Workers:          a.Workers,
-		ShutdownTimeout:  5 * time.Second,
-		Logger:           a.Logger,
-		Observer:         statsObserver{st},
-	})
-	if err != nil {
-		return fmt.Errorf("chaos: consumer: %w", err)
-	}
-
 	// The broker may be down (restarting) when the process starts: keep trying.
-	var src *idemnats.Source
+	var (
+		src idem.Source
+		err error
+	)
 	for failures := 1; ; failures++ {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		src, err = idemnats.NewSource(sctx, js, idemnats.SourceConfig{
-			Stream:     a.Stream,
-			Subject:    a.Subject,
-			Durable:    a.Durable,
-			AckWait:    ackWait,
-			MaxDeliver: -1, // the retry policy decides; the broker never gives up silently
-			MaxWait:    500 * time.Millisecond,
-		})
+		src, err = open(sctx)
 		cancel()
 		if err == nil {
 			break
@@ -118,10 +95,58 @@ func consumeOnce(ctx context.Context, a RoleArgs, st *stats, store *idempg.Store
 		}
 	}
 	defer src.Close()
+	// A RabbitMQ queue can hold a message longer than the stream's MaxAge (its TTL, a delay
+	// tier, consumer_timeout): the window must cover what the source says (the default
+	// Retention of a week covers both).
+	window := max(streamMaxAge, streamDuplicates)
+	if w, ok := src.(idem.RedeliveryWindower); ok {
+		window = max(window, w.RedeliveryWindow())
+	}
+	consumer, err := idem.NewConsumer(store, idem.ConsumerConfig[pgx.Tx]{
+		Name:             payments.ConsumerName,
+		Handler:          h.credit,
+		Validator:        idem.ValidatorFunc(payments.Validate),
+		Retry:            consumerRetry(a.RetryBudget),
+		RedeliveryWindow: window,
+		Workers:          a.Workers,
+		ShutdownTimeout:  5 * time.Second,
+		Logger:           a.Logger,
+		Observer:         statsObserver{st},
+	})
+	if err != nil {
+		return fmt.Errorf("chaos: consumer: %w", err)
+	}
 	if err := consumer.Run(ctx, src); err != nil {
 		return fmt.Errorf("chaos: consumer: %w", err)
 	}
 	return nil
+}
+
+// consumerSource returns how a consumer opens its source on the run's broker, and what closes
+// the connection it shares.
+func consumerSource(a RoleArgs) (func(context.Context) (idem.Source, error), func(), error) {
+	if a.BrokerURL != "" {
+		b, err := openRoleBroker(a)
+		if err != nil {
+			return nil, nil, err
+		}
+		return b.source, b.close, nil
+	}
+	js, closeNATS, err := connectJetStream(a.NATSURL, a.Name)
+	if err != nil {
+		return nil, nil, err
+	}
+	open := func(ctx context.Context) (idem.Source, error) {
+		return idemnats.NewSource(ctx, js, idemnats.SourceConfig{
+			Stream:     a.Stream,
+			Subject:    a.Subject,
+			Durable:    a.Durable,
+			AckWait:    ackWait,
+			MaxDeliver: -1, // the retry policy decides; the broker never gives up silently
+			MaxWait:    500 * time.Millisecond,
+		})
+	}
+	return open, closeNATS, nil
 }
 
 // ledgerHandler is ledger@v1: one ledger row and the wallet's balance, in the transaction that
@@ -139,7 +164,7 @@ func (h *ledgerHandler) credit(ctx context.Context, tx pgx.Tx, msg idem.Message)
 		h.stats.add("transient", 1)
 		return idem.Transient(errors.New("payment provider unavailable (injected transient failure)"))
 	}
-	var p payment
+	var p payments.Payment
 	if err := json.Unmarshal(msg.Payload, &p); err != nil || p.WalletID == nil || p.AmountCents == nil {
 		return idem.Permanent(fmt.Errorf("%w: event %s: not a payment", idem.ErrInvalidPayload, msg.EventID))
 	}
@@ -151,29 +176,6 @@ func (h *ledgerHandler) credit(ctx context.Context, tx pgx.Tx, msg idem.Message)
 		return fmt.Errorf("credit wallet %s: %w", *p.WalletID, err)
 	}
 	return idem.ExpectRows(tag.RowsAffected(), 1)
-}
-
-// validatePayment is the consumer's Validator, the demo's: the payload must be a
-// payment.captured with every field the handler uses.
-func validatePayment(_ context.Context, msg idem.Message) error {
-	if msg.Type != eventType {
-		return fmt.Errorf("%w: type %q, want %q", idem.ErrInvalidPayload, msg.Type, eventType)
-	}
-	var p payment
-	if err := json.Unmarshal(msg.Payload, &p); err != nil {
-		return fmt.Errorf("%w: payload is not JSON: %v", idem.ErrInvalidPayload, err)
-	}
-	switch {
-	case p.OrderID == nil:
-		return fmt.Errorf("%w: order_id is missing", idem.ErrInvalidPayload)
-	case p.WalletID == nil || *p.WalletID == "":
-		return fmt.Errorf("%w: wallet_id is missing", idem.ErrInvalidPayload)
-	case p.AmountCents == nil:
-		return fmt.Errorf("%w: amount_cents is missing", idem.ErrInvalidPayload)
-	case *p.AmountCents <= 0:
-		return fmt.Errorf("%w: amount_cents is %d, want > 0", idem.ErrInvalidPayload, *p.AmountCents)
-	}
-	return nil
 }
 
 // statsObserver writes one counter line per settled delivery.

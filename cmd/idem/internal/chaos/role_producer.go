@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
 	"github.com/idemkit/idem/idemnats"
 	"github.com/idemkit/idem/idempg"
 )
@@ -34,12 +35,12 @@ type producer struct {
 	pool  *pgxpool.Pool
 	store *idempg.Store
 	t     tables
-	plan  *planner
+	plan  *payments.Planner
 	stats *stats
 	log   *slog.Logger
 
-	// js publishes the poison identities straight to the stream.
-	js jetstream.JetStream
+	// publishIdent publishes a poison identity straight to the broker.
+	publishIdent func(ctx context.Context, id, tenant string, order int, payload []byte) error
 
 	// next is the next order index to consider; reuse holds key-reuse orders (below next)
 	// waiting until the order whose event id they reuse is applied; unsent the poison
@@ -60,18 +61,14 @@ func runProducer(ctx context.Context, a RoleArgs, st *stats) error {
 		return fmt.Errorf("chaos: producer: %w", err)
 	}
 	defer store.Close()
-	nc, err := connectNATS(a.NATSURL, a.Name)
+	publish, closeBroker, err := identPublisher(a)
 	if err != nil {
 		return fmt.Errorf("chaos: producer: %w", err)
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("chaos: producer: %w", err)
-	}
+	defer closeBroker()
 	p := &producer{
-		a: a, pool: pool, store: store, t: newTables(a.Schema), stats: st, log: a.Logger, js: js,
-		plan: newPlanner(a.Seed, rates{a.Duplicates, a.Transient, a.Poison}),
+		a: a, pool: pool, store: store, t: newTables(a.Schema), stats: st, log: a.Logger, publishIdent: publish,
+		plan: payments.NewPlanner(a.Seed, payments.Rates{Duplicates: a.Duplicates, Poison: a.Poison, Idents: a.Poison, Resends: a.Duplicates}),
 	}
 	if a.Rate <= 0 {
 		return fmt.Errorf("chaos: producer: rate is %d, want > 0", a.Rate)
@@ -146,7 +143,7 @@ func (p *producer) resync(ctx context.Context) bool {
 	}
 	var want []int64
 	for i := range next {
-		if p.plan.at(i).poison == poisonKeyReuse {
+		if p.plan.At(i).Poison == payments.PoisonKeyReuse {
 			want = append(want, int64(i))
 		}
 	}
@@ -196,22 +193,10 @@ func (p *producer) resync(ctx context.Context) bool {
 func (p *producer) sendIdents(ctx context.Context) {
 	for len(p.unsent) > 0 && ctx.Err() == nil {
 		i := p.unsent[0]
-		o := p.plan.at(i)
-		id, tenant := o.identity(p.a.RunID, p.a.Seed)
-		h := nats.Header{}
-		if id != "" {
-			h[idemnats.HeaderEventID] = []string{id}
-			// Set only with an id: without either header the event id is blank.
-			h[jetstream.MsgIDHeader] = []string{"chaos-ident-" + p.a.RunID + "-" + strconv.Itoa(i)}
-		}
-		if tenant != "" {
-			h[idemnats.HeaderTenant] = []string{tenant}
-		}
-		h[idemnats.HeaderType] = []string{eventType}
-		h[idemnats.HeaderOccurredAt] = []string{time.Now().UTC().Format(time.RFC3339Nano)}
-		h[headerOrder] = []string{strconv.Itoa(i)}
+		o := p.plan.At(i)
+		id, tenant := o.Identity(p.a.RunID, p.a.Seed)
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := p.js.PublishMsg(pctx, &nats.Msg{Subject: p.a.Subject, Header: h, Data: o.payload()})
+		err := p.publishIdent(pctx, id, tenant, i, o.Payload())
 		if err == nil {
 			_, err = p.pool.Exec(pctx, p.t.sql(`UPDATE {orders} SET sent = true WHERE run_id = $1 AND id = $2`), p.a.RunID, i)
 		}
@@ -225,6 +210,39 @@ func (p *producer) sendIdents(ctx context.Context) {
 	}
 }
 
+// identPublisher returns how the producer publishes a poison identity on the run's broker, and
+// what closes its connection.
+func identPublisher(a RoleArgs) (func(ctx context.Context, id, tenant string, order int, payload []byte) error, func(), error) {
+	if a.BrokerURL != "" {
+		b, err := openRoleBroker(a)
+		if err != nil {
+			return nil, nil, err
+		}
+		return b.publishRaw, b.close, nil
+	}
+	js, closeNATS, err := connectJetStream(a.NATSURL, a.Name)
+	if err != nil {
+		return nil, nil, err
+	}
+	publish := func(ctx context.Context, id, tenant string, i int, payload []byte) error {
+		h := nats.Header{}
+		if id != "" {
+			h[idemnats.HeaderEventID] = []string{id}
+			// Set only with an id: without either header the event id is blank.
+			h[jetstream.MsgIDHeader] = []string{"chaos-ident-" + a.RunID + "-" + strconv.Itoa(i)}
+		}
+		if tenant != "" {
+			h[idemnats.HeaderTenant] = []string{tenant}
+		}
+		h[idemnats.HeaderType] = []string{payments.EventType}
+		h[idemnats.HeaderOccurredAt] = []string{time.Now().UTC().Format(time.RFC3339Nano)}
+		h[headerOrder] = []string{strconv.Itoa(i)}
+		_, err := js.PublishMsg(ctx, &nats.Msg{Subject: a.Subject, Header: h, Data: payload})
+		return err
+	}
+	return publish, closeNATS, nil
+}
+
 // write commits the next n order indices in one transaction: the valid orders and the invalid
 // ones, each with its event (and a second copy for a duplicate), plus the waiting key-reuse
 // orders whose target is applied by now. A key-reuse order is deferred until then, because
@@ -234,7 +252,7 @@ func (p *producer) write(ctx context.Context, n int) error {
 	idxs := make([]int, 0, n)
 	reuse := append([]int(nil), p.reuse...)
 	for i := p.next; i < p.next+n; i++ {
-		if p.plan.at(i).poison == poisonKeyReuse {
+		if p.plan.At(i).Poison == payments.PoisonKeyReuse {
 			reuse = append(reuse, i)
 		} else {
 			idxs = append(idxs, i)
@@ -260,7 +278,7 @@ func (p *producer) write(ctx context.Context, n int) error {
 	}
 	p.stats.add("produced", len(idxs)+len(reuse)-len(pending))
 	for _, i := range idxs {
-		if isIdent(p.plan.at(i).poison) {
+		if payments.IsIdent(p.plan.At(i).Poison) {
 			p.unsent = append(p.unsent, i)
 		}
 	}
@@ -276,7 +294,7 @@ func (p *producer) readyReuse(ctx context.Context, tx pgx.Tx, reuse []int) (read
 	}
 	ids := make([]string, len(reuse))
 	for k, i := range reuse {
-		ids[k] = p.plan.at(i).eventID(p.a.RunID)
+		ids[k] = p.plan.At(i).EventID(p.a.RunID)
 	}
 	rows, err := tx.Query(ctx, p.t.sql(`SELECT DISTINCT event_id FROM {ledger} WHERE run_id = $1 AND event_id = ANY($2)`), p.a.RunID, ids)
 	if err != nil {
@@ -308,32 +326,32 @@ func (p *producer) insert(ctx context.Context, tx pgx.Tx, idxs []int) error {
 	args := make([]any, 0, 9*len(idxs))
 	outs := make([]idem.Outgoing, 0, len(idxs)+len(idxs)/8)
 	for k, i := range idxs {
-		o := p.plan.at(i)
-		id := o.eventID(p.a.RunID)
+		o := p.plan.At(i)
+		id := o.EventID(p.a.RunID)
 		if k > 0 {
 			b.WriteString(", ")
 		}
 		n := len(args)
 		fmt.Fprintf(&b, "($%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d)", n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8, n+9)
-		if isIdent(o.poison) {
+		if payments.IsIdent(o.Poison) {
 			accepted, err := p.edgeAccepts(ctx, tx, o)
 			if err != nil {
 				return err
 			}
-			args = append(args, i, p.a.RunID, id, walletID(o.wallet), o.amount, false, o.poison, false, accepted)
+			args = append(args, i, p.a.RunID, id, payments.WalletID(o.Wallet), o.Amount, false, o.Poison, false, accepted)
 			continue // it goes straight to the stream after the commit (sendIdents)
 		}
-		args = append(args, i, p.a.RunID, id, walletID(o.wallet), o.amount, o.valid(), o.poison, true, false)
+		args = append(args, i, p.a.RunID, id, payments.WalletID(o.Wallet), o.Amount, o.Valid(), o.Poison, true, false)
 		out := idem.Outgoing{
 			EventID:    id,
 			Topic:      p.a.Subject,
-			Key:        walletID(o.wallet), // the verdict checks each wallet's order in the stream
-			Type:       eventType,
-			Payload:    o.payload(),
+			Key:        payments.WalletID(o.Wallet), // the verdict checks each wallet's order in the stream
+			Type:       payments.EventType,
+			Payload:    o.Payload(),
 			Headers:    map[string]string{headerOrder: strconv.Itoa(i)},
 			OccurredAt: now,
 		}
-		if o.poison == poisonKeyReuse {
+		if o.Poison == payments.PoisonKeyReuse {
 			// JetStream would drop this message as a republish of the original (same
 			// Nats-Msg-Id within the Duplicates window) and no consumer would ever see the
 			// reuse: give it a broker message id of its own, as a producer that reuses an id
@@ -341,17 +359,17 @@ func (p *producer) insert(ctx context.Context, tx pgx.Tx, idxs []int) error {
 			out.Headers[idemnats.HeaderBrokerMsgID] = id + "/reuse-" + strconv.Itoa(i)
 		}
 		outs = append(outs, out)
-		if o.duplicate {
+		if o.Duplicate {
 			// The same event again under its own broker message id, so that JetStream's
 			// deduplication lets it through and the consumers see a true duplicate.
 			out.Headers = map[string]string{headerOrder: strconv.Itoa(i), idemnats.HeaderBrokerMsgID: id + "/dup-" + strconv.Itoa(i)}
 			outs = append(outs, out)
 		}
-		if o.resendShift != 0 {
+		if o.ResendShift != 0 {
 			// The same event re-sent with another occurrence time: a new broker message id
 			// (the producer believes it is a new publish), the same event id and payload.
 			out.Headers = map[string]string{headerOrder: strconv.Itoa(i), idemnats.HeaderBrokerMsgID: id + "/resend-" + strconv.Itoa(i)}
-			out.OccurredAt = now.Add(o.resendShift)
+			out.OccurredAt = now.Add(o.ResendShift)
 			outs = append(outs, out)
 		}
 	}
@@ -367,11 +385,11 @@ func (p *producer) insert(ctx context.Context, tx pgx.Tx, idxs []int) error {
 // edgeAccepts offers o's poison identity to the outbox, in a savepoint always rolled back, and
 // reports whether the outbox took it (it must not: identities are checked at the edge). For
 // id_control it also offers the id with a CR/LF in it, which no NATS header can carry.
-func (p *producer) edgeAccepts(ctx context.Context, tx pgx.Tx, o order) (bool, error) {
-	id, tenant := o.identity(p.a.RunID, p.a.Seed)
+func (p *producer) edgeAccepts(ctx context.Context, tx pgx.Tx, o payments.Order) (bool, error) {
+	id, tenant := o.Identity(p.a.RunID, p.a.Seed)
 	ids := []string{id}
-	if o.poison == identControl {
-		ids = append(ids, eventID(p.a.RunID, o.index)+"\r\nIdem-Tenant: evil")
+	if o.Poison == payments.IdentControl {
+		ids = append(ids, payments.EventID(p.a.RunID, o.Index)+"\r\nIdem-Tenant: evil")
 	}
 	accepted := false
 	for _, id := range ids {
@@ -380,7 +398,7 @@ func (p *producer) edgeAccepts(ctx context.Context, tx pgx.Tx, o order) (bool, e
 			return false, fmt.Errorf("savepoint for the outbox edge check: %w", err)
 		}
 		err = p.store.EnqueueTx(ctx, sp, idem.Outgoing{
-			EventID: id, Tenant: tenant, Topic: p.a.Subject, Key: walletID(o.wallet), Type: eventType, Payload: o.payload(),
+			EventID: id, Tenant: tenant, Topic: p.a.Subject, Key: payments.WalletID(o.Wallet), Type: payments.EventType, Payload: o.Payload(),
 		})
 		if err == nil {
 			accepted = true

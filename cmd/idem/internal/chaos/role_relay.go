@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemnats"
 	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/idemrelay"
@@ -33,16 +35,12 @@ func runRelay(ctx context.Context, a RoleArgs, st *stats) error {
 		return fmt.Errorf("chaos: relay: %w", err)
 	}
 	defer store.Close()
-	nc, err := connectNATS(a.NATSURL, a.Name)
+	sink, closeSink, err := relaySink(ctx, a, st)
 	if err != nil {
 		return fmt.Errorf("chaos: relay: %w", err)
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("chaos: relay: %w", err)
-	}
-	relay, err := idemrelay.New(store, store, idemnats.NewSink(&refusingJetStream{JetStream: js, seed: a.Seed, rate: a.Transient * sinkRefusalShare, stats: st, refused: map[string]bool{}}), idemrelay.Config{
+	defer closeSink()
+	relay, err := idemrelay.New(store, store, sink, idemrelay.Config{
 		BatchSize:    100,
 		PollInterval: 200 * time.Millisecond,
 		LeaseTTL:     3 * time.Second,
@@ -54,6 +52,45 @@ func runRelay(ctx context.Context, a RoleArgs, st *stats) error {
 		return fmt.Errorf("chaos: relay: %w", err)
 	}
 	return relay.Run(ctx)
+}
+
+// relaySink is the relay's sink on the run's broker. On NATS the broker refuses a message of a
+// pipelined batch now and then (refusingJetStream); RabbitMQ's and Redis's sinks do not
+// pipeline that way, and their broker faults are connection kills instead.
+func relaySink(ctx context.Context, a RoleArgs, st *stats) (idem.Sink, func(), error) {
+	if a.BrokerURL != "" {
+		b, err := openRoleBroker(a)
+		if err != nil {
+			return nil, nil, err
+		}
+		// The broker may be down when the process starts: keep trying.
+		for failures := 1; ; failures++ {
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			sink, err := b.sink(sctx)
+			cancel()
+			if err == nil {
+				return sink, func() { closeQuietly(sink); b.close() }, nil
+			}
+			if ctx.Err() != nil || !sleepCtx(ctx, backoff(failures)) {
+				b.close()
+				return nil, nil, fmt.Errorf("open sink: %w", err)
+			}
+			a.Logger.LogAttrs(ctx, slog.LevelWarn, "chaos: relay: open sink", slog.String("error", err.Error()))
+		}
+	}
+	js, closeNATS, err := connectJetStream(a.NATSURL, a.Name)
+	if err != nil {
+		return nil, nil, err
+	}
+	sink := idemnats.NewSink(&refusingJetStream{JetStream: js, seed: a.Seed, rate: a.Transient * sinkRefusalShare, stats: st, refused: map[string]bool{}})
+	return sink, closeNATS, nil
+}
+
+// closeQuietly closes v when it has a Close method.
+func closeQuietly(v any) {
+	if c, ok := v.(interface{ Close() error }); ok {
+		_ = c.Close()
+	}
 }
 
 // refusingJetStream is the relay's JetStream with a broker that now and then refuses one

@@ -6,6 +6,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
 )
 
 // passJetStream counts the pipelined publishes that reach the broker.
@@ -47,7 +49,7 @@ func TestRefusingJetStream(t *testing.T) {
 		j := &refusingJetStream{JetStream: pass, seed: 1, rate: 0.1, stats: newStats(nil), refused: map[string]bool{}}
 		refused := 0
 		for i := range 2000 {
-			id := eventID("r", i) + "/x"
+			id := payments.EventID("r", i) + "/x"
 			f, _ := j.PublishMsgAsync(msg(id))
 			if f != nil {
 				refused++

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
 	"github.com/idemkit/idem/idempg"
 )
 
@@ -44,31 +46,9 @@ func newTables(schema string) tables {
 
 func (t tables) sql(q string) string { return t.names.Replace(q) }
 
-// scenarioDDL creates the scenario tables, as the demo's on PostgreSQL. The ledger has NO
-// unique key on event_id on purpose: idem's claim is what keeps an event from being applied
-// twice, and a double application shows up as a second row.
-var scenarioDDL = []string{
-	`CREATE TABLE {orders} (
-		id           bigint  NOT NULL, -- order index within the run
-		run_id       text    NOT NULL,
-		event_id     text    NOT NULL,
-		wallet_id    text    NOT NULL,
-		amount_cents bigint  NOT NULL,
-		valid        boolean NOT NULL, -- false for poison
-		poison       text    NOT NULL DEFAULT '', -- '', invalid_json, missing_field, key_reuse, id_…, tenant_10k
-		-- A poison identity (id_…, tenant_10k) goes straight to the stream: sent says it went,
-		-- edge_accepted that the outbox took its identity (it must refuse it).
-		sent          boolean NOT NULL DEFAULT true,
-		edge_accepted boolean NOT NULL DEFAULT false,
-		PRIMARY KEY (run_id, id))`,
-	`CREATE INDEX ON {orders} (run_id, event_id)`,
-	`CREATE TABLE {ledger} (
-		id           bigserial PRIMARY KEY,
-		run_id       text      NOT NULL,
-		event_id     text      NOT NULL,
-		wallet_id    text      NOT NULL,
-		amount_cents bigint    NOT NULL)`,
-	`CREATE INDEX ON {ledger} (run_id, event_id)`,
+// scenarioDDL creates the scenario's tables (payments.PostgresTables, the demo's) and the
+// harness's fault switches.
+var scenarioDDL = append(slices.Clone(payments.PostgresTables),
 	// Fault switches the harness flips (through its own connection, never the proxy).
 	`CREATE TABLE {faults} (refuse_dead_letters boolean NOT NULL)`,
 	`INSERT INTO {faults} VALUES (false)`,
@@ -94,12 +74,7 @@ var scenarioDDL = []string{
 		started_at timestamptz NOT NULL,
 		ended_at   timestamptz NOT NULL,
 		grace      interval    NOT NULL)`,
-	`CREATE TABLE {wallets} (
-		run_id        text   NOT NULL,
-		id            text   NOT NULL,
-		balance_cents bigint NOT NULL DEFAULT 0,
-		PRIMARY KEY (run_id, id))`,
-}
+)
 
 // storeConfig is the idempg configuration of every process of a run: the run's schema, and the
 // claims table partitioned by day (or hour) buckets of OccurredAt when bucket is not 0, with
@@ -132,7 +107,7 @@ func setupSchema(ctx context.Context, pool *pgxpool.Pool, schema, runID string, 
 			}
 		}
 		_, err := tx.Exec(ctx, t.sql(`INSERT INTO {wallets} (run_id, id)
-			SELECT $1, 'w' || lpad(i::text, 3, '0') FROM generate_series(0, $2 - 1) AS i`), runID, walletCount)
+			SELECT $1, 'w' || lpad(i::text, 3, '0') FROM generate_series(0, $2 - 1) AS i`), runID, payments.WalletCount)
 		if err != nil {
 			return fmt.Errorf("create wallets: %w", err)
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
 	"github.com/idemkit/idem/idemrelay"
 )
 
@@ -116,7 +117,7 @@ type drainState struct {
 func readDrainState(ctx context.Context, pool *pgxpool.Pool, t tables, runID string) (drainState, error) {
 	var d drainState
 	var valid, poison int
-	if err := pool.QueryRow(ctx, t.sql(qUnsettled), runID, consumerName, idemrelay.ConsumerName).Scan(&valid, &poison); err != nil {
+	if err := pool.QueryRow(ctx, t.sql(qUnsettled), runID, payments.ConsumerName, idemrelay.ConsumerName).Scan(&valid, &poison); err != nil {
 		return d, fmt.Errorf("count unsettled orders: %w", err)
 	}
 	d.unsettled = valid + poison
@@ -155,7 +156,7 @@ func check(ctx context.Context, pool *pgxpool.Pool, t tables, runID string, r *R
 			return fmt.Errorf("check run %s: count orders: %w", runID, err)
 		}
 		r.Events += n
-		if kind == poisonNone {
+		if kind == payments.PoisonNone {
 			r.Valid += n
 		} else {
 			r.Poison[kind] += n
@@ -168,7 +169,7 @@ func check(ctx context.Context, pool *pgxpool.Pool, t tables, runID string, r *R
 
 	var notApplied int
 	lostPoison, exhausted, edgeAccepted, resends, dlRefused := &r.lostPoison, &r.exhausted, &r.edgeAccepted, &r.resends, &r.dlRefused
-	if err := pool.QueryRow(ctx, t.sql(qUnsettled), runID, consumerName, idemrelay.ConsumerName).Scan(&r.Lost, lostPoison); err != nil {
+	if err := pool.QueryRow(ctx, t.sql(qUnsettled), runID, payments.ConsumerName, idemrelay.ConsumerName).Scan(&r.Lost, lostPoison); err != nil {
 		return fmt.Errorf("check run %s: count unsettled orders: %w", runID, err)
 	}
 	for _, c := range []struct {
@@ -181,17 +182,17 @@ func check(ctx context.Context, pool *pgxpool.Pool, t tables, runID string, r *R
 		{&notApplied, "count valid orders not applied", qNotApplied, []any{runID}},
 		{&r.DeadLetteredValid, "count valid events dead-lettered", qValidDeadLettered, []any{runID}},
 		{&r.WrongLedger, "compare ledger with orders", qWrongLedger, []any{runID}},
-		{&r.BadBalances, "compare balances with orders", qBadBalances, []any{runID, consumerName}},
-		{exhausted, "count valid orders an outage dead-lettered", qExhausted, []any{runID, consumerName}},
+		{&r.BadBalances, "compare balances with orders", qBadBalances, []any{runID, payments.ConsumerName}},
+		{exhausted, "count valid orders an outage dead-lettered", qExhausted, []any{runID, payments.ConsumerName}},
 		{edgeAccepted, "count poison identities the outbox accepted", qEdgeAccepted, []any{runID}},
 		{resends, "count re-sends with a new OccurredAt", qResends, nil},
 		{dlRefused, "count refused dead-letter writes", qDeadLettersRefused, nil},
-		{&r.badIdents, "check poison identities' dead letters", qBadPoison + ` AND {ident}`, []any{runID, consumerName}},
-		{&r.BadPoison, "check poison dead letters", qBadPoison, []any{runID, consumerName}},
-		{&r.StrayDeadLetters, "look for stray dead letters", qStrayDeadLetters, []any{runID, consumerName}},
+		{&r.badIdents, "check poison identities' dead letters", qBadPoison + ` AND {ident}`, []any{runID, payments.ConsumerName}},
+		{&r.BadPoison, "check poison dead letters", qBadPoison, []any{runID, payments.ConsumerName}},
+		{&r.StrayDeadLetters, "look for stray dead letters", qStrayDeadLetters, []any{runID, payments.ConsumerName}},
 		{&r.Unpublished, "count unpublished outbox rows", qUnpublished, nil},
-		{&r.ClaimsWithoutEffect, "look for claims without effect", qClaimsWithoutEffect, []any{runID, consumerName}},
-		{&r.EffectsWithoutClaim, "look for effects without claim", qEffectsWithoutClaim, []any{runID, consumerName}},
+		{&r.ClaimsWithoutEffect, "look for claims without effect", qClaimsWithoutEffect, []any{runID, payments.ConsumerName}},
+		{&r.EffectsWithoutClaim, "look for effects without claim", qEffectsWithoutClaim, []any{runID, payments.ConsumerName}},
 	} {
 		if *c.dst, err = count(c.what, c.q, c.args...); err != nil {
 			return err
@@ -210,7 +211,7 @@ func check(ctx context.Context, pool *pgxpool.Pool, t tables, runID string, r *R
 			rows.Close()
 			return fmt.Errorf("check run %s: count dead letters: %w", runID, err)
 		}
-		if consumer != consumerName {
+		if consumer != payments.ConsumerName {
 			reason = consumer + ":" + reason
 		}
 		r.DeadLetters[reason] += n

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
 	"github.com/idemkit/idem/cmd/idem/internal/testdb"
 )
 
@@ -60,7 +61,7 @@ func TestCheck(t *testing.T) {
 		require.True(t, r.OK)
 		require.Equal(t, 4, r.Events)
 		require.Equal(t, 1, r.Valid)
-		require.Equal(t, map[string]int{poisonInvalidJSON: 1, poisonMissingField: 1, poisonKeyReuse: 1}, r.Poison)
+		require.Equal(t, map[string]int{payments.PoisonInvalidJSON: 1, payments.PoisonMissingField: 1, payments.PoisonKeyReuse: 1}, r.Poison)
 		require.Equal(t, 1, r.DuplicatesInjected)
 		require.Equal(t, map[string]int{"invalid_payload": 2, "key_reuse": 1}, r.DeadLetters)
 	})

@@ -29,10 +29,12 @@ func newBenchCmd(e *env) *cobra.Command {
 		Short: "Measure idem against the database's ceilings (PostgreSQL)",
 		Long: `bench runs, side by side against the same PostgreSQL database: baseline (the business
 effect without idem), ceiling (the claim and effect SQL alone), per_event, batched (batch sizes
-10, 100, 500), pipeline_queue, pipeline_jetstream and pipeline_sqs (publish → consume → commit → ack),
+10, 100, 500), set_batch (the same sizes, one multi-row effect per batch), pipeline_queue, pipeline_jetstream and pipeline_sqs (publish → consume → commit → ack),
 outbox_e2e (producer commit to consumer commit at a fixed offered rate), memory, and on request
-large_inbox (10 million existing claims). It prints a table and the ratios against idem's
-targets, or one JSON object per case with --json. --soak runs the soak instead: the outbox →
+large_inbox (10 million existing claims) and the SQLite cases, in a temporary database file
+beside it: sqlite_ceiling, sqlite_per_event, sqlite_batched, sqlite_set_batch, sqlite_pipeline. It prints a table and the ratios against idem's
+targets, or with --json one object per case ("cases"), the ratios by name ("ratios", such as
+"set_batch/per_event") and the targets they are held to ("targets"). --soak runs the soak instead: the outbox →
 JetStream → consumer path at a steady rate for --duration.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -80,7 +82,8 @@ JetStream → consumer path at a steady rate for --duration.`,
 				return err
 			}
 			if asJSON {
-				return writeJSON(e.stdout, map[string]any{"cases": rs, "ratios": bench.Ratios(rs)})
+				targets := bench.Ratios(rs)
+				return writeJSON(e.stdout, map[string]any{"cases": rs, "ratios": bench.RatioMap(targets), "targets": targets})
 			}
 			return bench.WriteTable(e.stdout, rs, bench.Ratios(rs))
 		},
@@ -128,7 +131,14 @@ batch; the JSON report has a section per fault class. Then it drains and checks 
 alone: every valid event applied exactly once, none lost, balances exact, every poison message
 dead-lettered once with the right reason, nothing left in the outbox, no claim without its effect
 and no effect without its claim; and from the stream, that each wallet's payments reached it in
-commit order. It exits 1 on any violation.`,
+commit order. It exits 1 on any violation.
+
+With --broker amqp://… or redis://… the events go through that server instead (a queue or stream
+of the run's own, reached through a proxy of the harness), and every 5–10 s the run's connections
+are cut with new ones refused for a moment (a restart, as the run sees it), closed from the
+server's side (rabbitmqctl close_connection, CLIENT KILL ID) or stalled (as DEBUG SLEEP would);
+never anyone else's, so a shared server is safe. The broker refusing a pipelined message is NATS
+only, and per-key order is not read back from a RabbitMQ queue.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			su, err := connect.ParseStore(e.resolveStore(store))
@@ -174,6 +184,7 @@ commit order. It exits 1 on any violation.`,
 	fl.Var(newDuration(&opts.RetryBudget, chaos.RetryBudgetDefault), "retry-budget", "the consumers' retry budget (MaxElapsed); every outage outlasts it")
 	fl.BoolVar(&opts.PlainInbox, "plain-inbox", false, "keep the plain claims table (default: partitioned by day of OccurredAt, where a re-send with a new OccurredAt lands in another partition)")
 	fl.Int64Var(&opts.Seed, "seed", 0, "seed of the misbehaviour and the chaos schedule (0: random, reported)")
+	fl.StringVar(&opts.BrokerURL, "broker", "", "a RabbitMQ (amqp://…) or Redis (redis://…) server instead of the embedded NATS one; every 5–10 s the run cuts, closes (server side) or stalls its own connections there")
 	fl.BoolVar(&keep, "keep", false, "keep the run's schema for inspection")
 	fl.BoolVarP(&verbose, "verbose", "v", false, "forward the processes' logs")
 	jsonFlag(cmd, &asJSON)

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -55,11 +56,29 @@ func TestMigrateTwice(t *testing.T) {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
 			dsn := kind.dsn(t)
-			for range 2 {
-				r := idemCLI(t, "migrate", "--store", dsn)
-				requireOK(t, r)
-				require.Contains(t, r.stdout, "is migrated")
-			}
+			r := idemCLI(t, "migrate", "--store", dsn, "--status")
+			requireOK(t, r)
+			require.Contains(t, r.stdout, "no idem migrations recorded")
+
+			r = idemCLI(t, "migrate", "--store", dsn)
+			requireOK(t, r)
+			require.Regexp(t, `is migrated: applied \d+ \(001_claims, 002_dead_letters, .*090_dead_letter_owner`, r.stdout)
+
+			r = idemCLI(t, "migrate", "--store", dsn, "--json")
+			requireOK(t, r)
+			var out migrateJSON
+			require.NoError(t, json.Unmarshal([]byte(r.stdout), &out), r.stdout)
+			require.Empty(t, out.Applied, "the second run applies nothing")
+			require.NotEmpty(t, out.Migrations)
+			require.EqualValues(t, 1, out.Migrations[0].Version)
+
+			r = idemCLI(t, "migrate", "--store", dsn)
+			requireOK(t, r)
+			require.Contains(t, r.stdout, "is migrated: nothing to apply")
+
+			r = idemCLI(t, "migrate", "--store", dsn, "--status")
+			requireOK(t, r)
+			require.Regexp(t, `(?m)^090\s+\S*dead_letter_owner`, r.stdout)
 			// The migrated store answers the operator commands.
 			requireOK(t, idemCLI(t, "dlq", "list", "--store", dsn))
 		})
@@ -84,6 +103,8 @@ func TestErrors(t *testing.T) {
 		{"unknown store scheme", []string{"migrate", "--store", "mongodb://x"}, ExitUsage, `unknown scheme "mongodb"`},
 		{"mysql store without database", []string{"migrate", "--store", "mysql://x"}, ExitUsage, "names no database: use mysql://USER@HOST:PORT/DB"},
 		{"sqlite without path", []string{"migrate", "--store", "sqlite://"}, ExitUsage, "has no file path"},
+		{"postgres schema that is no identifier", []string{"migrate", "--store", "postgres://app@127.0.0.1:1/app?idem_schema=Bad-Schema!"}, ExitUsage, `idem_schema "Bad-Schema!" is not a schema name`},
+		{"sqlite file that is no database", []string{"status", "--store", "sqlite:///etc/passwd"}, ExitFailure, "open /etc/passwd: file is not a database"},
 		{"store without scheme", []string{"status", "--store", "idem.db"}, ExitUsage, "has no scheme"},
 		{"unreachable postgres", []string{"status", "--store", unreachablePG}, ExitFailure, "postgres://u:[REDACTED]@127.0.0.1:1/db is unreachable"},
 		{"unreachable postgres migrate", []string{"migrate", "--store", unreachablePG}, ExitFailure, "is unreachable"},
@@ -102,9 +123,9 @@ func TestErrors(t *testing.T) {
 		{"replay unknown id", []string{"dlq", "replay", "--id", "999", "--store", migrated}, ExitFailure, "dead letter 999 does not exist"},
 		{"replay without selection", []string{"dlq", "replay", "--store", migrated}, ExitUsage, "say which dead letters"},
 		{"replay id and filter", []string{"dlq", "replay", "--id", "1", "--consumer", "x@v1", "--store", migrated}, ExitUsage, "do not combine"},
-		{"replay nats without topic", []string{"dlq", "replay", "--id", "1", "--broker", "nats://127.0.0.1:4222", "--store", migrated}, ExitUsage, "--topic is required"},
+		{"replay amqp without topic", []string{"dlq", "replay", "--id", "1", "--broker", "amqp://127.0.0.1:5672", "--store", migrated}, ExitUsage, "--topic is required"},
 		{"replay bad broker", []string{"dlq", "replay", "--id", "1", "--broker", "kafka://x", "--store", migrated}, ExitUsage, `unknown scheme "kafka"`},
-		{"discard without reason", []string{"dlq", "discard", "--id", "1", "--store", migrated}, ExitUsage, "--reason is required"},
+		{"discard without note", []string{"dlq", "discard", "--id", "1", "--store", migrated}, ExitUsage, "--note is required"},
 		{"unknown flag", []string{"dlq", "list", "--bogus"}, ExitUsage, "unknown flag: --bogus"},
 		{"unknown command", []string{"dlq", "lst"}, ExitUsage, `unknown command "lst" for "idem dlq"; did you mean "list"?`},
 		{"unknown top command", []string{"frobnicate"}, ExitUsage, `unknown command "frobnicate" for "idem"`},

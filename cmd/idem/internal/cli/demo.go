@@ -24,19 +24,30 @@ func newDemoCmd(e *env) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Push events through duplicates, failures and crashes, and check exactly-once",
+		Short: "Push events through duplicates, failures and lost acks, and check exactly-once",
 		Long: `demo produces --events payment events through the outbox, relays them to the broker and
 consumes them with --concurrency workers, while it injects duplicate deliveries, transient and
-poison (permanent) failures and simulated crashes at the given rates (0 to 1). Then it checks the
-guarantee: every event applied exactly once or dead-lettered with a reason, nothing lost. It runs
-on nothing but Go with the default SQLite store.
+poison (permanent) failures and lost acks (a crash after the commit, before the ack, so the
+broker redelivers) at the given rates (0 to 1). Then it checks the guarantee: every event applied
+exactly once or dead-lettered with a reason, nothing lost. It runs on nothing but Go with the
+default SQLite store.
+
+The counts add up, and the verdict says how: deliveries = processed + duplicates ignored +
+retries + dead-lettered + other (given back without a verdict); duplicates ignored come from the
+injected duplicates that reached the consumer and from the lost acks (a copy of a poison message
+is dead-lettered again instead, and a broker may drop a duplicate by its message id).
 
 The verdict is printed as a table (or one JSON object with --json); the exit status is 0 only when
 the verdict is ok. demo does not read $` + StoreEnv + `: it writes synthetic events and should never
-land in a real database by accident.`,
+land in a real database by accident.
+
+With --http there is no broker: the relay signs each event and POSTs it to a webhook ingress
+(idemwebhook) on a loopback port, retrying 503s and cut connections as a webhook provider does;
+a lost ack then cuts the connection after the commit, before the answer.`,
 		Example: `  idem demo
-  idem demo --events 1000 --crash 0.01 --json
+  idem demo --events 1000 --lost-acks 0.01 --json
   idem demo --store postgres://postgres@127.0.0.1/test --broker nats://127.0.0.1:4222
+  idem demo --http --events 2000
   idem demo --broker sqs://127.0.0.1:5000    # moto_server -p 5000: SQS on this machine`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -48,7 +59,7 @@ land in a real database by accident.`,
 			}
 			opts.Logger = logger
 			// The flags start from demo.Options{}.WithDefaults(), so every field is set; calling
-			// WithDefaults again would turn "--duplicates 0 --transient 0 --poison 0 --crash 0"
+			// WithDefaults again would turn "--duplicates 0 --transient 0 --poison 0 --lost-acks 0"
 			// back into the default rates.
 			if err := opts.Validate(); err != nil {
 				return usageError{err}
@@ -93,8 +104,11 @@ land in a real database by accident.`,
 	fl.Float64Var(&opts.Duplicates, "duplicates", defaults.Duplicates, "rate of duplicated deliveries (0 to 1)")
 	fl.Float64Var(&opts.Transient, "transient", defaults.Transient, "rate of transient handler failures, retried (0 to 1)")
 	fl.Float64Var(&opts.Poison, "poison", defaults.Poison, "rate of poison events that must be dead-lettered (0 to 1)")
-	fl.Float64Var(&opts.Crash, "crash", defaults.Crash, "rate of simulated crashes after commit, before ack (0 to 1)")
+	fl.Float64Var(&opts.LostAcks, "lost-acks", defaults.LostAcks, "rate of lost acks: a crash after commit, before ack, so the broker redelivers (0 to 1)")
+	fl.Float64Var(&opts.LostAcks, "crash", defaults.LostAcks, "old name of --lost-acks")
+	_ = fl.MarkDeprecated("crash", "use --lost-acks")
 	fl.Var(newDuration(&opts.Timeout, defaults.Timeout), "timeout", "give up after this long")
+	fl.BoolVar(&opts.HTTP, "http", false, "deliver through a webhook ingress over HTTP instead of a broker (signed POSTs, retried like a provider)")
 	fl.StringVar(&logLevel, "log-level", "error", "log level on stderr: debug, info, warn or error")
 	jsonFlag(cmd, &jsonOut)
 	return cmd

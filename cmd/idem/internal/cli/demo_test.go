@@ -34,9 +34,10 @@ func TestDemoFlags(t *testing.T) {
 	requireOneLineError(t, idemCLI(t, "demo", "--broker", "kafka://x"), ExitUsage, `--broker: broker URL "kafka://x": unknown scheme "kafka"`)
 	requireOneLineError(t, idemCLI(t, "demo", "--events", "many"), ExitUsage, `invalid argument "many" for "--events"`)
 	requireOneLineError(t, idemCLI(t, "demo", "--timeout", "later"), ExitUsage, `invalid duration "later"`)
+	requireOneLineError(t, idemCLI(t, "demo", "--http", "--broker", "nats://127.0.0.1:4222"), ExitUsage, "--http replaces the broker")
 	r := idemCLI(t, "demo", "--help")
 	requireOK(t, r)
-	for _, f := range []string{"--store", "--broker", "--events", "--concurrency", "--seed", "--duplicates", "--transient", "--poison", "--crash", "--timeout", "--json"} {
+	for _, f := range []string{"--store", "--broker", "--events", "--concurrency", "--seed", "--duplicates", "--transient", "--poison", "--lost-acks", "--timeout", "--http", "--json"} {
 		require.Contains(t, r.stdout, f)
 	}
 	require.Contains(t, r.stdout, DemoStoreDefault)

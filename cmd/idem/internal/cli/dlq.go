@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,8 +53,7 @@ row per dead letter (see dlq audit).`,
 type dlFilterFlags struct {
 	consumer, tenant, reason, status string
 	olderThan                        time.Duration
-	// reasonFlag is the name of the dead-letter reason filter ("reason", or "with-reason" for
-	// discard, whose --reason is the explanation written to the audit trail).
+	// reasonFlag is the name of the dead-letter reason filter ("reason" for every command).
 	reasonFlag string
 }
 
@@ -147,6 +147,7 @@ type deadLetterJSON struct {
 	EventID       string                `json:"event_id"`
 	Tenant        string                `json:"tenant"`
 	Consumer      string                `json:"consumer"`
+	Owner         string                `json:"owner"`
 	Type          string                `json:"type"`
 	Reason        idem.Reason           `json:"reason"`
 	Error         string                `json:"error"`
@@ -176,6 +177,7 @@ func toJSON(dl idem.DeadLetter, r *idem.Redactor) deadLetterJSON {
 		EventID:       dl.Message.EventID,
 		Tenant:        dl.Message.Tenant,
 		Consumer:      dl.Consumer,
+		Owner:         dl.Owner,
 		Type:          dl.Message.Type,
 		Reason:        dl.Reason,
 		Error:         r.Text(dl.Error),
@@ -256,9 +258,9 @@ func newDLQListCmd(e *env) *cobra.Command {
 				_, err := fmt.Fprintln(e.stdout, "no dead letters match")
 				return err
 			}
-			t := newTable(e.stdout, "ID", "CONSUMER", "TENANT", "EVENT ID", "REASON", "ATTEMPTS", "STATUS", "FIRST FAILED", "LAST FAILED", "ERROR")
+			t := newTable(e.stdout, "ID", "CONSUMER", "OWNER", "TENANT", "EVENT ID", "REASON", "ATTEMPTS", "STATUS", "FIRST FAILED", "LAST FAILED", "ERROR")
 			for _, dl := range dls {
-				t.row(strconv.FormatInt(dl.ID, 10), dl.Consumer, dl.Message.Tenant, dl.Message.EventID, string(dl.Reason),
+				t.row(strconv.FormatInt(dl.ID, 10), dl.Consumer, cmp.Or(dl.Owner, "-"), dl.Message.Tenant, dl.Message.EventID, string(dl.Reason),
 					strconv.Itoa(dl.Attempts), string(dl.Status), timeText(dl.FirstFailed), timeAgo(dl.LastFailed, now),
 					truncate(redactor.Text(dl.Error), errorColumnWidth))
 			}
@@ -347,6 +349,7 @@ func writeDeadLetter(e *env, dl idem.DeadLetter, r *idem.Redactor) error {
 	t.row("Event ID:", dl.Message.EventID)
 	t.row("Tenant:", dl.Message.Tenant)
 	t.row("Consumer:", dl.Consumer)
+	t.row("Owner:", cmp.Or(dl.Owner, "-"))
 	t.row("Type:", dl.Message.Type)
 	t.row("Source:", dl.Source)
 	t.row("Status:", string(dl.Status))
@@ -413,7 +416,7 @@ func newDLQAuditCmd(e *env) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "audit",
-		Short: "Show what operators did with dead letters, newest first",
+		Short: "Show what operators did with dead letters, and the events handlers ignored, newest first",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkLimit(limit); err != nil {
@@ -437,10 +440,11 @@ func newDLQAuditCmd(e *env) *cobra.Command {
 					DeadLetterID int64     `json:"dead_letter_id"`
 					EventID      string    `json:"event_id"`
 					Reason       string    `json:"reason"`
+					Destination  string    `json:"destination"`
 				}
 				out := make([]auditJSON, 0, len(rows))
 				for _, a := range rows {
-					out = append(out, auditJSON{a.ID, a.At.UTC(), a.Actor, a.Action, a.DeadLetterID, a.EventID, a.Reason})
+					out = append(out, auditJSON{a.ID, a.At.UTC(), a.Actor, a.Action, a.DeadLetterID, a.EventID, a.Reason, a.Destination})
 				}
 				return writeJSON(e.stdout, out)
 			}
@@ -448,9 +452,13 @@ func newDLQAuditCmd(e *env) *cobra.Command {
 				_, err := fmt.Fprintln(e.stdout, "no audit rows yet")
 				return err
 			}
-			t := newTable(e.stdout, "ID", "AT", "ACTOR", "ACTION", "DEAD LETTER", "EVENT ID", "REASON")
+			t := newTable(e.stdout, "ID", "AT", "ACTOR", "ACTION", "DEAD LETTER", "EVENT ID", "DESTINATION", "REASON")
 			for _, a := range rows {
-				t.row(strconv.FormatInt(a.ID, 10), timeText(a.At), a.Actor, a.Action, strconv.FormatInt(a.DeadLetterID, 10), a.EventID, a.Reason)
+				dl := strconv.FormatInt(a.DeadLetterID, 10)
+				if a.DeadLetterID == 0 {
+					dl = "-" // an ignored event (idem.Ignore) has no dead letter
+				}
+				t.row(strconv.FormatInt(a.ID, 10), timeText(a.At), a.Actor, a.Action, dl, a.EventID, cmp.Or(a.Destination, "-"), a.Reason)
 			}
 			return t.flush()
 		},

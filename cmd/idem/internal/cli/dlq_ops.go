@@ -154,7 +154,8 @@ Select by --id, or by filter (--consumer, --reason, --tenant, --older-than). At 
 than the limit takes --all --yes; --all alone only says how many it would touch.
 
 --broker sql republishes into the queue table the dead letter came from (its source queue:NAME),
-or into --topic. --broker nats://HOST:PORT publishes to JetStream subject --topic (required);
+or into --topic. --broker nats://HOST:PORT publishes to JetStream subject --topic, by default the
+subject the message arrived on (recorded with dead letters from NATS);
 --broker amqp://… publishes to RabbitMQ queue --topic (required) through the default exchange;
 --broker redis://… adds to the Redis stream idem:<--topic> (--topic required).`,
 		Example: `  idem dlq replay --id 42
@@ -173,8 +174,8 @@ or into --topic. --broker nats://HOST:PORT publishes to JetStream subject --topi
 			if err != nil {
 				return usageError{fmt.Errorf("--broker: %w", err)}
 			}
-			if (bu.Kind == connect.BrokerNATS || bu.Kind == connect.BrokerAMQP || bu.Kind == connect.BrokerRedis || bu.Kind == connect.BrokerSQS) && strings.TrimSpace(topic) == "" {
-				return usagef("--topic is required with --broker %s: name the subject to republish to", bu)
+			if (bu.Kind == connect.BrokerAMQP || bu.Kind == connect.BrokerRedis || bu.Kind == connect.BrokerSQS) && strings.TrimSpace(topic) == "" {
+				return usagef("--topic is required with --broker %s: name the queue or stream to republish to", bu)
 			}
 			st, err := e.openStore(ctx, store, true)
 			if err != nil {
@@ -197,7 +198,8 @@ or into --topic. --broker nats://HOST:PORT publishes to JetStream subject --topi
 			if rp.Signer, err = e.replaySigner(keyFile); err != nil {
 				return err
 			}
-			res, rerr := rp.Replay(ctx, idem.ReplayParams{Selection: sel, Topic: strings.TrimSpace(topic), AsNewEvent: asNew})
+			res, rerr := rp.Replay(ctx, idem.ReplayParams{Selection: sel, Topic: strings.TrimSpace(topic), AsNewEvent: asNew,
+				ArrivalTopic: bu.Kind == connect.BrokerNATS})
 			if sf.jsonOut {
 				// Also after an error: the dead letters replayed before it are marked.
 				if err := writeJSON(e.stdout, replayJSON{Replayed: nonNil(res.Replayed), Remaining: res.Remaining}); err != nil {
@@ -207,6 +209,9 @@ or into --topic. --broker nats://HOST:PORT publishes to JetStream subject --topi
 			}
 			if len(res.Replayed) > 0 {
 				dest := "to the queues they came from"
+				if bu.Kind == connect.BrokerNATS {
+					dest = "to the subjects they arrived on"
+				}
 				if topic != "" {
 					dest = "to " + topic
 				}
@@ -234,29 +239,34 @@ or into --topic. --broker nats://HOST:PORT publishes to JetStream subject --topi
 
 func newDLQDiscardCmd(e *env) *cobra.Command {
 	var (
-		store, why string
-		sf         selectFlags
+		store, note string
+		sf          selectFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "discard",
-		Short: "Retire dead letters for good, with a reason",
-		Long: `discard marks pending dead letters discarded, with --reason (required) recorded in one
-audit row per dead letter. Nothing is published. Select as for replay: --id, or filters, where the
-dead-letter reason filter is --with-reason (because --reason is the explanation); at most --limit
-(default 10) per run unless --all --yes.`,
-		Example: `  idem dlq discard --id 42 --reason "test event from staging"
-  idem dlq discard --with-reason key_reuse --consumer ledger@v1 --reason "producer bug #123, fixed"`,
+		Short: "Retire dead letters for good, saying why",
+		Long: `discard marks pending dead letters discarded, with --note (required: why) recorded in one
+audit row per dead letter. Nothing is published. Select as for list and replay: --id, or filters
+(--consumer, --reason, --tenant, --older-than); at most --limit (default 10) per run unless
+--all --yes.`,
+		Example: `  idem dlq discard --id 42 --note "test event from staging"
+  idem dlq discard --reason key_reuse --consumer ledger@v1 --note "producer bug #123, fixed"`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			if strings.TrimSpace(why) == "" {
-				return usagef("--reason is required: say why these dead letters are discarded (it goes into the audit trail)")
+			if r := strings.TrimSpace(sf.filter.reason); r != "" && !idem.Reason(r).Valid() {
+				// --reason used to be the explanation here: say so rather than only refuse.
+				return usagef("--reason %q is not a dead-letter reason (want one of %s): as in list and replay, --reason selects dead letters; say why they are discarded with --note",
+					sf.filter.reason, reasonList())
+			}
+			if strings.TrimSpace(note) == "" {
+				return usagef("--note is required: say why these dead letters are discarded (it goes into the audit trail)")
 			}
 			sel, err := sf.selection(e)
 			if err != nil {
 				return err
 			}
-			sel.Reason = strings.TrimSpace(why)
+			sel.Reason = strings.TrimSpace(note)
 			st, err := e.openStore(ctx, store, true)
 			if err != nil {
 				return err
@@ -285,8 +295,10 @@ dead-letter reason filter is --with-reason (because --reason is the explanation)
 		},
 	}
 	storeFlag(cmd, &store)
-	cmd.Flags().StringVar(&why, "reason", "", "why they are discarded, recorded in the audit trail (required)")
-	sf.add(cmd, "discard", "with-reason")
+	cmd.Flags().StringVar(&note, "note", "", "why they are discarded, recorded in the audit trail (required)")
+	sf.add(cmd, "discard", "reason")
+	cmd.Flags().StringVar(&sf.filter.reason, "with-reason", "", "old name of --reason")
+	_ = cmd.Flags().MarkDeprecated("with-reason", "use --reason")
 	return cmd
 }
 

@@ -34,12 +34,13 @@ func TestDLQWorkflow(t *testing.T) {
 			var list []map[string]any
 			require.NoError(t, json.Unmarshal([]byte(r.stdout), &list), r.stdout)
 			require.Len(t, list, 2)
-			for _, key := range []string{"id", "event_id", "tenant", "consumer", "reason", "attempts", "status", "first_failed_at", "last_failed_at"} {
+			for _, key := range []string{"id", "event_id", "tenant", "consumer", "owner", "reason", "attempts", "status", "first_failed_at", "last_failed_at"} {
 				require.Contains(t, list[0], key)
 			}
 			require.Equal(t, "evt-1", list[0]["event_id"])
 			require.Equal(t, "acme", list[0]["tenant"])
 			require.Equal(t, "ledger@v1", list[0]["consumer"])
+			require.Equal(t, "payments", list[0]["owner"])
 			require.Equal(t, "permanent_error", list[0]["reason"])
 			require.EqualValues(t, 3, list[0]["attempts"])
 			require.Equal(t, "pending", list[0]["status"])
@@ -66,8 +67,8 @@ func TestDLQWorkflow(t *testing.T) {
 			requireOK(t, r)
 			lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 			require.Len(t, lines, 3)
-			require.Regexp(t, `^ID\s+CONSUMER\s+TENANT\s+EVENT ID\s+REASON\s+ATTEMPTS\s+STATUS\s+FIRST FAILED\s+LAST FAILED\s+ERROR$`, lines[0])
-			require.Regexp(t, `^`+id+`\s+ledger@v1\s+acme\s+evt-1\s+permanent_error\s+3\s+pending\s+`, lines[1])
+			require.Regexp(t, `^ID\s+CONSUMER\s+OWNER\s+TENANT\s+EVENT ID\s+REASON\s+ATTEMPTS\s+STATUS\s+FIRST FAILED\s+LAST FAILED\s+ERROR$`, lines[0])
+			require.Regexp(t, `^`+id+`\s+ledger@v1\s+payments\s+acme\s+evt-1\s+permanent_error\s+3\s+pending\s+`, lines[1])
 			t.Logf("dlq list:\n%s", r.stdout)
 
 			// show masks the Authorization header and the password field, keeps the rest.
@@ -80,6 +81,7 @@ func TestDLQWorkflow(t *testing.T) {
 			require.Contains(t, r.stdout, `"last4": "4242"`)
 			require.Contains(t, r.stdout, "trace-1")
 			require.Contains(t, r.stdout, "charge failed: card declined")
+			require.Regexp(t, `Owner:\s+payments`, r.stdout)
 			t.Logf("dlq show:\n%s", r.stdout)
 
 			r = idemCLI(t, "dlq", "show", id, "--store", dsn, "--json")
@@ -132,9 +134,10 @@ func TestDLQWorkflow(t *testing.T) {
 			require.EqualValues(t, dl.ID, audit[0]["dead_letter_id"])
 			require.Equal(t, "evt-1", audit[0]["event_id"])
 			require.Equal(t, "fixed the card service", audit[0]["reason"])
+			require.Equal(t, "payments", audit[0]["destination"], "the audit says where the replay went")
 			r = idemCLI(t, "dlq", "audit", "--store", dsn)
 			requireOK(t, r)
-			require.Regexp(t, `\n\d+\s+\S+ \S+\s+alice \(os:tester\)\s+replay\s+`+id+`\s+evt-1\s+fixed the card service`, r.stdout)
+			require.Regexp(t, `\n\d+\s+\S+ \S+\s+alice \(os:tester\)\s+replay\s+`+id+`\s+evt-1\s+payments\s+fixed the card service`, r.stdout)
 
 			// list --status replayed finds it.
 			r = idemCLI(t, "dlq", "list", "--store", dsn, "--json", "--status", "replayed")
@@ -227,11 +230,13 @@ func TestDLQDiscard(t *testing.T) {
 	b := seedDeadLetter(t, st, "b", idem.ReasonKeyReuse, time.Hour)
 	c := seedDeadLetter(t, st, "c", idem.ReasonInvalidPayload, time.Hour)
 
-	requireOneLineError(t, idemCLI(t, "dlq", "discard", "--id", strconv.FormatInt(a.ID, 10), "--store", dsn), ExitUsage, "--reason is required")
-	requireOneLineError(t, idemCLI(t, "dlq", "discard", "--with-reason", "bogus", "--reason", "x", "--store", dsn), ExitUsage, `--with-reason "bogus" is not a dead-letter reason`)
-	requireOneLineError(t, idemCLI(t, "dlq", "discard", "--all", "--reason", "cleanup", "--store", dsn), ExitUsage, "--all would discard 3 pending dead letters; add --yes")
+	requireOneLineError(t, idemCLI(t, "dlq", "discard", "--id", strconv.FormatInt(a.ID, 10), "--store", dsn), ExitUsage, "--note is required")
+	requireOneLineError(t, idemCLI(t, "dlq", "discard", "--id", strconv.FormatInt(a.ID, 10), "--reason", "test data", "--store", dsn), ExitUsage,
+		`--reason "test data" is not a dead-letter reason`)
+	requireOneLineError(t, idemCLI(t, "dlq", "discard", "--reason", "bogus", "--note", "x", "--store", dsn), ExitUsage, `--reason "bogus" is not a dead-letter reason`)
+	requireOneLineError(t, idemCLI(t, "dlq", "discard", "--all", "--note", "cleanup", "--store", dsn), ExitUsage, "--all would discard 3 pending dead letters; add --yes")
 
-	r := idemCLI(t, "dlq", "discard", "--with-reason", "key_reuse", "--reason", "producer bug #12", "--store", dsn)
+	r := idemCLI(t, "dlq", "discard", "--reason", "key_reuse", "--note", "producer bug #12", "--store", dsn)
 	requireOK(t, r)
 	require.Contains(t, r.stdout, fmt.Sprintf("discarded 2 dead letters: %d, %d", a.ID, b.ID))
 	for id, want := range map[int64]idem.DeadLetterStatus{a.ID: idem.DeadLetterDiscarded, b.ID: idem.DeadLetterDiscarded, c.ID: idem.DeadLetterPending} {
@@ -239,7 +244,7 @@ func TestDLQDiscard(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, want, got.Status)
 	}
-	r = idemCLI(t, "dlq", "discard", "--id", strconv.FormatInt(c.ID, 10), "--reason", "test data", "--actor", "bob", "--json", "--store", dsn)
+	r = idemCLI(t, "dlq", "discard", "--id", strconv.FormatInt(c.ID, 10), "--note", "test data", "--actor", "bob", "--json", "--store", dsn)
 	requireOK(t, r)
 	require.JSONEq(t, fmt.Sprintf(`{"discarded":[%d],"remaining":0}`, c.ID), r.stdout)
 

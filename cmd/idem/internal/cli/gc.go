@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/internal/connect"
 	"github.com/idemkit/idem/idemrelay"
 	"github.com/idemkit/idem/retry"
 )
@@ -23,10 +24,12 @@ func newGCCmd(e *env) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "gc",
-		Short: "Delete each consumer's claims older than its retention, and old published outbox rows",
+		Short: "Delete each consumer's claims older than its retention, old published outbox rows and expired idempotency keys",
 		Long: `gc deletes the claims of each consumer named with --consumer NAME=RETENTION that were
 created more than RETENTION ago, in batches of --batch rows so that no delete holds long locks,
-and published outbox rows older than --outbox-retention (0 keeps them).
+and published outbox rows older than --outbox-retention (0 keeps them). It always deletes the
+Idempotency-Key middleware's keys past their retention (package idemkey): each key carries its
+own expiry, so no flag is needed.
 
 A claim is what recognises a redelivery, and a consumer accepts events up to its own Retention
 old: delete its claims sooner and an event that comes back inside that window applies twice. So
@@ -102,13 +105,18 @@ consumer is configured for the shorter window.`,
 					return storeErr(s, fmt.Sprintf("delete published outbox rows (%d claims and %d rows deleted before the failure)", claims, outbox), err)
 				}
 			}
+			keys, err := deleteExpiredKeys(ctx, s, now, batch)
+			if err != nil {
+				return storeErr(s, fmt.Sprintf("delete expired idempotency keys (%d claims, %d outbox rows and %d keys deleted before the failure)", claims, outbox, keys), err)
+			}
 			if jsonOut {
 				return writeJSON(e.stdout, struct {
 					ClaimsDeleted int          `json:"claims_deleted"`
 					Consumers     []gcConsumer `json:"consumers"`
 					OutboxDeleted int          `json:"outbox_deleted"`
 					OutboxBefore  *time.Time   `json:"outbox_before"`
-				}{claims, targets, outbox, jsonTime(outboxBefore)})
+					KeysDeleted   int          `json:"idempotency_keys_deleted"`
+				}{claims, targets, outbox, jsonTime(outboxBefore), keys})
 			}
 			if len(targets) == 0 {
 				fmt.Fprintln(e.stdout, "kept every claim: name each consumer with its retention (--consumer ledger@v1=30d) to delete its old claims")
@@ -121,6 +129,7 @@ consumer is configured for the shorter window.`,
 				fmt.Fprintf(e.stdout, "deleted %s older than %s\n",
 					plural(outbox, "published outbox row", "published outbox rows"), formatDuration(outboxRetain))
 			}
+			fmt.Fprintf(e.stdout, "deleted %s\n", plural(keys, "expired idempotency key", "expired idempotency keys"))
 			return nil
 		},
 	}
@@ -204,6 +213,35 @@ func deletePublished(ctx context.Context, o idem.OutboxRelayStore, before time.T
 	total := 0
 	for {
 		n, err := o.OutboxDeletePublished(ctx, before, batch)
+		total += n
+		if err != nil || n < batch {
+			return total, err
+		}
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+	}
+}
+
+// deleteExpiredKeys deletes the idempotency keys (package idemkey) that expired before now, in
+// batches, from whichever store s opened.
+func deleteExpiredKeys(ctx context.Context, s *connect.Stores, now time.Time, batch int) (int, error) {
+	var keys interface {
+		DeleteExpiredIdempotencyKeys(ctx context.Context, before time.Time, limit int) (int, error)
+	}
+	switch {
+	case s.SQLite != nil:
+		keys = s.SQLite
+	case s.Postgres != nil:
+		keys = s.Postgres
+	case s.MySQL != nil:
+		keys = s.MySQL
+	default:
+		return 0, nil
+	}
+	total := 0
+	for {
+		n, err := keys.DeleteExpiredIdempotencyKeys(ctx, now, batch)
 		total += n
 		if err != nil || n < batch {
 			return total, err

@@ -159,6 +159,7 @@ func seedDeadLetter(t testing.TB, st *connect.Stores, eventID string, reason ide
 	require.NoError(t, err)
 	dl, err := st.DeadLetters.InsertDeadLetter(context.Background(), idem.DeadLetter{
 		Consumer:    "ledger@v1",
+		Owner:       "payments",
 		Message:     msg,
 		Fingerprint: fp,
 		Reason:      reason,
@@ -189,6 +190,21 @@ func seedClaim(t testing.TB, st *connect.Stores, key idem.Key, now time.Time) {
 			_, err := st.Postgres.ClaimTx(ctx, tx, p)
 			return err
 		})
+	}
+	require.NoError(t, err)
+}
+
+// seedIgnore writes the audit row of an event key's handler ignored (idem.Ignore).
+func seedIgnore(t testing.TB, st *connect.Stores, key idem.Key, reason string) {
+	t.Helper()
+	ctx := context.Background()
+	p := idem.RecordIgnoreParams{Key: key, Reason: reason, Now: time.Now()}
+	var err error
+	switch {
+	case st.SQLite != nil:
+		err = st.SQLite.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error { return st.SQLite.RecordIgnoreTx(ctx, tx, p) })
+	default:
+		err = st.Postgres.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error { return st.Postgres.RecordIgnoreTx(ctx, tx, p) })
 	}
 	require.NoError(t, err)
 }

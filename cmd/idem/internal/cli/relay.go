@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/connect"
 	"github.com/idemkit/idem/idemprom"
 	"github.com/idemkit/idem/idemredact"
@@ -35,6 +36,7 @@ const (
 func newRelayCmd(e *env) *cobra.Command {
 	var (
 		store, broker, metricsAddr, id string
+		owner                          string
 		logFormat, logLevel            string
 		batch                          int
 		poll, leaseTTL, retention      time.Duration
@@ -82,6 +84,9 @@ dead-letter backlog, and queue backlog of the --queue names) and a health check 
 				return usagef("--lease-ttl is %s, want at least %s (default %s)", formatDuration(leaseTTL),
 					idemrelay.LeaseTTLMin, formatDuration(idemrelay.LeaseTTLDefault))
 			}
+			if err := idem.ValidateOwner(owner); err != nil {
+				return usagef("--owner %q: want lower-case letters, digits, '-' and '_', starting with a letter, at most %d bytes (a team or rotation name)", owner, idem.MaxOwnerBytes)
+			}
 			if _, err := connect.ParseBroker(broker); err != nil {
 				return usageError{fmt.Errorf("--broker: %w", err)}
 			}
@@ -101,6 +106,7 @@ dead-letter backlog, and queue backlog of the --queue names) and a health check 
 			metrics := idemprom.New(idemprom.Config{})
 			relay, err := idemrelay.New(s.Outbox, s.DeadLetters, b.Sink, idemrelay.Config{
 				ID:           id,
+				Owner:        owner,
 				BatchSize:    batch,
 				PollInterval: poll,
 				LeaseTTL:     leaseTTL,
@@ -152,6 +158,7 @@ dead-letter backlog, and queue backlog of the --queue names) and a health check 
 	fl.Var(newDuration(&leaseTTL, idemrelay.LeaseTTLDefault), "lease-ttl", "lifetime of the relay's partition leases; a dead relay's work is taken over after it")
 	fl.Var(newDuration(&retention, idemrelay.RetentionDefault), "outbox-retention", "delete published outbox rows older than this")
 	fl.StringVar(&id, "id", "", "this relay's id in its leases, unique among relays of the store (default: <hostname>-<n>, stable across restarts on this machine)")
+	fl.StringVar(&owner, "owner", "", "who is paged for the relay's dead letters (a team or rotation, such as platform); stored with each")
 	fl.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	fl.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd

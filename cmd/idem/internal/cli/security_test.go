@@ -290,7 +290,7 @@ func TestAuditActorIsValidated(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, idem.DeadLetterPending, got.Status, "nothing was done")
 
-	r := idemCLI(t, "dlq", "discard", "--id", strconv.FormatInt(dl.ID, 10), "--reason", "x", "--actor", "root\x1b[2K", "--store", dsn)
+	r := idemCLI(t, "dlq", "discard", "--id", strconv.FormatInt(dl.ID, 10), "--note", "x", "--actor", "root\x1b[2K", "--store", dsn)
 	requireOneLineError(t, r, ExitFailure, `Actor "root\x1b[2K (os:tester)" has a control character`)
 }
 

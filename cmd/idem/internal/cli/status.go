@@ -17,9 +17,6 @@ import (
 	"github.com/idemkit/idem/cmd/idem/internal/connect"
 )
 
-// statusQueueDefault is always reported by status, beside the queues dead letters came from.
-const statusQueueDefault = "payments"
-
 // consumerStatus is one consumer in idem status.
 type consumerStatus struct {
 	Consumer string `json:"consumer"`
@@ -27,6 +24,8 @@ type consumerStatus struct {
 	// (gc deletes older claims).
 	Processed       int64      `json:"processed"`
 	LastProcessedAt *time.Time `json:"last_processed_at"`
+	// Ignored counts the events its handler ignored (idem.Ignore), from the audit trail.
+	Ignored int64 `json:"ignored"`
 	// DeadLettersPending and the oldest one's first failure.
 	DeadLettersPending   int64      `json:"dead_letters_pending"`
 	OldestDeadLetterAt   *time.Time `json:"oldest_dead_letter_at"`
@@ -72,8 +71,12 @@ func newStatusCmd(e *env) *cobra.Command {
 claims) and its pending dead letters with the oldest one's age; per queue-table queue, the backlog
 and the oldest job's age; and the outbox backlog and the oldest row's age.
 
-The store cannot list queue names, so status reports the queues named by --queue, or by default
-the queues pending dead letters came from plus "` + statusQueueDefault + `".`,
+status reports the queues named by --queue, or by default the queue-table queues that hold jobs
+and those pending dead letters came from.
+
+CLAIMS counts the consumer's claims: the events it processed within its claim retention (gc
+deletes older claims, so it is not a lifetime total). IGNORED counts the events its handler
+ignored (idem.Ignore), from the audit trail.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -93,7 +96,7 @@ the queues pending dead letters came from plus "` + statusQueueDefault + `".`,
 		},
 	}
 	storeFlag(cmd, &store)
-	cmd.Flags().StringSliceVar(&queues, "queue", nil, "queue-table queues to report (repeatable; default: the queues of pending dead letters, and "+statusQueueDefault+")")
+	cmd.Flags().StringSliceVar(&queues, "queue", nil, "queue-table queues to report (repeatable; default: the queues that hold jobs or pending dead letters came from)")
 	jsonFlag(cmd, &jsonOut)
 	return cmd
 }
@@ -119,6 +122,14 @@ func buildStatus(ctx context.Context, s *connect.Stores, queues []string, now ti
 		c.Processed, c.lastProcessed = cc.count, cc.last
 	}
 
+	ignored, err := ignoredCounts(ctx, s)
+	if err != nil {
+		return rep, storeErr(s, "count ignored events", err)
+	}
+	for name, n := range ignored {
+		get(name).Ignored = n
+	}
+
 	stats, err := s.DeadLetters.DeadLetterStats(ctx)
 	if err != nil {
 		return rep, storeErr(s, "dead-letter stats", err)
@@ -137,7 +148,16 @@ func buildStatus(ctx context.Context, s *connect.Stores, queues []string, now ti
 	if err != nil {
 		return rep, storeErr(s, "list pending dead letters", err)
 	}
-	seenQueues := map[string]bool{statusQueueDefault: true}
+	seenQueues := map[string]bool{}
+	if len(queues) == 0 {
+		names, err := queueNames(ctx, s)
+		if err != nil {
+			return rep, storeErr(s, "list queues", err)
+		}
+		for _, q := range names {
+			seenQueues[q] = true
+		}
+	}
 	for _, dl := range pending {
 		c := get(dl.Consumer)
 		c.DeadLettersPending++
@@ -259,6 +279,87 @@ func claimCounts(ctx context.Context, s *connect.Stores) ([]claimCount, error) {
 	return nil, fmt.Errorf("store %s: no SQL database to count claims in", s.URL)
 }
 
+// ignoredCounts counts, per consumer, the audit rows of events its handler ignored (action
+// idem.AuditActionIgnore, actor the consumer), with one read-only query on the concrete store
+// like claimCounts.
+func ignoredCounts(ctx context.Context, s *connect.Stores) (map[string]int64, error) {
+	out := map[string]int64{}
+	err := queryStore(ctx, s, "audit", func(table, ph string) string {
+		return `SELECT actor, COUNT(*) FROM ` + table + ` WHERE action = ` + ph + ` GROUP BY actor`
+	}, []any{idem.AuditActionIgnore}, func(scan func(...any) error) error {
+		var (
+			actor string
+			n     int64
+		)
+		if err := scan(&actor, &n); err != nil {
+			return err
+		}
+		out[actor] = n
+		return nil
+	})
+	return out, err
+}
+
+// queueNames lists the queue-table queues that hold jobs (acked jobs are deleted), so status
+// reports the queues that exist rather than a guess.
+func queueNames(ctx context.Context, s *connect.Stores) ([]string, error) {
+	var out []string
+	err := queryStore(ctx, s, "queue", func(table, _ string) string {
+		return `SELECT DISTINCT queue FROM ` + table
+	}, nil, func(scan func(...any) error) error {
+		var q string
+		if err := scan(&q); err != nil {
+			return err
+		}
+		out = append(out, q)
+		return nil
+	})
+	return out, err
+}
+
+// queryStore runs one read-only query on the concrete store's table (the store's prefix +
+// table, in its schema on PostgreSQL; quoted), built by query from the quoted table name and
+// the first placeholder, and calls row for each row.
+func queryStore(ctx context.Context, s *connect.Stores, table string, query func(table, ph string) string, args []any, row func(scan func(...any) error) error) error {
+	var rows interface {
+		Next() bool
+		Scan(...any) error
+		Err() error
+	}
+	switch {
+	case s.SQLite != nil:
+		r, err := s.SQLite.DB().QueryContext(ctx, query(`"`+s.SQLite.Config().Prefix+table+`"`, "?"), args...)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		rows = r
+	case s.MySQL != nil:
+		r, err := s.MySQL.DB().QueryContext(ctx, query("`"+s.MySQL.Config().Prefix+table+"`", "?"), args...)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		rows = r
+	case s.Postgres != nil:
+		cfg := s.Postgres.Config()
+		r, err := s.Postgres.Pool().Query(ctx, query(pgx.Identifier{cfg.Schema, cfg.Prefix + table}.Sanitize(), "$1"), args...)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		rows = r
+	default:
+		return fmt.Errorf("store %s: no SQL database to read %s from", s.URL, table)
+	}
+	for rows.Next() {
+		if err := row(rows.Scan); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
 func writeStatus(e *env, rep statusReport) error {
 	now := rep.At
 	w := e.stdout
@@ -267,9 +368,9 @@ func writeStatus(e *env, rep statusReport) error {
 	if len(rep.Consumers) == 0 {
 		fmt.Fprintln(w, "no consumer has processed anything or dead-lettered anything yet")
 	} else {
-		t := newTable(w, "CONSUMER", "PROCESSED", "LAST PROCESSED", "DLQ PENDING", "OLDEST DEAD LETTER")
+		t := newTable(w, "CONSUMER", "CLAIMS", "LAST PROCESSED", "IGNORED", "DLQ PENDING", "OLDEST DEAD LETTER")
 		for _, c := range rep.Consumers {
-			t.row(c.Consumer, strconv.FormatInt(c.Processed, 10), timeAgo(c.lastProcessed, now),
+			t.row(c.Consumer, strconv.FormatInt(c.Processed, 10), timeAgo(c.lastProcessed, now), strconv.FormatInt(c.Ignored, 10),
 				strconv.FormatInt(c.DeadLettersPending, 10), timeAgo(c.oldestDeadLetter, now))
 		}
 		if err := t.flush(); err != nil {

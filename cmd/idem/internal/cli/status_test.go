@@ -27,19 +27,21 @@ func TestStatus(t *testing.T) {
 			require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep), r.stdout)
 			require.Empty(t, rep.Consumers)
 			require.Zero(t, rep.DeadLetters.Pending)
+			require.Empty(t, rep.Queues, "no queue is made up")
 
 			now := time.Now()
 			for _, ev := range []string{"e1", "e2", "e3"} {
 				seedClaim(t, st, idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: ev}, now.Add(-time.Minute))
 			}
 			seedClaim(t, st, idem.Key{Tenant: "acme", Consumer: "mailer@v1", EventID: "e1"}, now)
+			seedIgnore(t, st, idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "gone-1"}, "order_deleted")
 			seedDeadLetter(t, st, "d1", idem.ReasonPermanentError, 3*time.Hour)
 			seedDeadLetter(t, st, "d2", idem.ReasonKeyReuse, time.Hour)
 			_, err := st.DeadLetters.InsertDeadLetter(ctx, idem.DeadLetter{
 				Consumer: "audit@v3", Message: idem.Message{EventID: "d3"}, Reason: idem.ReasonTooOld, Source: "queue:audit",
 			})
 			require.NoError(t, err)
-			require.NoError(t, st.Queue.QueuePublish(ctx, "payments", idem.Message{EventID: "q1"}, idem.Message{EventID: "q2"}))
+			require.NoError(t, st.Queue.QueuePublish(ctx, "orders", idem.Message{EventID: "q1"}, idem.Message{EventID: "q2"}))
 			require.NoError(t, st.Queue.QueuePublish(ctx, "audit", idem.Message{EventID: "q3"}))
 
 			r = idemCLI(t, "status", "--store", dsn, "--json")
@@ -56,6 +58,8 @@ func TestStatus(t *testing.T) {
 			require.EqualValues(t, 2, byName["ledger@v1"].DeadLettersPending)
 			require.NotNil(t, byName["ledger@v1"].LastProcessedAt)
 			require.InDelta(t, (3*time.Hour + time.Minute).Seconds(), byName["ledger@v1"].OldestDeadLetterAgeS, 60)
+			require.EqualValues(t, 1, byName["ledger@v1"].Ignored)
+			require.Zero(t, byName["mailer@v1"].Ignored)
 			require.EqualValues(t, 1, byName["mailer@v1"].Processed)
 			require.Zero(t, byName["mailer@v1"].DeadLettersPending)
 			require.Zero(t, byName["audit@v3"].Processed)
@@ -63,22 +67,31 @@ func TestStatus(t *testing.T) {
 
 			require.EqualValues(t, 3, rep.DeadLetters.Pending)
 			require.Equal(t, map[string]int64{"permanent_error": 1, "key_reuse": 1, "too_old": 1}, rep.DeadLetters.ByReason)
-			// Queues: the ones dead letters came from, plus payments.
-			require.Len(t, rep.Queues, 2)
+			// Queues: the ones that hold jobs, and the ones dead letters came from.
+			require.Len(t, rep.Queues, 3)
 			require.Equal(t, "audit", rep.Queues[0].Queue)
 			require.EqualValues(t, 1, rep.Queues[0].Backlog)
-			require.Equal(t, "payments", rep.Queues[1].Queue)
+			require.Equal(t, "orders", rep.Queues[1].Queue)
 			require.EqualValues(t, 2, rep.Queues[1].Backlog)
 			require.NotNil(t, rep.Queues[1].OldestAt)
+			require.Equal(t, "payments", rep.Queues[2].Queue, "seeded dead letters came from queue:payments")
+			require.Zero(t, rep.Queues[2].Backlog)
 			require.Zero(t, rep.Outbox.Backlog)
 
 			r = idemCLI(t, "status", "--store", dsn, "--queue", "other")
 			requireOK(t, r)
-			require.Regexp(t, `ledger@v1\s+3\s+\S+ \S+ \(\S+ ago\)\s+2\s+`, r.stdout)
+			require.Regexp(t, `ledger@v1\s+3\s+\S+ \S+ \(\S+ ago\)\s+1\s+2\s+`, r.stdout)
+			require.Contains(t, r.stdout, "IGNORED")
+
 			require.Regexp(t, `other\s+0\s+-`, r.stdout)
+			require.NotRegexp(t, `\norders\s`, r.stdout)
 			require.NotRegexp(t, `\npayments\s`, r.stdout)
+			require.Contains(t, r.stdout, "CLAIMS")
 			require.Contains(t, r.stdout, "dead letters: 3 pending (")
 			t.Logf("status:\n%s", r.stdout)
+			r = idemCLI(t, "dlq", "audit", "--store", dsn)
+			requireOK(t, r)
+			require.Regexp(t, `ledger@v1\s+ignore\s+-\s+gone-1\s+-\s+order_deleted`, r.stdout)
 		})
 	}
 }

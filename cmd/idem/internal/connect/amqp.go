@@ -39,6 +39,9 @@ func openAMQP(ctx context.Context, bu BrokerURL, opts BrokerOptions) (*idemamqp.
 	sink, err := idemamqp.NewSink(ctx, idemamqp.DialURL(bu.URL, name), idemamqp.SinkConfig{})
 	if err != nil {
 		// The error names the broker already (with its password masked).
+		if isAuthFailure(err) {
+			return nil, fmt.Errorf("broker rejected the credentials (check the user and password in the URL): %s", redactErr(err))
+		}
 		return nil, fmt.Errorf("broker is unreachable: %s", redactErr(err))
 	}
 	return sink, nil

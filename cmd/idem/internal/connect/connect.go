@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -107,6 +108,11 @@ func ParseStore(raw string) (StoreURL, error) {
 		}
 		schema := q.Get("idem_schema")
 		q.Del("idem_schema")
+		if schema != "" && !validSchemaName(schema) {
+			// Checked here so that the message names the URL's parameter, not a library field.
+			return StoreURL{}, fmt.Errorf("store URL %q: idem_schema %q is not a schema name idem can use (want a letter or underscore, then up to 40 letters, digits or underscores)",
+				redactDSN(raw), schema)
+		}
 		// Encode writes a space as '+', which pgx reads literally ("options=-c x=y" would break);
 		// a literal '+' is already %2B, so every '+' left is a space.
 		u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
@@ -123,6 +129,24 @@ func ParseStore(raw string) (StoreURL, error) {
 		}
 		return StoreURL{}, fmt.Errorf("store URL %q: unknown scheme %q (want sqlite, postgres or mysql)", redactDSN(raw), scheme)
 	}
+}
+
+// validSchemaName is idempg's rule for Config.Schema: a letter or underscore, then letters,
+// digits or underscores, at most 41 bytes in all.
+func validSchemaName(s string) bool {
+	if s == "" || len(s) > 41 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '_', 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case '0' <= c && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // mysqlDSN translates mysql://USER:PASSWORD@HOST:PORT/DB?PARAMS into the driver's DSN,
@@ -256,6 +280,46 @@ func urlErr(err error) string { return idemredact.URLError(err) }
 
 // redactErr masks passwords that driver errors may repeat.
 func redactErr(err error) string { return redactDSN(err.Error()) }
+
+// notReached says why a store or broker could not be reached: "rejected the credentials" for
+// an authentication failure (a wrong password is not a network problem, and the fix differs),
+// else "is unreachable"; kind is "store" or "broker" and what its redacted URL.
+func notReached(kind string, what fmt.Stringer, err error) error {
+	if isAuthFailure(err) {
+		return fmt.Errorf("%s %s rejected the credentials (check the user and password in the URL): %s", kind, what, redactErr(err))
+	}
+	return fmt.Errorf("%s %s is unreachable: %s", kind, what, redactErr(err))
+}
+
+// isAuthFailure recognises the authentication failures of the databases and brokers the CLI
+// speaks to.
+func isAuthFailure(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// 28P01 invalid_password, 28000 invalid_authorization_specification.
+		return pgErr.Code == "28P01" || pgErr.Code == "28000"
+	}
+	var myErr *mysql.MySQLError
+	if errors.As(err, &myErr) {
+		// 1045 access denied for user, 1044 access denied to database, 1698 no password.
+		return myErr.Number == 1045 || myErr.Number == 1044 || myErr.Number == 1698
+	}
+	if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
+		return true
+	}
+	msg := err.Error()
+	for _, s := range []string{
+		"Authorization Violation", // NATS, when the error is only text
+		"WRONGPASS", "NOAUTH",     // Redis
+		"ACCESS_REFUSED",                   // RabbitMQ
+		"username or password not allowed", // RabbitMQ (amqp091's ErrCredentials)
+	} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
 
 // Broker kinds.
 const (
@@ -396,7 +460,7 @@ func OpenStore(ctx context.Context, raw string, opts Options) (*Stores, error) {
 		defer cancel()
 		if err := pool.Ping(pctx); err != nil {
 			pool.Close()
-			return nil, fmt.Errorf("store %s is unreachable: %s", su, redactErr(err))
+			return nil, notReached("store", su, err)
 		}
 		st, err := idempg.NewWithConfig(pool, idempg.Config{Schema: su.Schema})
 		if err != nil {
@@ -422,7 +486,7 @@ func OpenStore(ctx context.Context, raw string, opts Options) (*Stores, error) {
 		db.SetConnMaxLifetime(time.Hour)
 		if err := pingSQL(ctx, db); err != nil {
 			_ = db.Close()
-			return nil, fmt.Errorf("store %s is unreachable: %s", su, redactErr(err))
+			return nil, notReached("store", su, err)
 		}
 		st := idemmysql.New(db)
 		s.MySQL = st
@@ -532,7 +596,7 @@ func OpenBroker(ctx context.Context, raw string, stores *Stores, opts BrokerOpti
 		}
 		nc, err := nats.Connect(bu.URL, nopts...)
 		if err != nil {
-			return nil, fmt.Errorf("broker %s is unreachable: %s", bu, redactErr(err))
+			return nil, notReached("broker", bu, err)
 		}
 		js, err := jetstream.New(nc)
 		if err != nil {

@@ -153,7 +153,7 @@ func TestMigrationSQL(t *testing.T) {
 	require.Contains(t, pgSQL, `CREATE TABLE IF NOT EXISTS "billing"."idem_claims"`)
 
 	_, err = connect.MigrationSQL("postgres://h/db?idem_schema=bad-name")
-	require.ErrorContains(t, err, "Schema")
+	require.ErrorContains(t, err, `idem_schema "bad-name" is not a schema name`)
 }
 
 func TestOpenStoreAndBroker(t *testing.T) {

@@ -56,7 +56,7 @@ func openRedis(ctx context.Context, bu BrokerURL, opts BrokerOptions) (*idemredi
 	}
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()
-		return nil, nil, fmt.Errorf("broker %s is unreachable: %s", bu, redactErr(err))
+		return nil, nil, notReached("broker", bu, err)
 	}
 	sink, err := idemredis.NewSink(rdb, idemredis.SinkConfig{})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
 )
 
 // chaosSink wraps the relay's sink: after a batch is published, it publishes the messages of
@@ -17,7 +18,7 @@ import (
 // it sends key-reuse messages through it, past the broker's own deduplication.
 type chaosSink struct {
 	idem.Sink
-	plan      []order
+	plan      []payments.Order
 	runPrefix string
 	reuse     func(ctx context.Context, topic string, msgs []idem.Message) error
 	// again publishes the copies and reports how many it sent and how many of those the broker
@@ -36,7 +37,7 @@ func (s *chaosSink) Publish(ctx context.Context, topic string, batch ...idem.Mes
 	if s.reuse != nil {
 		var plain, reused []idem.Message
 		for _, m := range batch {
-			if i := s.order(m); i >= 0 && s.plan[i].poison == poisonKeyReuse {
+			if i := s.order(m); i >= 0 && s.plan[i].Poison == payments.PoisonKeyReuse {
 				reused = append(reused, m)
 			} else {
 				plain = append(plain, m)
@@ -57,7 +58,7 @@ func (s *chaosSink) Publish(ctx context.Context, topic string, batch ...idem.Mes
 	var copies []idem.Message
 	s.mu.Lock()
 	for _, m := range batch {
-		if i := s.order(m); i >= 0 && s.plan[i].duplicate && !s.done[i] {
+		if i := s.order(m); i >= 0 && s.plan[i].Duplicate && !s.done[i] {
 			s.done[i] = true
 			copies = append(copies, m)
 		}
@@ -94,19 +95,19 @@ func (s *chaosSink) order(m idem.Message) int {
 // through untouched and keep the library's own path.
 type losingAckSource struct {
 	idem.Source
-	plan []order
+	plan []payments.Order
 	lost []atomic.Bool
 	n    atomic.Int64
 }
 
-func newLosingAckSource(src idem.Source, plan []order) *losingAckSource {
+func newLosingAckSource(src idem.Source, plan []payments.Order) *losingAckSource {
 	return &losingAckSource{Source: src, plan: plan, lost: make([]atomic.Bool, len(plan))}
 }
 
 func (s *losingAckSource) Receive(ctx context.Context, max int) ([]idem.Delivery, error) {
 	ds, err := s.Source.Receive(ctx, max)
 	for i, d := range ds {
-		if o := orderOf(d.Message().Headers, len(s.plan)); o >= 0 && s.plan[o].crash && !s.lost[o].Load() {
+		if o := orderOf(d.Message().Headers, len(s.plan)); o >= 0 && s.plan[o].Crash && !s.lost[o].Load() {
 			ds[i] = &losingAck{Delivery: d, src: s, order: o}
 		}
 	}
@@ -130,11 +131,11 @@ func (d *losingAck) Ack(ctx context.Context) error {
 // flaky wraps the handler: orders planned as transient fail their first attempts with
 // idem.Transient, as a payment provider answering 503 would, and succeed on a later one. It
 // marks the orders it failed in failed.
-func flaky[TTx any](plan []order, failed []atomic.Bool, h idem.Handler[TTx]) idem.Handler[TTx] {
+func flaky[TTx any](plan []payments.Order, failed []atomic.Bool, h idem.Handler[TTx]) idem.Handler[TTx] {
 	return func(ctx context.Context, tx TTx, msg idem.Message) error {
-		if i := orderOf(msg.Headers, len(plan)); i >= 0 && msg.Attempt <= plan[i].transient {
+		if i := orderOf(msg.Headers, len(plan)); i >= 0 && msg.Attempt <= plan[i].Transient {
 			failed[i].Store(true)
-			return idem.Transient(fmt.Errorf("payment provider unavailable (injected failure %d of %d)", msg.Attempt, plan[i].transient))
+			return idem.Transient(fmt.Errorf("payment provider unavailable (injected failure %d of %d)", msg.Attempt, plan[i].Transient))
 		}
 		return h(ctx, tx, msg)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/cmd/idem/internal/connect"
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
 )
 
 // database runs the demo's own SQL on either store. Statements are written with ? placeholders
@@ -129,96 +130,13 @@ func (d *database) rows(ctx context.Context, q string, args []any, each func(sca
 	return rows.Err()
 }
 
-// The demo's tables. The ledger is append-only and has NO unique key on event_id on purpose:
-// idem's claim is what keeps an event from being applied twice, and a double application
-// would show up here as a second row.
-var (
-	sqliteSchema = []string{
-		`CREATE TABLE IF NOT EXISTS {orders} (
-			id           INTEGER NOT NULL, -- order index within the run
-			run_id       TEXT    NOT NULL,
-			event_id     TEXT    NOT NULL,
-			wallet_id    TEXT    NOT NULL,
-			amount_cents INTEGER NOT NULL,
-			valid        BOOLEAN NOT NULL, -- false for poison
-			poison       TEXT    NOT NULL DEFAULT '', -- '', invalid_json, missing_field, key_reuse
-			PRIMARY KEY (run_id, id))`,
-		`CREATE INDEX IF NOT EXISTS demo_orders_event ON {orders} (run_id, event_id)`,
-		`CREATE TABLE IF NOT EXISTS {ledger} (
-			id           INTEGER PRIMARY KEY AUTOINCREMENT,
-			run_id       TEXT    NOT NULL,
-			event_id     TEXT    NOT NULL,
-			wallet_id    TEXT    NOT NULL,
-			amount_cents INTEGER NOT NULL)`,
-		`CREATE INDEX IF NOT EXISTS demo_ledger_event ON {ledger} (run_id, event_id)`,
-		`CREATE TABLE IF NOT EXISTS {wallets} (
-			run_id        TEXT    NOT NULL,
-			id            TEXT    NOT NULL,
-			balance_cents INTEGER NOT NULL DEFAULT 0,
-			PRIMARY KEY (run_id, id))`,
-	}
-	// mysqlSchema has its indexes inside CREATE TABLE: MySQL 8 has no CREATE INDEX IF NOT
-	// EXISTS.
-	mysqlSchema = []string{
-		`CREATE TABLE IF NOT EXISTS {orders} (
-			id           BIGINT       NOT NULL COMMENT 'order index within the run',
-			run_id       VARCHAR(64)  NOT NULL,
-			event_id     VARCHAR(255) NOT NULL,
-			wallet_id    VARCHAR(64)  NOT NULL,
-			amount_cents BIGINT       NOT NULL,
-			valid        BOOLEAN      NOT NULL COMMENT 'false for poison',
-			poison       VARCHAR(32)  NOT NULL DEFAULT '' COMMENT 'invalid_json, missing_field, key_reuse',
-			PRIMARY KEY (run_id, id),
-			KEY demo_orders_event (run_id, event_id)
-		) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
-		`CREATE TABLE IF NOT EXISTS {ledger} (
-			id           BIGINT       NOT NULL AUTO_INCREMENT PRIMARY KEY,
-			run_id       VARCHAR(64)  NOT NULL,
-			event_id     VARCHAR(255) NOT NULL,
-			wallet_id    VARCHAR(64)  NOT NULL,
-			amount_cents BIGINT       NOT NULL,
-			KEY demo_ledger_event (run_id, event_id)
-		) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
-		`CREATE TABLE IF NOT EXISTS {wallets} (
-			run_id        VARCHAR(64) NOT NULL,
-			id            VARCHAR(64) NOT NULL,
-			balance_cents BIGINT      NOT NULL DEFAULT 0,
-			PRIMARY KEY (run_id, id)
-		) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
-	}
-	postgresSchema = []string{
-		`CREATE TABLE IF NOT EXISTS {orders} (
-			id           bigint  NOT NULL, -- order index within the run
-			run_id       text    NOT NULL,
-			event_id     text    NOT NULL,
-			wallet_id    text    NOT NULL,
-			amount_cents bigint  NOT NULL,
-			valid        boolean NOT NULL, -- false for poison
-			poison       text    NOT NULL DEFAULT '', -- '', invalid_json, missing_field, key_reuse
-			PRIMARY KEY (run_id, id))`,
-		`CREATE INDEX IF NOT EXISTS demo_orders_event ON {orders} (run_id, event_id)`,
-		`CREATE TABLE IF NOT EXISTS {ledger} (
-			id           bigserial PRIMARY KEY,
-			run_id       text      NOT NULL,
-			event_id     text      NOT NULL,
-			wallet_id    text      NOT NULL,
-			amount_cents bigint    NOT NULL)`,
-		`CREATE INDEX IF NOT EXISTS demo_ledger_event ON {ledger} (run_id, event_id)`,
-		`CREATE TABLE IF NOT EXISTS {wallets} (
-			run_id        text   NOT NULL,
-			id            text   NOT NULL,
-			balance_cents bigint NOT NULL DEFAULT 0,
-			PRIMARY KEY (run_id, id))`,
-	}
-)
-
 // createTables creates the demo's tables if they are missing. On PostgreSQL concurrent demos
 // serialise on an advisory lock, since CREATE TABLE IF NOT EXISTS can still race.
 func (d *database) createTables(ctx context.Context) error {
 	if !d.postgres() {
-		schema := sqliteSchema
+		schema := payments.SQLiteTables
 		if d.mysql {
-			schema = mysqlSchema
+			schema = payments.MySQLTables
 		}
 		for _, s := range schema {
 			if err := d.exec(ctx, s); err != nil {
@@ -231,7 +149,7 @@ func (d *database) createTables(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "idem demo tables "+d.schema); err != nil {
 			return err
 		}
-		for _, s := range postgresSchema {
+		for _, s := range payments.PostgresTables {
 			if _, err := tx.Exec(ctx, d.sql(s)); err != nil {
 				return err
 			}

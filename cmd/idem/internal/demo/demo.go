@@ -36,7 +36,9 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/connect"
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
 	"github.com/idemkit/idem/idemrelay"
+	"github.com/idemkit/idem/idemwebhook"
 	"github.com/idemkit/idem/retry"
 )
 
@@ -50,7 +52,7 @@ const (
 	DuplicatesDefault  = 0.05
 	TransientDefault   = 0.05
 	PoisonDefault      = 0.01
-	CrashDefault       = 0.02
+	LostAcksDefault    = 0.02
 	TimeoutDefault     = 2 * time.Minute
 
 	// EventsMax bounds --events: the plan and the observer keep a little state per event.
@@ -108,12 +110,19 @@ type Options struct {
 	// Seed chooses which events misbehave how (default SeedDefault); the same seed injects the
 	// same misbehaviour.
 	Seed int64
-	// Duplicates, Transient, Poison and Crash are the misbehaviour rates, each in [0, 1]. Zero
-	// turns a misbehaviour off; WithDefaults sets the default rates only when all four are zero.
-	Duplicates, Transient, Poison, Crash float64
+	// Duplicates, Transient, Poison and LostAcks are the misbehaviour rates, each in [0, 1].
+	// A lost ack is a crash between the commit and the ack: the broker redelivers, and the
+	// consumer sees a duplicate. Zero turns a misbehaviour off; WithDefaults sets the default
+	// rates only when all four are zero.
+	Duplicates, Transient, Poison, LostAcks float64
 	// Timeout bounds the run: past it the verdict fails with "did not drain within …"
 	// (default TimeoutDefault).
 	Timeout time.Duration
+	// HTTP replaces the broker with HTTP: the relay signs each event and POSTs it to a webhook
+	// ingress (idemwebhook) on a loopback port, which runs it through the consumer's path and
+	// answers after the commit; the relay retries as a webhook provider does. Crashes cut the
+	// connection after the commit, before the answer. Broker must stay "sql"; Batch is unused.
+	HTTP bool
 	// Progress, when set, is called with the number of orders settled so far, from one
 	// goroutine, at most ten times a second.
 	Progress func(done, total int)
@@ -129,8 +138,8 @@ type Options struct {
 // command's flags) is taken at its word. Run applies the defaults of every other field itself.
 func (o Options) WithDefaults() Options {
 	o = o.fill()
-	if o.Duplicates == 0 && o.Transient == 0 && o.Poison == 0 && o.Crash == 0 {
-		o.Duplicates, o.Transient, o.Poison, o.Crash = DuplicatesDefault, TransientDefault, PoisonDefault, CrashDefault
+	if o.Duplicates == 0 && o.Transient == 0 && o.Poison == 0 && o.LostAcks == 0 {
+		o.Duplicates, o.Transient, o.Poison, o.LostAcks = DuplicatesDefault, TransientDefault, PoisonDefault, LostAcksDefault
 	}
 	return o
 }
@@ -185,13 +194,19 @@ func (o Options) Validate() error {
 	for _, r := range []struct {
 		flag string
 		v    float64
-	}{{"--duplicates", o.Duplicates}, {"--transient", o.Transient}, {"--poison", o.Poison}, {"--crash", o.Crash}} {
+	}{{"--duplicates", o.Duplicates}, {"--transient", o.Transient}, {"--poison", o.Poison}, {"--lost-acks", o.LostAcks}} {
 		if math.IsNaN(r.v) || r.v < 0 || r.v > 1 {
 			errs = append(errs, fmt.Errorf("%s %g: want a rate between 0 and 1", r.flag, r.v))
 		}
 	}
 	if o.Timeout <= 0 {
 		errs = append(errs, fmt.Errorf("--timeout %v: want a positive duration", o.Timeout))
+	}
+	if o.HTTP && o.Broker != BrokerDefault {
+		errs = append(errs, errHTTPWithBroker)
+	}
+	if o.HTTP && o.Batch > 1 {
+		errs = append(errs, errors.New("--http delivers one event per request: --batch does not apply"))
 	}
 	return errors.Join(errs...)
 }
@@ -212,6 +227,9 @@ func Run(ctx context.Context, opts Options) (Verdict, error) {
 	v := Verdict{Store: su.String(), Broker: bu.Kind, Seed: o.Seed, DeadLettered: map[string]int{}}
 	if bu.Kind == connect.BrokerNATS || bu.Kind == connect.BrokerAMQP || bu.Kind == connect.BrokerRedis || bu.Kind == connect.BrokerSQS {
 		v.Broker = idem.RedactURL(bu.URL)
+	}
+	if o.HTTP {
+		v.Broker = "http (webhook ingress)"
 	}
 
 	// On PostgreSQL every worker holds a connection for its transaction; the producer, the
@@ -275,7 +293,7 @@ func pgExec(ctx context.Context, tx pgx.Tx, q string, args ...any) (int64, error
 type scenario[TTx any] struct {
 	o     Options
 	runID string
-	plan  []order
+	plan  []payments.Order
 	store demoStore[TTx]
 	db    *database
 	exec  txExec[TTx]
@@ -293,7 +311,7 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 	s := &scenario[TTx]{
 		o:            o,
 		runID:        v.RunID,
-		plan:         newPlan(o.Seed, o.Events, rates{o.Duplicates, o.Transient, o.Poison, o.Crash}),
+		plan:         payments.Plan(o.Seed, o.Events, payments.Rates{Duplicates: o.Duplicates, Transient: o.Transient, Poison: o.Poison, Crash: o.LostAcks}),
 		store:        store,
 		db:           db,
 		exec:         exec,
@@ -302,8 +320,15 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 		insertLedger: db.sql(`INSERT INTO {ledger} (run_id, event_id, wallet_id, amount_cents) VALUES (?, ?, ?, ?)`),
 		creditWallet: db.sql(`UPDATE {wallets} SET balance_cents = balance_cents + ? WHERE run_id = ? AND id = ?`),
 	}
-	var err error
-	if bu.Kind == "nats" {
+	var (
+		err  error
+		hook *httpBroker
+	)
+	if o.HTTP {
+		if s.br, hook, err = newHTTPBroker(s.runID, s.plan, o.Logger); err != nil {
+			return v, fmt.Errorf("webhook ingress: %w", err)
+		}
+	} else if bu.Kind == "nats" {
 		s.br, err = natsBroker(ctx, bu.URL, o.natsStream, o.natsRoot, s.runID)
 		if err != nil {
 			return v, fmt.Errorf("broker %s: %w", v.Broker, err)
@@ -332,11 +357,15 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 	if o.Batch > 1 {
 		batch = idem.BatchConfig{Enabled: true, Size: o.Batch}
 	}
+	handler := flaky(s.plan, s.failed, s.credit)
+	if o.HTTP {
+		handler = countAttempts(s.plan, handler)
+	}
 	consumer, err := idem.NewConsumer(store, idem.ConsumerConfig[TTx]{
 		Batch:            batch,
 		Name:             consumerName,
-		Handler:          flaky(s.plan, s.failed, s.credit),
-		Validator:        idem.ValidatorFunc(validatePayment),
+		Handler:          handler,
+		Validator:        idem.ValidatorFunc(payments.Validate),
 		Retry:            retryPolicy,
 		RedeliveryWindow: s.br.redelivery,
 		Workers:          o.Concurrency,
@@ -346,6 +375,13 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 	})
 	if err != nil {
 		return v, err
+	}
+	if hook != nil {
+		ingress, err := idemwebhook.New(consumer, idemwebhook.Config{Verifier: hook.verifier, DeadLetters: store})
+		if err != nil {
+			return v, err
+		}
+		hook.attach(ingress)
 	}
 	sink := &chaosSink{Sink: s.br.sink, plan: s.plan, runPrefix: s.runID + "-", again: s.br.again, reuse: s.br.reuse, log: o.Logger, done: map[int]bool{}}
 	relay, err := idemrelay.New(store, store, sink, idemrelay.Config{
@@ -388,7 +424,10 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 	s.tally.counts(&cv)
 	cv.DuplicatesInjected = int(sink.injected.Load())
 	cv.DuplicatesDroppedByBroker = int(sink.dropped.Load())
-	cv.CrashesInjected = int(source.n.Load())
+	cv.LostAcksInjected = int(source.n.Load())
+	if hook != nil {
+		cv.LostAcksInjected = int(hook.crashes.Load())
+	}
 	for i := range s.failed {
 		if s.failed[i].Load() {
 			cv.TransientInjected++
@@ -402,6 +441,7 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 		cv.Notes = append(cv.Notes, fmt.Sprintf("JetStream dropped %d of %d injected duplicates by their Nats-Msg-Id "+
 			"(broker-level deduplication), so they never reached the consumer", d, cv.DuplicatesInjected))
 	}
+	cv.Notes = append(cv.Notes, duplicatesNote(cv))
 	if len(problems) > 0 {
 		cv.Problems = append(problems, cv.Problems...)
 		cv.OK = false
@@ -505,11 +545,11 @@ func (s *scenario[TTx]) drainState(ctx context.Context) (drain, error) {
 
 // createWallets creates the run's wallets with a zero balance.
 func (s *scenario[TTx]) createWallets(ctx context.Context) error {
-	args := make([]any, 0, 2*walletCount)
-	for w := range walletCount {
-		args = append(args, s.runID, walletID(w))
+	args := make([]any, 0, 2*payments.WalletCount)
+	for w := range payments.WalletCount {
+		args = append(args, s.runID, payments.WalletID(w))
 	}
-	q := s.db.sql(insertValues("{wallets}", []string{"run_id", "id"}, walletCount))
+	q := s.db.sql(insertValues("{wallets}", []string{"run_id", "id"}, payments.WalletCount))
 	return s.store.InTx(ctx, func(ctx context.Context, tx TTx) error {
 		_, err := s.exec(ctx, tx, q, args...)
 		return err
@@ -526,7 +566,7 @@ func (s *scenario[TTx]) produce(ctx context.Context) error {
 		var ready []int
 		rest := reuse[:0]
 		for _, i := range reuse {
-			if _, ok := s.tally.applied(eventID(s.runID, s.plan[i].target)); ok {
+			if _, ok := s.tally.applied(payments.EventID(s.runID, s.plan[i].Target)); ok {
 				ready = append(ready, i)
 			} else {
 				rest = append(rest, i)
@@ -536,7 +576,7 @@ func (s *scenario[TTx]) produce(ctx context.Context) error {
 		return s.write(ctx, ready)
 	}
 	for i, o := range s.plan {
-		if o.poison == poisonKeyReuse {
+		if o.Poison == payments.PoisonKeyReuse {
 			reuse = append(reuse, i)
 		} else {
 			batch = append(batch, i)
@@ -591,16 +631,13 @@ func (s *scenario[TTx]) write(ctx context.Context, idxs []int) error {
 	outs := make([]idem.Outgoing, 0, len(idxs))
 	for _, i := range idxs {
 		o := s.plan[i]
-		id := eventID(s.runID, i)
-		if o.poison == poisonKeyReuse {
-			id = eventID(s.runID, o.target)
-		}
-		args = append(args, i, s.runID, id, walletID(o.wallet), o.amount, o.valid(), o.poison)
+		id := o.EventID(s.runID)
+		args = append(args, i, s.runID, id, payments.WalletID(o.Wallet), o.Amount, o.Valid(), o.Poison)
 		outs = append(outs, idem.Outgoing{
 			EventID:    id,
 			Topic:      s.br.topic,
-			Type:       eventType,
-			Payload:    o.payload(),
+			Type:       payments.EventType,
+			Payload:    o.Payload(),
 			Headers:    map[string]string{headerOrder: strconv.Itoa(i)},
 			OccurredAt: now,
 		})
@@ -629,40 +666,17 @@ func (s *scenario[TTx]) write(ctx context.Context, idxs []int) error {
 func (s *scenario[TTx]) committed(idxs []int, at time.Time) {
 	for _, i := range idxs {
 		o := s.plan[i]
-		if o.poison == poisonKeyReuse {
+		if o.Poison == payments.PoisonKeyReuse {
 			continue // its event id belongs to the original order
 		}
 		s.tally.committed[i].Store(at.UnixNano())
 	}
 }
 
-// validatePayment is the consumer's Validator: the payload must be a payment.captured with
-// every field the handler uses.
-func validatePayment(_ context.Context, msg idem.Message) error {
-	if msg.Type != eventType {
-		return fmt.Errorf("%w: type %q, want %q", idem.ErrInvalidPayload, msg.Type, eventType)
-	}
-	var p payment
-	if err := json.Unmarshal(msg.Payload, &p); err != nil {
-		return fmt.Errorf("%w: payload is not JSON: %v", idem.ErrInvalidPayload, err)
-	}
-	switch {
-	case p.OrderID == nil:
-		return fmt.Errorf("%w: order_id is missing", idem.ErrInvalidPayload)
-	case p.WalletID == nil || *p.WalletID == "":
-		return fmt.Errorf("%w: wallet_id is missing", idem.ErrInvalidPayload)
-	case p.AmountCents == nil:
-		return fmt.Errorf("%w: amount_cents is missing", idem.ErrInvalidPayload)
-	case *p.AmountCents <= 0:
-		return fmt.Errorf("%w: amount_cents is %d, want > 0", idem.ErrInvalidPayload, *p.AmountCents)
-	}
-	return nil
-}
-
 // credit is the ledger@v1 handler: one ledger row and the wallet's balance, in the
 // transaction that holds the event's claim.
 func (s *scenario[TTx]) credit(ctx context.Context, tx TTx, msg idem.Message) error {
-	var p payment
+	var p payments.Payment
 	if err := json.Unmarshal(msg.Payload, &p); err != nil || p.WalletID == nil || p.AmountCents == nil {
 		return idem.Permanent(fmt.Errorf("%w: event %s: not a payment", idem.ErrInvalidPayload, msg.EventID))
 	}
@@ -674,4 +688,20 @@ func (s *scenario[TTx]) credit(ctx context.Context, tx TTx, msg idem.Message) er
 		return fmt.Errorf("credit wallet %s: %w", *p.WalletID, err)
 	}
 	return idem.ExpectRows(n, 1)
+}
+
+// duplicatesNote says where the duplicates the consumer ignored came from, so that the count
+// reconciles with what was injected.
+func duplicatesNote(v Verdict) string {
+	reached := v.DuplicatesInjected - v.DuplicatesDroppedByBroker
+	expected := reached + v.LostAcksInjected
+	text := fmt.Sprintf("duplicates ignored %d: from %d injected duplicates that reached the consumer and %d lost acks (%d)",
+		v.DuplicatesIgnored, reached, v.LostAcksInjected, expected)
+	switch d := v.DuplicatesIgnored - expected; {
+	case d < 0:
+		text += fmt.Sprintf("; %d fewer, because copies of poison messages are dead-lettered again rather than ignored", -d)
+	case d > 0:
+		text += fmt.Sprintf("; %d more, redelivered by the broker after a lease ran out or republished by the relay", d)
+	}
+	return text
 }

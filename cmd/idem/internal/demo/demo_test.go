@@ -3,7 +3,6 @@ package demo
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -18,8 +17,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/connect"
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
 	"github.com/idemkit/idem/cmd/idem/internal/testdb"
 	"github.com/idemkit/idem/idemsqlite"
 	"github.com/idemkit/idem/internal/testenv"
@@ -43,7 +42,7 @@ func chaos(store, broker string) Options {
 		Duplicates: 0.12,
 		Transient:  0.12,
 		Poison:     0.08,
-		Crash:      0.04,
+		LostAcks:   0.04,
 		// A safety net: the runs take a few seconds, ten or so under -race on a busy machine.
 		Timeout: 40 * time.Second,
 	}
@@ -64,7 +63,7 @@ func requireChaosOK(t *testing.T, v Verdict) {
 	require.True(t, v.PoisonOK)
 	require.GreaterOrEqual(t, v.PoisonInjected, 20)
 	require.GreaterOrEqual(t, v.TransientInjected, 20)
-	require.GreaterOrEqual(t, v.CrashesInjected, 5)
+	require.GreaterOrEqual(t, v.LostAcksInjected, 5)
 	require.GreaterOrEqual(t, v.DuplicatesInjected, 20)
 	require.GreaterOrEqual(t, v.Retries, v.TransientInjected)
 	require.Equal(t, v.PoisonInjected, v.DeadLettered["invalid_payload"]+v.DeadLettered["key_reuse"])
@@ -72,7 +71,11 @@ func requireChaosOK(t *testing.T, v Verdict) {
 	require.Equal(t, v.Events-v.PoisonInjected, v.Processed, "each valid event processed once")
 	// Every lost ack comes back as a duplicate, and so do the copies of valid events the broker
 	// let through (copies of poison are dead-lettered again, into the same dead letter).
-	require.GreaterOrEqual(t, v.DuplicatesIgnored, v.CrashesInjected+(v.DuplicatesInjected-v.DuplicatesDroppedByBroker)/2)
+	require.GreaterOrEqual(t, v.DuplicatesIgnored, v.LostAcksInjected+(v.DuplicatesInjected-v.DuplicatesDroppedByBroker)/2)
+	require.Equal(t, v.Deliveries, v.Processed+v.DuplicatesIgnored+v.Retries+v.DeadLetteredDeliveries+v.OtherDeliveries,
+		"the deliveries add up to their outcomes")
+	require.Contains(t, table.String(), fmt.Sprintf("deliveries          %d = %d processed", v.Deliveries, v.Processed))
+	require.Contains(t, strings.Join(v.Notes, "\n"), fmt.Sprintf("duplicates ignored %d: from", v.DuplicatesIgnored))
 	require.Greater(t, v.P50MS, 0.0)
 	require.GreaterOrEqual(t, v.P99MS, v.P50MS)
 	require.True(t, strings.HasSuffix(table.String(), "verdict: ok\n"), table.String())
@@ -154,7 +157,7 @@ func TestCheckDetectsDoubleApplication(t *testing.T) {
 	// (The run has no misbehaviour, so every order is valid.)
 	require.NoError(t, db.exec(ctx, `INSERT INTO {ledger} (run_id, event_id, wallet_id, amount_cents)
 		SELECT run_id, event_id, wallet_id, amount_cents FROM {ledger} WHERE run_id = ? AND event_id = ?`,
-		v.RunID, eventID(v.RunID, 0)))
+		v.RunID, payments.EventID(v.RunID, 0)))
 	bad, err := check(ctx, db, v.RunID)
 	require.NoError(t, err)
 	require.False(t, bad.OK)
@@ -162,7 +165,7 @@ func TestCheckDetectsDoubleApplication(t *testing.T) {
 	require.Contains(t, strings.Join(bad.Problems, "\n"), "applied more than once")
 
 	// And a lost event (another one): its ledger row gone, no dead letter.
-	require.NoError(t, db.exec(ctx, `DELETE FROM {ledger} WHERE run_id = ? AND event_id = ?`, v.RunID, eventID(v.RunID, 5)))
+	require.NoError(t, db.exec(ctx, `DELETE FROM {ledger} WHERE run_id = ? AND event_id = ?`, v.RunID, payments.EventID(v.RunID, 5)))
 	bad, err = check(ctx, db, v.RunID)
 	require.NoError(t, err)
 	require.Equal(t, 1, bad.Lost)
@@ -183,12 +186,14 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{func(o *Options) { o.Duplicates = 1.5 }, "--duplicates 1.5: want a rate between 0 and 1"},
 		{func(o *Options) { o.Transient = -0.1 }, "--transient -0.1: want a rate between 0 and 1"},
 		{func(o *Options) { o.Poison = 2 }, "--poison 2: want a rate between 0 and 1"},
-		{func(o *Options) { o.Crash = 1.01 }, "--crash 1.01: want a rate between 0 and 1"},
+		{func(o *Options) { o.LostAcks = 1.01 }, "--lost-acks 1.01: want a rate between 0 and 1"},
 		{func(o *Options) { o.Events = -3 }, "--events -3: want between 1 and 1000000"},
 		{func(o *Options) { o.Concurrency = -1 }, "--concurrency -1: want between 1 and 1024"},
 		{func(o *Options) { o.Timeout = -time.Second }, "--timeout -1s: want a positive duration"},
 		{func(o *Options) { o.Store = "mysql://x" }, "--store: "},
 		{func(o *Options) { o.Broker = "kafka://x:1" }, "--broker: "},
+		{func(o *Options) { o.HTTP, o.Broker = true, "nats://127.0.0.1:4222" }, "--http replaces the broker"},
+		{func(o *Options) { o.HTTP, o.Batch = true, 25 }, "--http delivers one event per request"},
 	} {
 		o := Options{}.WithDefaults()
 		tc.mod(&o)
@@ -208,66 +213,13 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, 10000, o.Events)
 	require.Equal(t, 8, o.Concurrency)
 	require.EqualValues(t, 1, o.Seed)
-	require.Equal(t, []float64{0.05, 0.05, 0.01, 0.02}, []float64{o.Duplicates, o.Transient, o.Poison, o.Crash})
+	require.Equal(t, []float64{0.05, 0.05, 0.01, 0.02}, []float64{o.Duplicates, o.Transient, o.Poison, o.LostAcks})
 	require.Equal(t, 2*time.Minute, o.Timeout)
 	require.NotNil(t, o.Logger)
 
 	// A rate set explicitly, even to zero, is kept.
-	o = Options{Crash: 0.5}.WithDefaults()
-	require.Equal(t, []float64{0, 0, 0, 0.5}, []float64{o.Duplicates, o.Transient, o.Poison, o.Crash})
-}
-
-func TestPlanIsDeterministic(t *testing.T) {
-	t.Parallel()
-	r := rates{0.05, 0.05, 0.01, 0.02}
-	a, b := newPlan(1, 5000, r), newPlan(1, 5000, r)
-	require.Equal(t, a, b)
-	require.NotEqual(t, a, newPlan(2, 5000, r))
-	// Changing one rate moves only that misbehaviour.
-	c := newPlan(1, 5000, rates{0.05, 0.05, 0.01, 0.5})
-	for i := range a {
-		require.Equal(t, a[i].duplicate, c[i].duplicate)
-		require.Equal(t, a[i].poison, c[i].poison)
-		require.Equal(t, a[i].amount, c[i].amount)
-	}
-	// Key reuse targets a distinct, earlier, valid order in the same wallet, another amount.
-	seen := map[int]bool{}
-	reuse := 0
-	p := newPlan(3, 5000, rates{poison: 0.3})
-	for _, o := range p {
-		if o.poison != poisonKeyReuse {
-			continue
-		}
-		reuse++
-		require.Less(t, o.target, o.index)
-		require.False(t, seen[o.target])
-		seen[o.target] = true
-		tg := p[o.target]
-		require.True(t, tg.valid())
-		require.Equal(t, tg.wallet, o.wallet)
-		require.NotEqual(t, tg.amount, o.amount)
-	}
-	require.Greater(t, reuse, 100)
-}
-
-func TestPoisonPayloads(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	for _, o := range newPlan(5, 300, rates{poison: 1}) {
-		msg := idemMessage(o)
-		err := validatePayment(ctx, msg)
-		switch o.poison {
-		case poisonKeyReuse:
-			require.NoError(t, err, "a key-reuse payload is valid: only its fingerprint differs")
-		default:
-			require.Error(t, err, o.poison)
-		}
-	}
-	valid := order{index: 3, wallet: 4, amount: 500, target: -1}
-	require.NoError(t, validatePayment(ctx, idemMessage(valid)))
-	var p payment
-	require.NoError(t, json.Unmarshal(valid.payload(), &p))
-	require.Equal(t, "w004", *p.WalletID)
+	o = Options{LostAcks: 0.5}.WithDefaults()
+	require.Equal(t, []float64{0, 0, 0, 0.5}, []float64{o.Duplicates, o.Transient, o.Poison, o.LostAcks})
 }
 
 // natsStream returns a fresh stream name and subject root on the test's JetStream, deleted at
@@ -400,7 +352,7 @@ func TestTimeoutFailsTheVerdict(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "demo.db")
 	// Every event loses its ack, so the run cannot drain before the lease brings them back.
-	v, err := Run(context.Background(), Options{Store: "sqlite://" + path, Events: 20, Crash: 1, Timeout: 500 * time.Millisecond})
+	v, err := Run(context.Background(), Options{Store: "sqlite://" + path, Events: 20, LostAcks: 1, Timeout: 500 * time.Millisecond})
 	require.NoError(t, err)
 	require.False(t, v.OK)
 	require.Contains(t, v.Problems[0], "did not drain within 500ms")
@@ -411,7 +363,7 @@ func TestInterruptedRunFailsTheVerdict(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "demo.db")
 	ctx, cancel := context.WithCancel(context.Background())
 	var calls int
-	o := Options{Store: "sqlite://" + path, Events: 5000, Crash: 0.5, Progress: func(done, total int) {
+	o := Options{Store: "sqlite://" + path, Events: 5000, LostAcks: 0.5, Progress: func(done, total int) {
 		calls++
 		require.Equal(t, 5000, total)
 		if done > 0 {
@@ -456,10 +408,6 @@ func TestDefaultTiming(t *testing.T) {
 	})
 }
 
-func idemMessage(o order) idem.Message {
-	return idem.Message{EventID: "e", Type: eventType, Payload: o.payload()}
-}
-
 // TestSQLiteChaosBatched runs the same misbehaving scenario with the consumer in batched mode:
 // every check of the verdict must hold as in per-event mode.
 func TestSQLiteChaosBatched(t *testing.T) {
@@ -478,6 +426,40 @@ func TestPostgresNATSChaosBatched(t *testing.T) {
 	o := chaos(storeURL, natsURL)
 	o.natsStream, o.natsRoot = natsStream(t, natsURL)
 	o.Batch = 25
+	v, err := Run(context.Background(), o)
+	require.NoError(t, err)
+	requireChaosOK(t, v)
+}
+
+// TestSQLiteHTTPChaos drives the payments through the webhook ingress (--http): the relay signs
+// and POSTs each event, retries 503s and cut connections, and stops on the ingress's 422 for a
+// poison event, which the ingress dead-lettered once. The verdict holds as with a broker.
+func TestSQLiteHTTPChaos(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "demo.db")
+	o := chaos("sqlite://"+path, "sql")
+	o.HTTP = true
+	v, err := Run(context.Background(), o)
+	require.NoError(t, err)
+	requireChaosOK(t, v)
+	require.Equal(t, "http (webhook ingress)", v.Broker)
+	require.Empty(t, v.DeadLettered["unauthenticated"], "every push verified")
+}
+
+// TestPostgresHTTPChaos is TestSQLiteHTTPChaos on PostgreSQL.
+func TestPostgresHTTPChaos(t *testing.T) {
+	storeURL, _, _ := pgSchema(t)
+	o := chaos(storeURL, "sql")
+	o.HTTP = true
+	v, err := Run(context.Background(), o)
+	require.NoError(t, err)
+	requireChaosOK(t, v)
+}
+
+// TestMySQLHTTPChaos is TestSQLiteHTTPChaos on MySQL.
+func TestMySQLHTTPChaos(t *testing.T) {
+	_, storeURL := testdb.MySQLDatabase(t)
+	o := chaos(storeURL, "sql")
+	o.HTTP = true
 	v, err := Run(context.Background(), o)
 	require.NoError(t, err)
 	requireChaosOK(t, v)

@@ -114,6 +114,8 @@ func (t *tally) counts(v *Verdict) {
 	v.Processed = t.outcomes[idem.OutcomeProcessed]
 	v.DuplicatesIgnored = t.outcomes[idem.OutcomeDuplicate]
 	v.Retries = t.outcomes[idem.OutcomeRetried]
+	v.DeadLetteredDeliveries = t.outcomes[idem.OutcomeDeadLettered]
+	v.OtherDeliveries = t.deliveries - v.Processed - v.DuplicatesIgnored - v.Retries - v.DeadLetteredDeliveries
 	lat := slices.Clone(t.latencies)
 	slices.Sort(lat)
 	v.P50MS, v.P95MS, v.P99MS = percentile(lat, 50), percentile(lat, 95), percentile(lat, 99)

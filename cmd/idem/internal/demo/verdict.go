@@ -4,11 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"maps"
-	"slices"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
 	"github.com/idemkit/idem/idemrelay"
 )
 
@@ -25,6 +24,12 @@ type Verdict struct {
 	DuplicatesIgnored int `json:"duplicates_ignored"`
 	// Retries counts deliveries handed back to the broker for another attempt.
 	Retries int `json:"retries"`
+	// DeadLetteredDeliveries counts deliveries that ended in a dead letter (a redelivered copy
+	// of a dead-lettered message updates the same dead letter, so it can exceed DeadLettered).
+	DeadLetteredDeliveries int `json:"dead_lettered_deliveries"`
+	// OtherDeliveries counts the deliveries of any other outcome (abandoned: given back without
+	// a verdict, e.g. at a lease's end), so that Deliveries is the sum of the five.
+	OtherDeliveries int `json:"other_deliveries"`
 	// DeadLettered counts the run's dead letters by reason, from idem's dead-letter table. Dead
 	// letters the relay wrote are keyed "relay:<reason>".
 	DeadLettered map[string]int `json:"dead_lettered"`
@@ -35,7 +40,9 @@ type Verdict struct {
 	// deduplicates a republished Nats-Msg-Id): they never reached the consumer.
 	DuplicatesDroppedByBroker int `json:"duplicates_dropped_by_broker,omitempty"`
 	TransientInjected         int `json:"transient_injected"`
-	CrashesInjected           int `json:"crashes_injected"`
+	// LostAcksInjected counts commits whose ack was lost (a crash after commit, before ack; the
+	// demo's --lost-acks): each comes back and is ignored as a duplicate.
+	LostAcksInjected int `json:"lost_acks_injected"`
 
 	// DoubleApplied counts events with more than one ledger row.
 	DoubleApplied int `json:"double_applied"`
@@ -212,55 +219,26 @@ func check(ctx context.Context, db *database, runID string) (Verdict, error) {
 func (v Verdict) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, f string, args ...any) { fmt.Fprintf(tw, "%s\t"+f+"\n", append([]any{k}, args...)...) }
-	okText := func(ok bool) string {
-		if ok {
-			return "ok"
-		}
-		return "FAILED"
-	}
 	row("run", "%s (seed %d)", v.RunID, v.Seed)
 	row("store", "%s", v.Store)
 	row("broker", "%s", v.Broker)
 	row("events", "%d", v.Events)
 	row("injected", "%d duplicates, %d transient failures, %d poison, %d lost acks",
-		v.DuplicatesInjected, v.TransientInjected, v.PoisonInjected, v.CrashesInjected)
-	row("deliveries", "%d", v.Deliveries)
+		v.DuplicatesInjected, v.TransientInjected, v.PoisonInjected, v.LostAcksInjected)
+	row("deliveries", "%d = %d processed + %d duplicates ignored + %d retries + %d dead-lettered + %d other",
+		v.Deliveries, v.Processed, v.DuplicatesIgnored, v.Retries, v.DeadLetteredDeliveries, v.OtherDeliveries)
 	row("processed", "%d", v.Processed)
 	row("duplicates ignored", "%d", v.DuplicatesIgnored)
 	row("retries", "%d", v.Retries)
-	row("dead letters", "%s", deadLetterText(v.DeadLettered))
+	row("dead letters", "%s", payments.CountText(v.DeadLettered))
 	row("double applied", "%d", v.DoubleApplied)
 	row("lost", "%d", v.Lost)
-	row("balances", "%s", okText(v.BalancesOK))
-	row("poison", "%s", okText(v.PoisonOK))
+	row("balances", "%s", payments.OKText(v.BalancesOK))
+	row("poison", "%s", payments.OKText(v.PoisonOK))
 	row("throughput", "%d events in %.1f s (%.0f events/s)", v.Events, float64(v.DurationMS)/1000, v.EventsPerS)
 	row("latency", "p50 %.1f ms, p95 %.1f ms, p99 %.1f ms", v.P50MS, v.P95MS, v.P99MS)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	var b strings.Builder
-	for _, n := range v.Notes {
-		b.WriteString("note: " + n + "\n")
-	}
-	if v.OK {
-		b.WriteString("verdict: ok\n")
-	} else {
-		b.WriteString("verdict: FAILED\n")
-		for _, p := range v.Problems {
-			b.WriteString("  - " + p + "\n")
-		}
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
-}
-
-func deadLetterText(m map[string]int) string {
-	if len(m) == 0 {
-		return "none"
-	}
-	var parts []string
-	for _, r := range slices.Sorted(maps.Keys(m)) {
-		parts = append(parts, fmt.Sprintf("%d %s", m[r], r))
-	}
-	return strings.Join(parts, ", ")
+	return payments.WriteVerdict(w, v.Notes, v.OK, v.Problems)
 }

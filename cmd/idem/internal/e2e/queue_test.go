@@ -75,6 +75,22 @@ func TestRuntimeBatchedSQLiteQueue(t *testing.T) {
 	}, consumertest.Batched(10))
 }
 
+func TestRuntimeSetBasedSQLiteQueue(t *testing.T) {
+	t.Parallel()
+	consumertest.Exercise(t, func(tb testing.TB) (storetest.Bundle[*sql.Tx], transporttest.Harness) {
+		store, b := testdb.SQLite(tb)
+		return b, queueHarness[*sql.Tx](store)
+	}, consumertest.SetBased(10))
+}
+
+func TestRuntimeSetBasedPostgresQueue(t *testing.T) {
+	t.Parallel()
+	consumertest.Exercise(t, func(tb testing.TB) (storetest.Bundle[pgx.Tx], transporttest.Harness) {
+		store, b := testdb.Postgres(tb)
+		return b, queueHarness[pgx.Tx](store)
+	}, consumertest.SetBased(10))
+}
+
 func TestRuntimeMySQLQueue(t *testing.T) {
 	t.Parallel()
 	consumertest.Exercise(t, func(tb testing.TB) (storetest.Bundle[*sql.Tx], transporttest.Harness) {

@@ -32,6 +32,8 @@ func TestConfigValidate(t *testing.T) {
 		{"gc interval", idemrelay.Config{GCInterval: -time.Minute}, "GCInterval is -1m0s"},
 		{"retry", idemrelay.Config{Retry: retry.Policy{Base: time.Minute, Cap: time.Second}}, "Retry: retry: Cap (1s) is below Base (1m0s)"},
 		{"id too long", idemrelay.Config{ID: strings.Repeat("x", 201)}, "ID \"xxx"},
+		{"owner", idemrelay.Config{Owner: "Platform Team"}, `Owner "Platform Team"`},
+		{"valid owner", idemrelay.Config{Owner: "platform"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -431,7 +433,7 @@ func TestRelayPermanentFailureDeadLetters(t *testing.T) {
 				}
 				return nil
 			})
-			r := newRelay(t, k.store, k.dlq, sink, nil)
+			r := newRelay(t, k.store, k.dlq, sink, func(c *idemrelay.Config) { c.Owner = "platform" })
 			drain(t, ctx, r)
 
 			require.ElementsMatch(t, []string{"b-1", "c-1"}, sink.ids())
@@ -449,6 +451,7 @@ func TestRelayPermanentFailureDeadLetters(t *testing.T) {
 			dl := dls[0]
 			require.Equal(t, idem.ReasonPermanentError, dl.Reason)
 			require.Equal(t, "outbox:orders", dl.Source)
+			require.Equal(t, "platform", dl.Owner, "the relay's owner is carried into its dead letters")
 			require.Equal(t, "a-1", dl.Message.EventID)
 			require.Equal(t, "acme", dl.Message.Tenant)
 			require.JSONEq(t, `{"id":"a-1"}`, string(dl.Message.Payload))

@@ -1,6 +1,6 @@
 // Package webhooktest_test runs the webhook ingress (idemwebhook) with a real HTTP client against
-// the real stores: SQLite always, PostgreSQL with IDEM_POSTGRES_URL. It lives in the command's
-// module so that the core module never requires a store.
+// the real stores: SQLite always, PostgreSQL with IDEM_POSTGRES_URL, MySQL with IDEM_MYSQL_URL.
+// It lives in the command's module so that the core module never requires a store.
 package webhooktest_test
 
 import (
@@ -35,6 +35,8 @@ func pgBundle(tb testing.TB) storetest.Bundle[pgx.Tx] { _, b := testdb.Postgres(
 
 func sqliteBundle(tb testing.TB) storetest.Bundle[*sql.Tx] { _, b := testdb.SQLite(tb); return b }
 
+func mysqlBundle(tb testing.TB) storetest.Bundle[*sql.Tx] { _, b := testdb.MySQL(tb); return b }
+
 func TestWebhookSQLite(t *testing.T) {
 	t.Parallel()
 	exercise(t, sqliteBundle)
@@ -43,6 +45,11 @@ func TestWebhookSQLite(t *testing.T) {
 func TestWebhookPostgres(t *testing.T) {
 	t.Parallel()
 	exercise(t, pgBundle)
+}
+
+func TestWebhookMySQL(t *testing.T) {
+	t.Parallel()
+	exercise(t, mysqlBundle)
 }
 
 // credit is the body every scheme delivers: credit amount to wallet, or fail as do says.
