@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -20,7 +21,10 @@ import (
 func TestSQLiteSQSChaos(t *testing.T) {
 	broker := "sqs://" + strings.TrimPrefix(testenv.SQS(t), "http://")
 	path := filepath.Join(t.TempDir(), "demo.db")
-	v, err := Run(context.Background(), chaos("sqlite://"+path, broker))
+	o := chaos("sqlite://"+path, broker)
+	// moto answers in tens of milliseconds on a loaded machine, so the run takes 15 to 30 s.
+	o.Timeout = 90 * time.Second
+	v, err := Run(context.Background(), o)
 	require.NoError(t, err)
 	requireChaosOK(t, v)
 	require.Positive(t, v.DuplicatesIgnored, "the copies reached the consumer and were ignored there")
