@@ -170,12 +170,9 @@ subject the message arrived on (recorded with dead letters from NATS);
 				return err
 			}
 			sel.Reason = note
-			bu, err := connect.ParseBroker(broker)
+			bu, err := checkReplayTarget(broker, topic)
 			if err != nil {
-				return usageError{fmt.Errorf("--broker: %w", err)}
-			}
-			if (bu.Kind == connect.BrokerAMQP || bu.Kind == connect.BrokerRedis || bu.Kind == connect.BrokerSQS) && strings.TrimSpace(topic) == "" {
-				return usagef("--topic is required with --broker %s: name the queue or stream to republish to", bu)
+				return err
 			}
 			st, err := e.openStore(ctx, store, true)
 			if err != nil {
@@ -188,16 +185,11 @@ subject the message arrived on (recorded with dead letters from NATS);
 			if err := checkIDs(ctx, st, sel.IDs); err != nil {
 				return err
 			}
-			b, err := connect.OpenBroker(ctx, broker, st, connect.BrokerOptions{Name: "idem dlq replay"})
+			rp, b, err := e.openReplayer(ctx, st, broker, keyFile, "idem dlq replay", false)
 			if err != nil {
 				return err
 			}
 			defer b.Close()
-
-			rp := idem.NewReplayer(st.DeadLetters, b.Sink)
-			if rp.Signer, err = e.replaySigner(keyFile); err != nil {
-				return err
-			}
 			res, rerr := rp.Replay(ctx, idem.ReplayParams{Selection: sel, Topic: strings.TrimSpace(topic), AsNewEvent: asNew,
 				ArrivalTopic: bu.Kind == connect.BrokerNATS})
 			if sf.jsonOut {
@@ -300,6 +292,36 @@ audit row per dead letter. Nothing is published. Select as for list and replay: 
 	cmd.Flags().StringVar(&sf.filter.reason, "with-reason", "", "old name of --reason")
 	_ = cmd.Flags().MarkDeprecated("with-reason", "use --reason")
 	return cmd
+}
+
+// checkReplayTarget refuses a --broker that names no place to republish to without --topic
+// (the dead letter's source queue is only known for the queue table).
+func checkReplayTarget(broker, topic string) (connect.BrokerURL, error) {
+	bu, err := connect.ParseBroker(broker)
+	if err != nil {
+		return bu, usageError{fmt.Errorf("--broker: %w", err)}
+	}
+	if (bu.Kind == connect.BrokerAMQP || bu.Kind == connect.BrokerRedis || bu.Kind == connect.BrokerSQS) && strings.TrimSpace(topic) == "" {
+		return bu, usagef("--topic is required with --broker %s: name the queue or stream to republish to", bu)
+	}
+	return bu, nil
+}
+
+// openReplayer opens the broker replays go through and returns a Replayer over st that
+// republishes there, signed with the operator replay key when one is configured (see
+// replaySigner). dlq replay and serve share it; the caller closes the broker.
+func (e *env) openReplayer(ctx context.Context, st *connect.Stores, broker, keyFile, name string, reconnect bool) (*idem.Replayer, *connect.Broker, error) {
+	signer, err := e.replaySigner(keyFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := connect.OpenBroker(ctx, broker, st, connect.BrokerOptions{Name: name, Reconnect: reconnect})
+	if err != nil {
+		return nil, nil, err
+	}
+	rp := idem.NewReplayer(st.DeadLetters, b.Sink)
+	rp.Signer = signer
+	return rp, b, nil
 }
 
 // nonNil makes an empty id list encode as [] rather than be omitted.
