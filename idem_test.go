@@ -317,3 +317,36 @@ func TestOutgoingRefusesWhatAConsumerWould(t *testing.T) {
 		})
 	}
 }
+
+// TestOutgoingMessageCarriesKey: the ordering key reaches the sink as the Idem-Key header (the
+// partitioned and grouped brokers order by it), a header the producer set wins, and the
+// producer's map is left as it was.
+func TestOutgoingMessageCarriesKey(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		out     idem.Outgoing
+		want    map[string]string
+		wantOut map[string]string
+	}{
+		{"no key", idem.Outgoing{EventID: "e1", Headers: map[string]string{"a": "1"}},
+			map[string]string{"a": "1"}, map[string]string{"a": "1"}},
+		{"key, no headers", idem.Outgoing{EventID: "e1", Key: "order-7"},
+			map[string]string{idem.HeaderKey: "order-7"}, nil},
+		{"key beside headers", idem.Outgoing{EventID: "e1", Key: "order-7", Headers: map[string]string{"a": "1"}},
+			map[string]string{"a": "1", idem.HeaderKey: "order-7"}, map[string]string{"a": "1"}},
+		{"producer's header wins", idem.Outgoing{EventID: "e1", Key: "order-7", Headers: map[string]string{idem.HeaderKey: "mine"}},
+			map[string]string{idem.HeaderKey: "mine"}, map[string]string{idem.HeaderKey: "mine"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := tc.out.Message()
+			if len(tc.want) == 0 {
+				require.Empty(t, m.Headers)
+			} else {
+				require.Equal(t, tc.want, m.Headers)
+			}
+			require.Equal(t, tc.wantOut, tc.out.Headers, "the producer's headers are not changed")
+		})
+	}
+}

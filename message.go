@@ -125,14 +125,28 @@ type Outgoing struct {
 	OccurredAt time.Time
 }
 
-// Message converts the outgoing event to the Message a sink publishes.
+// HeaderKey carries an outgoing event's ordering key (Outgoing.Key) to the broker: the sinks of
+// partitioned or grouped brokers (Kafka's record key, Pub/Sub's ordering key, an SQS FIFO
+// message group) read it, so events of one key stay in order past the relay too.
+const HeaderKey = "Idem-Key"
+
+// Message converts the outgoing event to the Message a sink publishes. A non-empty Key travels
+// as the HeaderKey header unless the producer set that header itself; o.Headers is not changed.
 func (o Outgoing) Message() Message {
+	headers := o.Headers
+	if _, set := headers[HeaderKey]; o.Key != "" && !set {
+		headers = make(map[string]string, len(o.Headers)+1)
+		for k, v := range o.Headers {
+			headers[k] = v
+		}
+		headers[HeaderKey] = o.Key
+	}
 	return Message{
 		EventID:    o.EventID,
 		Tenant:     o.Tenant,
 		Type:       o.Type,
 		Payload:    o.Payload,
-		Headers:    o.Headers,
+		Headers:    headers,
 		OccurredAt: o.OccurredAt,
 	}
 }

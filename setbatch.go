@@ -51,7 +51,7 @@ func (c *Consumer[TTx]) processSet(ctx context.Context, msgs []Message, settles 
 				// handler again would only repeat it. The rest (duplicates, key reuse) go on.
 				it := b.items[one.j]
 				if ig, ok := ignoredOf(one.err); ok && !errors.Is(one.err, ErrTxEnded) {
-					// Its effect rolled back with the set; the claim and audit row commit alone.
+					// Its effect rolled back with the set; its claim and audit row commit alone.
 					b.results[it.i] = c.commitIgnore(ctx, b.results[it.i], ig.Reason, b.params[one.j].Now, settleAt(settles, it.i))
 				} else {
 					b.results[it.i] = c.finishResult(ctx, b.results[it.i], ClaimNew, one.err)

@@ -2,6 +2,9 @@ package idem
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -140,8 +143,10 @@ type DeadLetterFilter struct {
 	IDs      []int64
 	Consumer string
 	Tenant   string
-	Reason   Reason
-	Status   DeadLetterStatus
+	// Owner keeps the dead letters of consumers with this owner (ConsumerConfig.Owner).
+	Owner  string
+	Reason Reason
+	Status DeadLetterStatus
 	// OlderThan keeps dead letters whose last failure is before it.
 	OlderThan time.Time
 	// Limit bounds the result; 0 means 100.
@@ -215,6 +220,44 @@ type QueueTxStore[TTx any] interface {
 	// QueueAckTx deletes the job inside tx if its token still matches, else ErrLeaseLost; the
 	// row stays locked until tx ends, so a lost lease rolls back the handler's effect.
 	QueueAckTx(ctx context.Context, tx TTx, id, token int64) error
+}
+
+// QueueSubscriptionStore is a QueueStore with subscriptions: fan-out on the queue table. A
+// publish to a topic that has subscriptions inserts one job per subscription, in the queue
+// SubscriptionQueue(topic, name), in the same transaction, so each subscription receives every
+// event with its own leases, retries and dead letters, and a relay still publishes once. A topic
+// without subscriptions keeps one job per message in the queue named like the topic, shared by
+// competing consumers. A subscription receives only what is published after it is committed.
+type QueueSubscriptionStore interface {
+	// QueueSubscribe registers subscription name on topic; registering it again does nothing.
+	QueueSubscribe(ctx context.Context, topic, name string) error
+	// QueueUnsubscribe removes subscription name of topic and deletes its jobs, in bounded
+	// batches; it reports how many jobs it deleted. Removing an unknown subscription does nothing.
+	QueueUnsubscribe(ctx context.Context, topic, name string) (int, error)
+	// QueueSubscriptions lists the subscriptions of topic, by name.
+	QueueSubscriptions(ctx context.Context, topic string) ([]string, error)
+}
+
+// SubscriptionSeparator joins a topic and a subscription name into the subscription's queue. Neither
+// may contain it, so that the queue of one subscription is never the topic or the subscription
+// queue of another.
+const SubscriptionSeparator = "#"
+
+// SubscriptionQueue returns the queue that holds subscription name's jobs of topic:
+// topic + "#" + name. Publishing to that queue directly reaches this subscription alone (a
+// dead letter's replay does). It fails when topic or name is empty or contains the separator.
+func SubscriptionQueue(topic, name string) (string, error) {
+	switch {
+	case topic == "":
+		return "", errors.New("idem: subscription: topic is empty")
+	case name == "":
+		return "", fmt.Errorf("idem: subscription of topic %q: name is empty", topic)
+	case strings.Contains(topic, SubscriptionSeparator):
+		return "", fmt.Errorf("idem: subscription %q of topic %q: a topic with subscriptions may not contain %q", name, topic, SubscriptionSeparator)
+	case strings.Contains(name, SubscriptionSeparator):
+		return "", fmt.Errorf("idem: subscription %q of topic %q: the name may not contain %q", name, topic, SubscriptionSeparator)
+	}
+	return topic + SubscriptionSeparator + name, nil
 }
 
 // QueueFetchParams is the input of QueueStore.QueueFetch.

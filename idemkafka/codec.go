@@ -28,7 +28,7 @@ const (
 	HeaderOccurredAt = "Idem-Occurred-At"
 	// HeaderKey, when present in Message.Headers, is the Kafka record key the Sink uses (see
 	// KeyOf); it is published like any header, so a retry copy keeps it.
-	HeaderKey = "Idem-Key"
+	HeaderKey = idem.HeaderKey
 	// HeaderAttempt carries the attempt a retry copy is on (2 for the first retry). Kafka has no
 	// delivery counter of its own; a record without it is on its first attempt.
 	HeaderAttempt = "Idem-Attempt"

@@ -89,3 +89,6 @@ func BenchmarkBaseline(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkQueuePublish: publishing to a topic with 0, 1 and 4 subscriptions.
+func BenchmarkQueuePublish(b *testing.B) { storetest.BenchmarkQueuePublish(b, queueFactory) }

@@ -119,6 +119,10 @@ func (s *Store) ListDeadLetters(ctx context.Context, f idem.DeadLetterFilter) ([
 		where = append(where, "tenant = ?")
 		args = append(args, []byte(f.Tenant))
 	}
+	if f.Owner != "" {
+		where = append(where, "owner = ?")
+		args = append(args, f.Owner)
+	}
 	if f.Reason != "" {
 		where = append(where, "reason = ?")
 		args = append(args, string(f.Reason))

@@ -39,6 +39,11 @@ type queries struct {
 	queueExtend string
 	queueStats  string
 
+	subInsert     string
+	subDelete     string
+	subDeleteJobs string
+	subList       string
+
 	outboxInsert        string
 	outboxFetch         string // partition list, then outboxFetchTail
 	outboxMarkPublished string // followed by an id list
@@ -122,6 +127,11 @@ func buildQueries(prefix string) queries {
 		queueExtend: p(`UPDATE {p}queue SET lease_until = ?
 			WHERE id = ? AND token = ? AND lease_until > ?`),
 		queueStats: p(`SELECT count(*), min(enqueued_at) FROM {p}queue WHERE queue = ?`),
+
+		subInsert:     p(`INSERT IGNORE INTO {p}queue_subscriptions (topic, name, created_at) VALUES (?, ?, ?)`),
+		subDelete:     p(`DELETE FROM {p}queue_subscriptions WHERE topic = ? AND name = ?`),
+		subDeleteJobs: p(`DELETE FROM {p}queue WHERE queue = ? LIMIT ?`),
+		subList:       p(`SELECT name FROM {p}queue_subscriptions WHERE topic = ? ORDER BY name`),
 
 		outboxInsert: p(`INSERT INTO {p}outbox (partition_id, event_id, tenant, topic, ordering_key, type,
 			payload, headers, occurred_at, created_at, next_attempt_at, last_error)

@@ -278,7 +278,7 @@ func TestMigrate(t *testing.T) {
 			got = append(got, fmt.Sprintf("%d %s", v, n))
 		}
 		require.NoError(t, rows.Err())
-		require.Equal(t, []string{"1 claims", "2 dead_letters", "3 queue", "4 outbox", "5 queue_first_fetched", "70 http_keys", "90 dead_letter_owner", "91 replay_topic"}, got)
+		require.Equal(t, []string{"1 claims", "2 dead_letters", "3 queue", "4 outbox", "5 queue_first_fetched", "60 queue_subscriptions", "70 http_keys", "90 dead_letter_owner", "91 replay_topic"}, got)
 		for _, name := range []string{"claims", "dead_letters", "audit", "queue", "outbox", "leases", "http_keys"} {
 			var n int
 			require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM m_`+name).Scan(&n), name)
@@ -292,7 +292,7 @@ func TestMigrate(t *testing.T) {
 		require.NoError(t, store.Migrate(ctx))
 		var n int
 		require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM m_migrations`).Scan(&n))
-		require.Equal(t, 8, n)
+		require.Equal(t, 9, n)
 	})
 
 	t.Run("MigrationSQL", func(t *testing.T) {
@@ -325,7 +325,7 @@ func TestMigrate(t *testing.T) {
 		require.NoError(t, store.Migrate(ctx))
 		var n int
 		require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM plain_migrations`).Scan(&n))
-		require.Equal(t, 8, n)
+		require.Equal(t, 9, n)
 		res, err := claimIn(t, &testBundle{ctx: ctx, db: db, store: store}, idem.Key{EventID: "e"}, fp(1), now())
 		require.NoError(t, err)
 		require.Equal(t, idem.ClaimNew, res.Status)

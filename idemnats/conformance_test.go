@@ -16,7 +16,7 @@ import (
 // source name.
 func harness(js jetstream.JetStream) transporttest.Harness {
 	return transporttest.Harness{
-		Features: transporttest.Features{BrokerDedup: true, DelayedNak: true, Persistent: true},
+		Features: transporttest.Features{BrokerDedup: true, DelayedNak: true, Persistent: true, FanOut: true},
 		NewTopic: func(tb testing.TB) string {
 			_, subject := testStream(tb, js)
 			return subject

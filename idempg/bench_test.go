@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/storetest"
 )
 
 // BenchmarkClaim measures the hot path: one transaction holding one claim, for a fresh key
@@ -88,3 +89,6 @@ func benchmarkClaims(b *testing.B, store *idempg.Store) {
 		}
 	})
 }
+
+// BenchmarkQueuePublish: publishing to a topic with 0, 1 and 4 subscriptions.
+func BenchmarkQueuePublish(b *testing.B) { storetest.BenchmarkQueuePublish(b, queueFactory) }

@@ -101,6 +101,9 @@ func (s *Store) ListDeadLetters(ctx context.Context, f idem.DeadLetterFilter) ([
 	if f.Tenant != "" {
 		cond("tenant = ?", f.Tenant)
 	}
+	if f.Owner != "" {
+		cond("owner = ?", f.Owner)
+	}
 	if f.Reason != "" {
 		cond("reason = ?", string(f.Reason))
 	}

@@ -168,7 +168,7 @@ func TestPartitionMigrate(t *testing.T) {
 			require.NoError(t, err)
 			names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 			require.NoError(t, err)
-			require.Equal(t, []string{"001_claims.up.sql", "002_dead_letters.up.sql", "003_queue.up.sql", "004_outbox.up.sql", "050_outbox_held_rows.up.sql", "051_queue_fetch_order.up.sql", "052_queue_first_fetched.up.sql", "070_http_keys.up.sql", "090_dead_letter_owner.up.sql", "091_replay_topic.up.sql"}, names,
+			require.Equal(t, []string{"001_claims.up.sql", "002_dead_letters.up.sql", "003_queue.up.sql", "004_outbox.up.sql", "050_outbox_held_rows.up.sql", "051_queue_fetch_order.up.sql", "052_queue_first_fetched.up.sql", "060_queue_subscriptions.up.sql", "070_http_keys.up.sql", "090_dead_letter_owner.up.sql", "091_replay_topic.up.sql"}, names,
 				"the layout changes what a version creates, not which versions exist")
 		}
 	})

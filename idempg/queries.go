@@ -25,6 +25,8 @@ type queries struct {
 
 	// Queue.
 	queueInsert, queueNotify, queueFetch, queueAck, queueNak, queueExtend, queueStats string
+	// Subscriptions (fan-out).
+	subInsert, subDelete, subDeleteJobs, subList string
 
 	// Outbox and leases.
 	outboxInsert, outboxNotify, outboxFetch, outboxMarkPublished, outboxMarkFailed,
@@ -56,6 +58,7 @@ func buildQueries(schema, prefix string, partitioned bool) queries {
 		"{{dead_letters}}", table("dead_letters"),
 		"{{audit}}", table("audit"),
 		"{{queue}}", table("queue"),
+		"{{queue_subscriptions}}", table("queue_subscriptions"),
 		"{{outbox}}", table("outbox"),
 		"{{leases}}", table("leases"),
 		"{{migrations}}", table("migrations"),
@@ -127,10 +130,27 @@ func buildQueries(schema, prefix string, partitioned bool) queries {
 		auditList: `SELECT id, at, actor, action, dead_letter_id, event_id, reason, destination
 			FROM {{audit}} ORDER BY id DESC LIMIT $1`,
 
+		// One job per subscription of topic $1, in its queue $1 || '#' || name, or one job in
+		// the queue $1 when the topic has none: both halves read the statement's one snapshot,
+		// so a message goes to the plain queue or to subscriptions, never both.
 		queueInsert: `INSERT INTO {{queue}} (queue, event_id, tenant, type, payload, headers,
 			occurred_at, enqueued_at, available_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)`,
-		queueNotify: `SELECT pg_notify($1, $2)`,
+			SELECT q, $2, $3, $4, $5, $6, $7, $8, $8 FROM (
+				SELECT $1::text || '#' || name AS q FROM {{queue_subscriptions}} WHERE topic = $1
+				UNION ALL
+				SELECT $1::text WHERE NOT EXISTS (SELECT FROM {{queue_subscriptions}} WHERE topic = $1)
+			) AS target`,
+		// Wakes the waiters of the topic's queue and of each of its subscriptions' queues.
+		queueNotify: `SELECT count(pg_notify($1, q)) FROM (
+				SELECT $2::text AS q
+				UNION ALL
+				SELECT $2::text || '#' || name FROM {{queue_subscriptions}} WHERE topic = $2
+			) AS target`,
+		subInsert: `INSERT INTO {{queue_subscriptions}} (topic, name, created_at) VALUES ($1, $2, $3)
+			ON CONFLICT (topic, name) DO NOTHING`,
+		subDelete:     `DELETE FROM {{queue_subscriptions}} WHERE topic = $1 AND name = $2`,
+		subDeleteJobs: `DELETE FROM {{queue}} WHERE id = ANY (ARRAY (SELECT id FROM {{queue}} WHERE queue = $1 LIMIT $2))`,
+		subList:       `SELECT name FROM {{queue_subscriptions}} WHERE topic = $1 ORDER BY name`,
 		// ARRAY(…) runs the locking subquery once, as an init plan; SKIP LOCKED lets
 		// concurrent fetchers take different rows instead of queueing on the same ones.
 		// first_fetched_at keeps the first fetch's time: the retry budget counts from it.
@@ -294,7 +314,8 @@ func buildQueries(schema, prefix string, partitioned bool) queries {
 		&q.claim, &q.claimSelect, &q.claimDeleteAll, &q.claimDeleteConsumer,
 		&q.claimBatch, &q.claimBatchSelect, &q.claimRelease, &q.claimLock, &q.claimBatchLock,
 		&q.dlInsert, &q.dlGet, &q.dlList, &q.dlSetStatus, &q.dlRecover, &q.dlStats, &q.auditList, &q.auditInsert,
-		&q.queueInsert, &q.queueFetch, &q.queueAck, &q.queueNak, &q.queueExtend, &q.queueStats,
+		&q.queueInsert, &q.queueNotify, &q.queueFetch, &q.queueAck, &q.queueNak, &q.queueExtend, &q.queueStats,
+		&q.subInsert, &q.subDelete, &q.subDeleteJobs, &q.subList,
 		&q.outboxInsert, &q.outboxFetch, &q.outboxMarkPublished, &q.outboxMarkFailed,
 		&q.outboxDeletePublished, &q.outboxStats,
 		&q.leaseAcquire, &q.leaseRelease, &q.leaseList,

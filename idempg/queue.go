@@ -28,7 +28,8 @@ func (s *Store) QueuePublish(ctx context.Context, queue string, msgs ...idem.Mes
 
 // QueuePublishTx inserts msgs into queue inside tx, in one round trip, together with a
 // pg_notify on the {prefix}queue channel that PostgreSQL delivers when tx commits (and drops if
-// it rolls back). Every message needs an EventID.
+// it rolls back). Every message needs an EventID. When queue is a topic with subscriptions
+// (QueueSubscribe), each message becomes one job per subscription, in the same statement.
 func (s *Store) QueuePublishTx(ctx context.Context, tx pgx.Tx, queue string, msgs ...idem.Message) error {
 	if queue == "" {
 		return errors.New("idempg: publish to queue: queue name is empty")

@@ -413,3 +413,34 @@ func TestQueueFirstFetch(t *testing.T) {
 	t.Parallel()
 	storetest.ExerciseQueueFirstFetch(t, factory)
 }
+
+// queueFactory opens a store for the queue conformance checks, reading a job's last error and
+// beginning the caller's own transactions on the pool. PostgreSQL's QueueWait is woken by
+// notifications, so the checks' poll interval has no setting here.
+func queueFactory(tb testing.TB, _ storetest.QueueConfig) storetest.QueueBundle[pgx.Tx] {
+	tb.Helper()
+	store := newStore(tb, idempg.Config{})
+	return storetest.QueueBundle[pgx.Tx]{
+		Store: store,
+		LastError: func(ctx context.Context, id int64) (string, error) {
+			var lastErr string
+			err := store.Pool().QueryRow(ctx, `SELECT last_error FROM `+table(store, "queue")+` WHERE id = $1`, id).Scan(&lastErr)
+			return lastErr, err
+		},
+		BeginTx: func(ctx context.Context) (pgx.Tx, func() error, error) {
+			tx, err := store.Pool().Begin(ctx)
+			if err != nil {
+				return nil, nil, err
+			}
+			return tx, func() error { return tx.Commit(ctx) }, nil
+		},
+	}
+}
+
+// TestQueueSubscriptions runs the fan-out conformance checks (the other queue checks are the
+// PostgreSQL-specific ones above: its QueueWait wakes spuriously more often than
+// storetest.ExerciseQueue's timing allows).
+func TestQueueSubscriptions(t *testing.T) {
+	t.Parallel()
+	storetest.ExerciseQueueSubscriptions(t, queueFactory)
+}

@@ -95,7 +95,7 @@ func TestMigrate(t *testing.T) {
 			return fmt.Sprintf("%d %s", v, n), err
 		})
 		require.NoError(t, err)
-		require.Equal(t, []string{"1 001_claims.up.sql", "2 002_dead_letters.up.sql", "3 003_queue.up.sql", "4 004_outbox.up.sql", "50 050_outbox_held_rows.up.sql", "51 051_queue_fetch_order.up.sql", "52 052_queue_first_fetched.up.sql", "70 070_http_keys.up.sql", "90 090_dead_letter_owner.up.sql", "91 091_replay_topic.up.sql"}, got)
+		require.Equal(t, []string{"1 001_claims.up.sql", "2 002_dead_letters.up.sql", "3 003_queue.up.sql", "4 004_outbox.up.sql", "50 050_outbox_held_rows.up.sql", "51 051_queue_fetch_order.up.sql", "52 052_queue_first_fetched.up.sql", "60 060_queue_subscriptions.up.sql", "70 070_http_keys.up.sql", "90 090_dead_letter_owner.up.sql", "91 091_replay_topic.up.sql"}, got)
 
 		for _, name := range []string{"claims", "dead_letters", "audit", "queue", "outbox", "leases", "http_keys"} {
 			var n int
@@ -114,7 +114,8 @@ func TestMigrate(t *testing.T) {
 			"-- Migration 001: 001_claims.up.sql", "-- Migration 002: 002_dead_letters.up.sql",
 			"-- Migration 003: 003_queue.up.sql", "-- Migration 004: 004_outbox.up.sql",
 			"-- Migration 050: 050_outbox_held_rows.up.sql", "-- Migration 051: 051_queue_fetch_order.up.sql",
-			"-- Migration 052: 052_queue_first_fetched.up.sql", "-- Migration 070: 070_http_keys.up.sql",
+			"-- Migration 052: 052_queue_first_fetched.up.sql", "-- Migration 060: 060_queue_subscriptions.up.sql",
+			"-- Migration 070: 070_http_keys.up.sql",
 			"-- Migration 090: 090_dead_letter_owner.up.sql", "-- Migration 091: 091_replay_topic.up.sql",
 		} {
 			require.Contains(t, sql, want)

@@ -25,7 +25,7 @@ const (
 	// AttrOccurredAt carries Message.OccurredAt in RFC 3339 with nanoseconds, UTC.
 	AttrOccurredAt = "Idem-Occurred-At"
 	// AttrKey, when present in Message.Headers, is the ordering key the Sink uses (see KeyOf).
-	AttrKey = "Idem-Key"
+	AttrKey = idem.HeaderKey
 	// AttrDecodeError is set by a Source on a message it could not decode.
 	AttrDecodeError = "Idem-Decode-Error"
 )

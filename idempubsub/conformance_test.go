@@ -28,8 +28,7 @@ const project = "idem-test"
 // suiteNames are the durable consumer names transporttest and consumertest open sources under.
 // A Pub/Sub subscription only receives messages published after it exists, as a deployment
 // creates its subscriptions before producers publish; so NewTopic creates one per name.
-var suiteNames = []string{"bench", "cancelled", "closed", "concurrent", "confirm", "ctx", "dedup", "extend",
-	"fenced", "handover", "lease", "max", "nakdelay", "naknow", "refused", "resume", "reuse", "roundtrip", "term", "ledger"}
+var suiteNames = transporttest.SourceNames
 
 // fake starts an in-process pstest server and a client connected to it.
 func fake(tb testing.TB) *pubsub.Client {
@@ -107,7 +106,7 @@ func newSink(tb testing.TB, c *pubsub.Client) *idempubsub.Sink {
 // names, when given, are the only subscriptions each topic gets.
 func harness(c *pubsub.Client, names ...string) transporttest.Harness {
 	return transporttest.Harness{
-		Features: transporttest.Features{DelayedNak: true, Persistent: true},
+		Features: transporttest.Features{DelayedNak: true, Persistent: true, FanOut: true},
 		NewTopic: func(tb testing.TB) string { return newTopic(tb, c, false, names...) },
 		Source: func(tb testing.TB, topic, name string, lease time.Duration) idem.Source {
 			return openSource(tb, c, topic, name, lease, false)

@@ -3,6 +3,12 @@
 // broker: nothing to run besides the database, and a producer can enqueue in the same
 // transaction as its business write.
 //
+// A Source with a Subscription receives every message published to its Queue (a topic) in a
+// queue of its own, idem.SubscriptionQueue(topic, name): fan-out, each subscription with its own
+// leases, retries and dead letters, while Sources of one subscription compete for its jobs. A
+// Source without one shares the topic's jobs with the other Sources of the topic, as long as
+// the topic has no subscription (see docs/queue.md).
+//
 // Each fetched job carries a fencing token. The consumer acks a job inside the transaction that
 // holds its claim (Delivery.AckTx), so a worker that lost its lease to another cannot commit:
 // its ack finds a newer token, fails with idem.ErrLeaseLost, and its effect rolls back.
@@ -12,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -28,8 +35,15 @@ const (
 
 // SourceConfig configures a queue-table Source.
 type SourceConfig struct {
-	// Queue is the queue name (required).
+	// Queue is the queue name (required); with a Subscription, the topic subscribed to.
 	Queue string
+	// Subscription, when set, is the consumer's subscription to the topic Queue: the Source
+	// registers it (idempotent, at the first Receive or by Subscribe) and receives its own copy
+	// of every message published to Queue after it was registered; Sources with the same
+	// Subscription compete for those copies. Empty: the Source competes for the jobs of Queue
+	// itself. It needs a store with subscriptions (idem.QueueSubscriptionStore) and may not
+	// contain "#", nor may Queue then.
+	Subscription string
 	// Lease is the visibility timeout of a fetched job (default LeaseDefault).
 	Lease time.Duration
 	// MaxWait bounds one idle wait for new jobs (default MaxWaitDefault).
@@ -62,16 +76,32 @@ func (c SourceConfig) validate() error {
 	if c.MaxWait < 0 {
 		errs = append(errs, fmt.Errorf("MaxWait is %v, want >= 0", c.MaxWait))
 	}
+	if c.Queue != "" && c.Subscription != "" {
+		if _, err := idem.SubscriptionQueue(c.Queue, c.Subscription); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("idemqueue: source config: %w", errors.Join(errs...))
 	}
 	return nil
 }
 
-// Source receives jobs from one queue of the queue table.
+// Source receives jobs from one queue of the queue table: Queue, or the subscription's queue.
 type Source[TTx any] struct {
 	store idem.QueueTxStore[TTx]
 	cfg   SourceConfig
+	// queue is the queue fetched from: cfg.Queue, or the subscription's queue.
+	queue string
+	// subs registers the subscription; nil without one.
+	subs idem.QueueSubscriptionStore
+
+	subMu      sync.Mutex
+	subscribed bool
+
+	// orphan is a fetch whose Receive gave up before it returned, for the next Receive to adopt.
+	orphanMu sync.Mutex
+	orphan   *inflight
 }
 
 var _ idem.Source = (*Source[any])(nil)
@@ -85,11 +115,41 @@ func NewSource[TTx any](store idem.QueueTxStore[TTx], cfg SourceConfig) (*Source
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Source[TTx]{store: store, cfg: cfg}, nil
+	src := &Source[TTx]{store: store, cfg: cfg, queue: cfg.Queue}
+	if cfg.Subscription != "" {
+		subs, ok := store.(idem.QueueSubscriptionStore)
+		if !ok {
+			return nil, fmt.Errorf("idemqueue: NewSource: subscription %q of %s: the store (%T) has no subscriptions (idem.QueueSubscriptionStore)", cfg.Subscription, cfg.Queue, store)
+		}
+		src.subs = subs
+		src.queue, _ = idem.SubscriptionQueue(cfg.Queue, cfg.Subscription) // validated above
+	}
+	return src, nil
 }
 
-// Name returns "queue:" and the queue name.
-func (s *Source[TTx]) Name() string { return "queue:" + s.cfg.Queue }
+// Name returns "queue:" and the queue fetched from: the subscription's queue
+// ("queue:topic#name") when the Source has one, so that a dead letter's replay goes to this
+// subscription alone.
+func (s *Source[TTx]) Name() string { return "queue:" + s.queue }
+
+// Subscribe registers the Source's subscription, if it has one and has not registered it yet
+// (registering is idempotent in the store). Receive does it first; call it before producers
+// start when messages published before the first Receive must reach the subscription too.
+func (s *Source[TTx]) Subscribe(ctx context.Context) error {
+	if s.subs == nil {
+		return nil
+	}
+	s.subMu.Lock()
+	defer s.subMu.Unlock()
+	if s.subscribed {
+		return nil
+	}
+	if err := s.subs.QueueSubscribe(ctx, s.cfg.Queue, s.cfg.Subscription); err != nil {
+		return fmt.Errorf("idemqueue: subscribe %q to %s: %w", s.cfg.Subscription, s.cfg.Queue, err)
+	}
+	s.subscribed = true
+	return nil
+}
 
 // Lease returns the configured lease.
 func (s *Source[TTx]) Lease() time.Duration { return s.cfg.Lease }
@@ -100,12 +160,16 @@ func (s *Source[TTx]) Close() error { return nil }
 // Receive leases up to max available jobs, waiting (LISTEN/NOTIFY on PostgreSQL, polling on
 // SQLite) until at least one is there or ctx ends. A Receive that gives up gives back what it
 // took: the fetch runs apart from ctx (a fetch cancelled mid-way may still have committed its
-// leases), and when ctx ends first Receive returns ctx.Err() at once while the jobs the fetch
-// leased are released, with the attempt it counted taken back (QueueRelease, when the store has
-// it; else they are nak'ed, and the attempt stays counted).
+// leases), and when ctx ends first Receive returns ctx.Err() at once; the next Receive takes over
+// that fetch, or else the jobs it leased are released when it returns, with the attempt it counted
+// taken back (QueueRelease, when the store has it; else they are nak'ed, and the attempt stays
+// counted).
 func (s *Source[TTx]) Receive(ctx context.Context, max int) ([]idem.Delivery, error) {
 	if max < 1 {
 		max = 1
+	}
+	if err := s.Subscribe(ctx); err != nil {
+		return nil, err
 	}
 	for {
 		if err := ctx.Err(); err != nil {
@@ -116,7 +180,7 @@ func (s *Source[TTx]) Receive(ctx context.Context, max int) ([]idem.Delivery, er
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			return nil, fmt.Errorf("idemqueue: fetch from %s: %w", s.cfg.Queue, err)
+			return nil, fmt.Errorf("idemqueue: fetch from %s: %w", s.queue, err)
 		}
 		if len(jobs) > 0 {
 			out := make([]idem.Delivery, len(jobs))
@@ -125,7 +189,7 @@ func (s *Source[TTx]) Receive(ctx context.Context, max int) ([]idem.Delivery, er
 			}
 			return out, nil
 		}
-		if err := s.store.QueueWait(ctx, s.cfg.Queue, s.cfg.MaxWait); err != nil {
+		if err := s.store.QueueWait(ctx, s.queue, s.cfg.MaxWait); err != nil {
 			return nil, err
 		}
 	}
@@ -134,35 +198,83 @@ func (s *Source[TTx]) Receive(ctx context.Context, max int) ([]idem.Delivery, er
 // fetchTimeout bounds a fetch that runs apart from its Receive's context.
 const fetchTimeout = time.Minute
 
+// inflight is one store fetch running apart from the Receive that started it. done is closed
+// when it returns, after jobs and err are set.
+type inflight struct {
+	done chan struct{}
+	jobs []idem.QueueJob
+	err  error
+}
+
 // fetch leases up to max jobs. The store call does not see ctx: when ctx ends first, fetch
-// returns ctx.Err() at once and the jobs leased meanwhile are given back when the call returns.
+// returns ctx.Err() at once and leaves the fetch to the Source as its orphan; the next Receive
+// adopts it (takes its jobs) instead of starting a fetch of its own, and when it returns with
+// nobody adopting it, its jobs are given back. So receives that keep giving up (a batch's
+// MaxWait, a shutdown) never pile up fetches: at most one runs per receiving goroutine.
 func (s *Source[TTx]) fetch(ctx context.Context, max int) ([]idem.QueueJob, error) {
-	type result struct {
-		jobs []idem.QueueJob
-		err  error
+	s.orphanMu.Lock()
+	f := s.orphan
+	s.orphan = nil
+	s.orphanMu.Unlock()
+	if f == nil {
+		f = s.startFetch(ctx, max)
 	}
-	done := make(chan result, 1)
+	select {
+	case <-f.done:
+		if f.err == nil && len(f.jobs) > 0 && ctx.Err() != nil {
+			s.giveBack(context.WithoutCancel(ctx), f.jobs)
+			return nil, ctx.Err()
+		}
+		if len(f.jobs) > max { // an adopted fetch for a larger max
+			s.giveBack(context.WithoutCancel(ctx), f.jobs[max:])
+			return f.jobs[:max], f.err
+		}
+		return f.jobs, f.err
+	case <-ctx.Done():
+		s.orphanMu.Lock()
+		select {
+		case <-f.done: // it returned meanwhile, and saw no orphan: its jobs are ours to give back
+			s.orphanMu.Unlock()
+			if f.err == nil {
+				s.giveBack(context.WithoutCancel(ctx), f.jobs)
+			}
+		default:
+			if s.orphan != nil { // another receive left one first: this one is given back on return
+				go func() {
+					<-f.done
+					if f.err == nil {
+						s.giveBack(context.WithoutCancel(ctx), f.jobs)
+					}
+				}()
+			} else {
+				s.orphan = f
+			}
+			s.orphanMu.Unlock()
+		}
+		return nil, ctx.Err()
+	}
+}
+
+// startFetch starts a store fetch of up to max jobs apart from ctx. When it returns while it is
+// the Source's orphan (nobody adopted it), its jobs are given back.
+func (s *Source[TTx]) startFetch(ctx context.Context, max int) *inflight {
+	f := &inflight{done: make(chan struct{})}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fetchTimeout)
 	go func() {
 		defer cancel()
-		jobs, err := s.store.QueueFetch(fctx, idem.QueueFetchParams{Queue: s.cfg.Queue, Max: max, Lease: s.cfg.Lease, Now: s.cfg.Now()})
-		done <- result{jobs, err}
-	}()
-	select {
-	case r := <-done:
-		if r.err == nil && len(r.jobs) > 0 && ctx.Err() != nil {
-			s.giveBack(context.WithoutCancel(ctx), r.jobs)
-			return nil, ctx.Err()
+		f.jobs, f.err = s.store.QueueFetch(fctx, idem.QueueFetchParams{Queue: s.queue, Max: max, Lease: s.cfg.Lease, Now: s.cfg.Now()})
+		close(f.done)
+		s.orphanMu.Lock()
+		orphaned := s.orphan == f
+		if orphaned {
+			s.orphan = nil
 		}
-		return r.jobs, r.err
-	case <-ctx.Done():
-		go func() {
-			if r := <-done; r.err == nil {
-				s.giveBack(context.WithoutCancel(ctx), r.jobs)
-			}
-		}()
-		return nil, ctx.Err()
-	}
+		s.orphanMu.Unlock()
+		if orphaned && f.err == nil {
+			s.giveBack(context.WithoutCancel(ctx), f.jobs)
+		}
+	}()
+	return f
 }
 
 // releaser is a queue store that can give a leased job back as if it had never been fetched.
@@ -250,7 +362,9 @@ var _ idem.Sink = (*Sink)(nil)
 // NewSink returns a Sink over store's queue table.
 func NewSink(store idem.QueueStore) *Sink { return &Sink{store: store} }
 
-// Publish inserts msgs into queue topic; once it returns they are committed.
+// Publish inserts msgs into queue topic; once it returns they are committed. A topic with
+// subscriptions gets one job per subscription and message; a subscription's own queue
+// (idem.SubscriptionQueue) reaches that subscription alone.
 func (s *Sink) Publish(ctx context.Context, topic string, msgs ...idem.Message) error {
 	for _, m := range msgs {
 		if m.EventID == "" {

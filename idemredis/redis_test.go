@@ -76,7 +76,7 @@ func harness(tb testing.TB) transporttest.Harness {
 	rdb := newClient(tb)
 	prefix := newPrefix(tb, rdb)
 	return transporttest.Harness{
-		Features: transporttest.Features{BrokerDedup: true, DelayedNak: true, Persistent: true, FencedSettle: true},
+		Features: transporttest.Features{BrokerDedup: true, DelayedNak: true, Persistent: true, FencedSettle: true, FanOut: true},
 		NewTopic: func(tb testing.TB) string {
 			var b [6]byte
 			_, err := rand.Read(b[:])

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/storetest"
 )
 
 // BenchmarkClaim measures the claim path: one InTx with one ClaimTx per iteration, for a new key
@@ -52,3 +53,6 @@ func BenchmarkClaim(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkQueuePublish: publishing to a topic with 0, 1 and 4 subscriptions.
+func BenchmarkQueuePublish(b *testing.B) { storetest.BenchmarkQueuePublish(b, queueFactory) }

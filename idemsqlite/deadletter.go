@@ -99,6 +99,10 @@ func (s *Store) ListDeadLetters(ctx context.Context, f idem.DeadLetterFilter) ([
 		where = append(where, "tenant = ?")
 		args = append(args, f.Tenant)
 	}
+	if f.Owner != "" {
+		where = append(where, "owner = ?")
+		args = append(args, f.Owner)
+	}
 	if f.Reason != "" {
 		where = append(where, "reason = ?")
 		args = append(args, string(f.Reason))

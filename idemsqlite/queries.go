@@ -36,6 +36,11 @@ type queries struct {
 	queueRelease    string
 	queueStats      string
 
+	subInsert     string
+	subDelete     string
+	subDeleteJobs string
+	subList       string
+
 	outboxInsert        string
 	outboxFetch         string
 	outboxMarkPublished string
@@ -123,6 +128,12 @@ func buildQueries(prefix string) queries {
 				attempts = max(attempts - 1, 0)
 			WHERE id = ? AND token = ? AND lease_until IS NOT NULL`),
 		queueStats: p(`SELECT count(*), min(enqueued_at) FROM {p}queue WHERE queue = ?`),
+
+		subInsert: p(`INSERT INTO {p}queue_subscriptions (topic, name, created_at) VALUES (?, ?, ?)
+			ON CONFLICT (topic, name) DO NOTHING`),
+		subDelete:     p(`DELETE FROM {p}queue_subscriptions WHERE topic = ? AND name = ?`),
+		subDeleteJobs: p(`DELETE FROM {p}queue WHERE id IN (SELECT id FROM {p}queue WHERE queue = ? LIMIT ?)`),
+		subList:       p(`SELECT name FROM {p}queue_subscriptions WHERE topic = ? ORDER BY name`),
 
 		outboxInsert: p(`INSERT INTO {p}outbox ("partition", event_id, tenant, topic, ordering_key, type,
 			payload, headers, occurred_at, created_at, next_attempt_at)

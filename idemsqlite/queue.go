@@ -24,7 +24,8 @@ func (s *Store) QueuePublish(ctx context.Context, queue string, msgs ...idem.Mes
 }
 
 // QueuePublishTx inserts msgs into queue inside tx, so they commit or roll back with the
-// caller's business write. Waiters in this process are woken after commit when tx came from
+// caller's business write. When queue is a topic with subscriptions (QueueSubscribe), each
+// message becomes one job per subscription, in the same transaction (see publishTargets). Waiters in this process are woken after commit when tx came from
 // InTx, and at once otherwise.
 func (s *Store) QueuePublishTx(ctx context.Context, tx *sql.Tx, queue string, msgs ...idem.Message) error {
 	if queue == "" {
@@ -34,6 +35,10 @@ func (s *Store) QueuePublishTx(ctx context.Context, tx *sql.Tx, queue string, ms
 		return nil
 	}
 	now := time.Now().UnixMicro()
+	targets, err := s.publishTargets(ctx, tx, queue)
+	if err != nil {
+		return fmt.Errorf("idemsqlite: publish %d messages to queue %q: %w", len(msgs), queue, err)
+	}
 	for i, m := range msgs {
 		if m.EventID == "" {
 			return fmt.Errorf("idemsqlite: publish to queue %q: message %d has an empty event id", queue, i)
@@ -42,9 +47,11 @@ func (s *Store) QueuePublishTx(ctx context.Context, tx *sql.Tx, queue string, ms
 		if err != nil {
 			return fmt.Errorf("idemsqlite: publish event %s to queue %q: %w", m.EventID, queue, err)
 		}
-		if _, err := tx.ExecContext(ctx, s.q.queueInsert, queue, m.EventID, m.Tenant, m.Type, m.Payload,
-			headers, nullMicros(m.OccurredAt), now, now); err != nil {
-			return fmt.Errorf("idemsqlite: publish event %s to queue %q: %w", m.EventID, queue, err)
+		for _, q := range targets {
+			if _, err := tx.ExecContext(ctx, s.q.queueInsert, q, m.EventID, m.Tenant, m.Type, m.Payload,
+				headers, nullMicros(m.OccurredAt), now, now); err != nil {
+				return fmt.Errorf("idemsqlite: publish event %s to queue %q: %w", m.EventID, q, err)
+			}
 		}
 	}
 	s.wakeAfter(tx, wakeQueue)

@@ -38,7 +38,7 @@ const (
 	AttrBodyEncoding = "Idem-Body-Encoding"
 	// AttrKey, when present in Message.Headers, is the FIFO message group the Sink uses (see
 	// KeyOf).
-	AttrKey = "Idem-Key"
+	AttrKey = idem.HeaderKey
 	// AttrDecodeError is set by a Source on a message it could not decode.
 	AttrDecodeError = "Idem-Decode-Error"
 )

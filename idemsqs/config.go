@@ -24,7 +24,7 @@ const (
 	// SendBatchMax is the most messages one SendMessageBatch call carries.
 	SendBatchMax = 10
 	// SendBatchBytesMax bounds the bytes (bodies and attributes) of one SendMessageBatch call:
-	// SQS's 256 KiB, which older queues still apply to a single message too.
+	// 256 KiB, SQS's long-standing bound (raised to 1 MiB in 2025), so batches fit any endpoint.
 	SendBatchBytesMax = 256 << 10
 	// PublishTimeoutDefault bounds a Publish whose context has no deadline, so a lost endpoint
 	// fails the publish instead of hanging the relay.

@@ -57,6 +57,13 @@ func checkDeadLetterOwner[TTx any](t *testing.T, factory Factory[TTx]) {
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	require.Equal(t, "ledger-oncall", list[0].Owner)
+	byOwner, err := ds.ListDeadLetters(ctx, idem.DeadLetterFilter{Owner: "ledger-oncall"})
+	require.NoError(t, err)
+	require.Len(t, byOwner, 1, "the filter by owner")
+	require.Equal(t, got.ID, byOwner[0].ID)
+	byOwner, err = ds.ListDeadLetters(ctx, idem.DeadLetterFilter{Owner: "payments"})
+	require.NoError(t, err)
+	require.Empty(t, byOwner, "the owner it had before the upsert")
 
 	// The audit says where a replay went.
 	changed, err := ds.SetDeadLetterStatus(ctx, idem.SetDeadLetterStatusParams{IDs: []int64{got.ID}, Status: idem.DeadLetterReplayed,

@@ -37,8 +37,9 @@ type QueueFactory[TTx any] func(tb testing.TB, cfg QueueConfig) QueueBundle[TTx]
 
 // ExerciseQueue checks a job queue through idem.QueueStore and idem.QueueTxStore: fetch order,
 // leases and their tokens fencing acks, naks and extends, nak delays, publish and ack inside a
-// transaction, ids never reused, and QueueWait woken by a committed publish only. A store that is
-// no queue store is skipped.
+// transaction, ids never reused, QueueWait woken by a committed publish only, and subscriptions
+// (fan-out, idem.QueueSubscriptionStore, skipped for a store without them). A store that is no
+// queue store is skipped.
 func ExerciseQueue[TTx any](t *testing.T, factory QueueFactory[TTx]) {
 	t.Helper()
 	t.Run("Fetch", func(t *testing.T) { checkQueueFetch(t, factory) })
@@ -49,6 +50,7 @@ func ExerciseQueue[TTx any](t *testing.T, factory QueueFactory[TTx]) {
 	t.Run("AckTx", func(t *testing.T) { checkQueueAckTx(t, factory) })
 	t.Run("IDsNotReused", func(t *testing.T) { checkQueueIDsNotReused(t, factory) })
 	t.Run("Wait", func(t *testing.T) { checkQueueWait(t, factory) })
+	ExerciseQueueSubscriptions(t, factory)
 }
 
 // queueTxStore is a store with a queue.

@@ -19,6 +19,7 @@ type setHandler[TTx any] struct {
 	b       Bundle[TTx]
 	fail    string // this event's effect fails permanently
 	panicky string // this event's effect panics
+	ignore  string // this event's target is gone: the set handler returns idem.Ignore
 	mu      sync.Mutex
 	sets    [][]string
 }
@@ -37,6 +38,8 @@ func (h *setHandler[TTx]) handle(ctx context.Context, tx TTx, msgs []idem.Messag
 			return idem.Permanent(errors.New("wallet frozen"))
 		case h.panicky:
 			panic("bug")
+		case h.ignore:
+			return idem.Ignore(ignoreReason)
 		}
 		var p Payment
 		if err := json.Unmarshal(m.Payload, &p); err != nil {
@@ -155,4 +158,36 @@ func setChecks[TTx any](run func(name string, fn func(s *suite[TTx])), batched f
 			require.EqualValues(s.t, 130, s.balance("w1"))
 		})
 	}
+
+	run("Set/IgnoredEventKeepsItsClaimAlone", func(s *suite[TTx]) {
+		s.wallet("w1")
+		h := &setHandler[TTx]{b: s.b, ignore: "gone"}
+		c := consumer(s, h)
+		msgs := []idem.Message{
+			s.payment("acme", "a", Payment{Wallet: "w1", Amount: 10}),
+			s.payment("acme", "gone", Payment{Wallet: "w1", Amount: 100}),
+			s.payment("acme", "b", Payment{Wallet: "w1", Amount: 20}),
+		}
+		rs := c.ProcessSet(s.ctx, msgs)
+		want := []idem.Outcome{idem.OutcomeProcessed, idem.OutcomeIgnored, idem.OutcomeProcessed}
+		for i, r := range rs {
+			require.Equal(s.t, want[i], r.Outcome, "message %d (%s): %v", i, msgs[i].EventID, r.Err)
+			require.NoError(s.t, r.Err)
+		}
+		require.Equal(s.t, idem.Reason(ignoreReason), rs[1].Reason)
+		for id, n := range map[string]int64{"a": 1, "gone": 0, "b": 1} {
+			require.EqualValues(s.t, n, s.ledger(id), "ledger rows of %s", id)
+		}
+		require.EqualValues(s.t, 1, s.claims(idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "gone"}), "the ignored event's claim is kept")
+		require.EqualValues(s.t, 30, s.balance("w1"))
+		s.requireIgnoreAudited("ledger@v1", "gone")
+
+		// A set of one ignored event, and the redelivery of the first.
+		h.ignore = "gone-2"
+		rs = c.ProcessSet(s.ctx, []idem.Message{s.payment("acme", "gone-2", Payment{Wallet: "w1", Amount: 5}), msgs[1]})
+		require.Equal(s.t, []idem.Outcome{idem.OutcomeIgnored, idem.OutcomeDuplicate}, []idem.Outcome{rs[0].Outcome, rs[1].Outcome}, "%v %v", rs[0].Err, rs[1].Err)
+		require.EqualValues(s.t, 0, s.ledger("gone-2"))
+		s.requireIgnoreAudited("ledger@v1", "gone-2")
+		require.EqualValues(s.t, 30, s.balance("w1"))
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -48,7 +49,7 @@ type memState struct {
 
 func (b *memBroker) harness() transporttest.Harness {
 	return transporttest.Harness{
-		Features: transporttest.Features{BrokerDedup: true, DelayedNak: true, Persistent: true},
+		Features: transporttest.Features{BrokerDedup: true, DelayedNak: true, Persistent: true, FanOut: true},
 		NewTopic: func(tb testing.TB) string {
 			b.mu.Lock()
 			defer b.mu.Unlock()
@@ -58,6 +59,9 @@ func (b *memBroker) harness() transporttest.Harness {
 			return name
 		},
 		Source: func(tb testing.TB, topic, name string, lease time.Duration) idem.Source {
+			if !slices.Contains(transporttest.SourceNames, name) {
+				tb.Errorf("a check opened a source under %q, which transporttest.SourceNames does not list", name)
+			}
 			return &memSource{b: b, topic: topic, name: name, lease: lease, closed: make(chan struct{})}
 		},
 		Sink: func(tb testing.TB) idem.Sink { return memSink{b} },

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	_ "embed"
 	"fmt"
 	"net"
 	"os"
@@ -18,10 +19,17 @@ const SQSVar = "IDEM_SQS_URL"
 // motoServer is the moto_server this test process started, shared by its tests.
 var motoServer struct {
 	sync.Mutex
-	url string
-	cmd *exec.Cmd
-	err error
+	url    string
+	cmd    *exec.Cmd
+	err    error
+	script string // the motoServerPy file it runs, removed when it stops
 }
+
+// motoServerPy runs moto's server with a race of its SQS queues fixed (see the file). The tests
+// run it with python3 when that interpreter has moto, and plain moto_server otherwise.
+//
+//go:embed motoserver.py
+var motoServerPy []byte
 
 // SQS returns the endpoint of an SQS-compatible server: IDEM_SQS_URL when set, else a
 // moto_server (Python moto 5, whose server speaks SQS's JSON protocol) that this test process
@@ -49,7 +57,10 @@ func SQS(t testing.TB) string {
 	motoServer.Lock()
 	defer motoServer.Unlock()
 	if motoServer.url == "" && motoServer.err == nil {
-		motoServer.url, motoServer.cmd, motoServer.err = startMoto(path)
+		motoServer.url, motoServer.cmd, motoServer.err = startPatchedMoto()
+		if motoServer.err != nil {
+			motoServer.url, motoServer.cmd, motoServer.err = startMoto(path)
+		}
 	}
 	if motoServer.err != nil {
 		t.Fatalf("start %s: %v", path, motoServer.err)
@@ -57,15 +68,37 @@ func SQS(t testing.TB) string {
 	return motoServer.url
 }
 
-// startMoto runs moto_server on a free loopback port and waits until it answers.
-func startMoto(path string) (string, *exec.Cmd, error) {
+// startPatchedMoto runs motoServerPy with python3 on a free loopback port.
+func startPatchedMoto() (string, *exec.Cmd, error) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		return "", nil, err
+	}
+	f, err := os.CreateTemp("", "idem-motoserver-*.py")
+	if err != nil {
+		return "", nil, err
+	}
+	motoServer.script = f.Name()
+	_, err = f.Write(motoServerPy)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	return startMoto(python, motoServer.script)
+}
+
+// startMoto runs moto's server (path and its first arguments) on a free loopback port and waits
+// until it answers.
+func startMoto(path string, args ...string) (string, *exec.Cmd, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, err
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	_ = l.Close()
-	cmd := exec.Command(path, "-H", "127.0.0.1", "-p", strconv.Itoa(port))
+	cmd := exec.Command(path, append(args, "-H", "127.0.0.1", "-p", strconv.Itoa(port))...)
 	detach(cmd)
 	if err := cmd.Start(); err != nil {
 		return "", nil, err
@@ -81,7 +114,7 @@ func startMoto(path string) (string, *exec.Cmd, error) {
 		}
 		select {
 		case err := <-exited:
-			return "", nil, fmt.Errorf("moto_server exited before listening on %s: %v", addr, err)
+			return "", nil, fmt.Errorf("%s exited before listening on %s: %v", path, addr, err)
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
@@ -99,5 +132,9 @@ func stopSQS() {
 		stopProcess(motoServer.cmd)
 		motoServer.cmd = nil
 		motoServer.url = ""
+	}
+	if motoServer.script != "" {
+		_ = os.Remove(motoServer.script)
+		motoServer.script = ""
 	}
 }

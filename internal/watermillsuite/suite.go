@@ -24,6 +24,12 @@ import (
 // loaded machine does not see a redelivery it did not ask for.
 const Lease = 30 * time.Second
 
+// PlainGroup is the source name of every subscriber made without a consumer group. A transport
+// whose sources receive only what is published after their name exists (Pub/Sub subscriptions,
+// queue-table subscriptions) creates it with each topic, as a deployment subscribes before it
+// publishes.
+const PlainGroup = "watermill"
+
 // Run runs Watermill's TestPubSub against the transport that h opens. features must describe the
 // transport honestly: a feature it does not have is false, and the checks that need it skip.
 // Watermill topics are mapped to topics made by h.NewTopic on first use (a transport may need
@@ -34,7 +40,7 @@ func Run(t *testing.T, h transporttest.Harness, features tests.Features) {
 	plain := func(t *testing.T) (message.Publisher, message.Subscriber) {
 		// Without a consumer group every subscriber of a topic is the same durable consumer, so a
 		// subscriber opened after another was closed resumes its unacked messages.
-		return newPublisher(h.Sink(t), topics), newSubscriber(t, h, topics, "watermill")
+		return newPublisher(h.Sink(t), topics), newSubscriber(t, h, topics, PlainGroup)
 	}
 	grouped := func(t *testing.T, group string) (message.Publisher, message.Subscriber) {
 		return newPublisher(h.Sink(t), topics), newSubscriber(t, h, topics, group)

@@ -19,7 +19,7 @@ func TestMainHelp(t *testing.T) {
 	code := Main(context.Background(), []string{"--help"}, strings.NewReader(""), &out, &errb)
 	require.Equal(t, ExitOK, code)
 	require.Empty(t, errb.String())
-	for _, c := range []string{"demo", "migrate", "relay", "gc", "status", "dlq"} {
+	for _, c := range []string{"demo", "migrate", "relay", "gc", "status", "dlq", "queue"} {
 		require.Contains(t, out.String(), "\n  "+c+" ")
 	}
 

@@ -48,6 +48,7 @@ a lost ack then cuts the connection after the commit, before the answer.`,
   idem demo --events 1000 --lost-acks 0.01 --json
   idem demo --store postgres://postgres@127.0.0.1/test --broker nats://127.0.0.1:4222
   idem demo --http --events 2000
+  idem demo --fanout --events 2000
   idem demo --broker sqs://127.0.0.1:5000    # moto_server -p 5000: SQS on this machine`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -99,6 +100,7 @@ a lost ack then cuts the connection after the commit, before the answer.`,
 	fl.StringVar(&opts.Broker, "broker", defaults.Broker, "broker: sql (the queue table in the store), nats://HOST:PORT, amqp://USER:PASSWORD@HOST:PORT/VHOST, redis://USER:PASSWORD@HOST:PORT/DB or sqs://HOST:PORT?region=REGION&tls=1 (SQS, or an emulator such as moto_server; credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
 	fl.IntVar(&opts.Events, "events", defaults.Events, "events to produce")
 	fl.IntVar(&opts.Concurrency, "concurrency", defaults.Concurrency, "consumer workers")
+	fl.BoolVar(&opts.FanOut, "fanout", false, "also run an e-mail consumer of the same topic, each on a queue-table subscription of its own (fan-out); both must apply every event once (needs --broker sql)")
 	fl.IntVar(&opts.Batch, "batch", 0, "process up to this many deliveries per transaction (batched mode; 0 or 1: one per event)")
 	fl.Int64Var(&opts.Seed, "seed", defaults.Seed, "random seed: the same seed injects the same faults")
 	fl.Float64Var(&opts.Duplicates, "duplicates", defaults.Duplicates, "rate of duplicated deliveries (0 to 1)")

@@ -29,6 +29,17 @@ func TestDemo(t *testing.T) {
 	require.NotContains(t, r.stderr, "\r", "no progress bar with --json")
 }
 
+func TestDemoFanOut(t *testing.T) {
+	t.Parallel()
+	r := idemCLI(t, "demo", "--fanout", "--events", "200", "--timeout", "90s", "--store", sqliteDSN(t))
+	require.Equal(t, ExitOK, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	require.Contains(t, r.stdout, "fan-out")
+	require.Contains(t, r.stdout, "email@v1 on its own subscription")
+	require.Contains(t, r.stdout, "double sent 0, not sent once 0, wrong 0, poison ok")
+	require.True(t, strings.HasSuffix(r.stdout, "verdict: ok\n"), r.stdout)
+	requireOneLineError(t, idemCLI(t, "demo", "--fanout", "--broker", "nats://127.0.0.1:4222"), ExitUsage, "--fanout: needs --broker sql")
+}
+
 func TestDemoFlags(t *testing.T) {
 	t.Parallel()
 	requireOneLineError(t, idemCLI(t, "demo", "--broker", "kafka://x"), ExitUsage, `--broker: broker URL "kafka://x": unknown scheme "kafka"`)
@@ -37,7 +48,7 @@ func TestDemoFlags(t *testing.T) {
 	requireOneLineError(t, idemCLI(t, "demo", "--http", "--broker", "nats://127.0.0.1:4222"), ExitUsage, "--http replaces the broker")
 	r := idemCLI(t, "demo", "--help")
 	requireOK(t, r)
-	for _, f := range []string{"--store", "--broker", "--events", "--concurrency", "--seed", "--duplicates", "--transient", "--poison", "--lost-acks", "--timeout", "--http", "--json"} {
+	for _, f := range []string{"--store", "--broker", "--events", "--concurrency", "--seed", "--duplicates", "--transient", "--poison", "--lost-acks", "--timeout", "--http", "--json", "--fanout"} {
 		require.Contains(t, r.stdout, f)
 	}
 	require.Contains(t, r.stdout, DemoStoreDefault)

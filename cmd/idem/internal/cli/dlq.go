@@ -52,6 +52,7 @@ row per dead letter (see dlq audit).`,
 // dlFilterFlags are the dead-letter filters shared by list, replay and discard.
 type dlFilterFlags struct {
 	consumer, tenant, reason, status string
+	owner                            string
 	olderThan                        time.Duration
 	// reasonFlag is the name of the dead-letter reason filter ("reason" for every command).
 	reasonFlag string
@@ -62,6 +63,7 @@ func (f *dlFilterFlags) add(cmd *cobra.Command, reasonFlag string, withStatus bo
 	fl := cmd.Flags()
 	fl.StringVar(&f.consumer, "consumer", "", "only dead letters of this consumer, with its effect version (ledger@v1)")
 	fl.StringVar(&f.tenant, "tenant", "", "only dead letters of this tenant")
+	fl.StringVar(&f.owner, "owner", "", "only dead letters of consumers with this owner (ConsumerConfig.Owner)")
 	fl.StringVar(&f.reason, reasonFlag, "", "only dead letters with this reason: "+reasonList())
 	if withStatus {
 		fl.StringVar(&f.status, "status", "", "only dead letters with this status: pending, replayed or discarded")
@@ -71,7 +73,7 @@ func (f *dlFilterFlags) add(cmd *cobra.Command, reasonFlag string, withStatus bo
 
 // any reports whether a filter is set.
 func (f *dlFilterFlags) any() bool {
-	return f.consumer != "" || f.tenant != "" || f.reason != "" || f.status != "" || f.olderThan != 0
+	return f.consumer != "" || f.tenant != "" || f.owner != "" || f.reason != "" || f.status != "" || f.olderThan != 0
 }
 
 // filter validates the flags and returns the store filter.
@@ -79,6 +81,12 @@ func (f *dlFilterFlags) filter(now time.Time) (idem.DeadLetterFilter, error) {
 	var out idem.DeadLetterFilter
 	out.Consumer = strings.TrimSpace(f.consumer)
 	out.Tenant = f.tenant
+	if f.owner != "" {
+		if err := idem.ValidateOwner(strings.TrimSpace(f.owner)); err != nil {
+			return out, usagef("--owner %q is not an owner (want lower-case letters, digits, '-' and '_', starting with a letter)", f.owner)
+		}
+		out.Owner = strings.TrimSpace(f.owner)
+	}
 	if f.reason != "" {
 		r := idem.Reason(strings.TrimSpace(f.reason))
 		if !r.Valid() {
@@ -110,6 +118,9 @@ func (f *dlFilterFlags) describe() string {
 	}
 	if f.tenant != "" {
 		parts = append(parts, "tenant "+f.tenant)
+	}
+	if f.owner != "" {
+		parts = append(parts, "owner "+f.owner)
 	}
 	if f.reason != "" {
 		parts = append(parts, "reason "+f.reason)

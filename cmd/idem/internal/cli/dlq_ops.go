@@ -52,7 +52,7 @@ func (s *selectFlags) selection(e *env) (idem.Selection, error) {
 	case len(s.ids) > 0 && (s.filter.any() || s.all):
 		return sel, usagef("--id selects dead letters by id: do not combine it with filters or --all")
 	case len(s.ids) == 0 && !s.filter.any() && !s.all:
-		return sel, usagef("say which dead letters: --id N, a filter (--consumer, --%s, --tenant, --older-than), or --all", s.filter.reasonFlag)
+		return sel, usagef("say which dead letters: --id N, a filter (--consumer, --owner, --%s, --tenant, --older-than), or --all", s.filter.reasonFlag)
 	}
 	ids := slices.Clone(s.ids)
 	slices.Sort(ids)

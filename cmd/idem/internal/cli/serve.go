@@ -152,7 +152,7 @@ dead letter came from).`,
 	fl.StringVar(&token, "token", "", "token that enables replay and discard for whoever logs in with it (default $"+ServeTokenEnv+", better: a flag shows in ps; at least 16 characters)")
 	fl.StringVar(&trustHeader, "trust-header", "", "request header an authenticating reverse proxy sets to the user's name (such as X-Forwarded-User); requests carrying it may act as that user")
 	fl.BoolVar(&readOnly, "read-only", false, "refuse every replay and discard")
-	fl.StringVar(&topic, "topic", "", "where replays go: a queue name (sql) or subject (nats, amqp, redis); default: the dead letter's source queue")
+	fl.StringVar(&topic, "topic", "", "where replays go: a queue name (sql), subject (nats) or queue/stream (amqp, redis); default: the dead letter's source queue, or on nats the subject it arrived on")
 	fl.StringVar(&keyFile, "replay-key-file", "", "sign replays with the operator replay key in this file (default $IDEM_REPLAY_KEY)")
 	fl.StringSliceVar(&metrics, "metrics", nil, "a consumer process's Prometheus endpoint to scrape for errors, retries, duplicates and pauses (repeatable)")
 	fl.StringSliceVar(&queues, "queue", nil, "queue-table queues to chart (repeatable; default: the queues of pending dead letters)")

@@ -73,7 +73,8 @@ claims) and its pending dead letters with the oldest one's age; per queue-table 
 and the oldest job's age; and the outbox backlog and the oldest row's age.
 
 status reports the queues named by --queue, or by default the queue-table queues that hold jobs
-and those pending dead letters came from.
+and those pending dead letters came from. A queue that is a topic with subscriptions is followed
+by each subscription's own queue (TOPIC#NAME).
 
 CLAIMS counts the consumer's claims: the events it processed within its claim retention (gc
 deletes older claims, so it is not a lifetime total). IGNORED counts the events its handler
@@ -123,7 +124,7 @@ func buildStatus(ctx context.Context, s *connect.Stores, queues []string, now ti
 		c.Processed, c.lastProcessed = cc.Count, cc.Last
 	}
 
-	ignored, err := ignoredCounts(ctx, s)
+	ignored, err := inspect.IgnoredCounts(ctx, s)
 	if err != nil {
 		return rep, storeErr(s, "count ignored events", err)
 	}
@@ -184,12 +185,37 @@ func buildStatus(ctx context.Context, s *connect.Stores, queues []string, now ti
 		queues = slices.Sorted(maps.Keys(seenQueues))
 	}
 	rep.Queues = []backlogStatus{}
-	for _, q := range slices.Compact(queues) {
+	reported := map[string]bool{}
+	report := func(q string) error {
+		if reported[q] {
+			return nil
+		}
+		reported[q] = true
 		qs, err := s.Queue.QueueStats(ctx, q)
 		if err != nil {
-			return rep, storeErr(s, "stats of queue "+q, err)
+			return storeErr(s, "stats of queue "+q, err)
 		}
 		rep.Queues = append(rep.Queues, backlog(q, qs, now))
+		return nil
+	}
+	subs, _ := s.Queue.(idem.QueueSubscriptionStore)
+	for _, q := range queues {
+		if err := report(q); err != nil {
+			return rep, err
+		}
+		// A topic with subscriptions: each subscription's queue follows it.
+		if subs == nil || strings.Contains(q, idem.SubscriptionSeparator) {
+			continue
+		}
+		names, err := subs.QueueSubscriptions(ctx, q)
+		if err != nil {
+			return rep, storeErr(s, "subscriptions of queue "+q, err)
+		}
+		for _, name := range names {
+			if err := report(q + idem.SubscriptionSeparator + name); err != nil {
+				return rep, err
+			}
+		}
 	}
 
 	ob, err := s.Outbox.OutboxStats(ctx)
@@ -203,27 +229,6 @@ func buildStatus(ctx context.Context, s *connect.Stores, queues []string, now ti
 func backlog(queue string, qs idem.QueueStats, now time.Time) backlogStatus {
 	return backlogStatus{Queue: queue, Backlog: qs.Backlog, OldestAt: jsonTime(qs.Oldest),
 		OldestAgeS: ageSeconds(qs.Oldest, now), oldest: qs.Oldest}
-}
-
-// ignoredCounts counts, per consumer, the audit rows of events its handler ignored (action
-// idem.AuditActionIgnore, actor the consumer), with one read-only query on the concrete store
-// like claimCounts.
-func ignoredCounts(ctx context.Context, s *connect.Stores) (map[string]int64, error) {
-	out := map[string]int64{}
-	err := queryStore(ctx, s, "audit", func(table, ph string) string {
-		return `SELECT actor, COUNT(*) FROM ` + table + ` WHERE action = ` + ph + ` GROUP BY actor`
-	}, []any{idem.AuditActionIgnore}, func(scan func(...any) error) error {
-		var (
-			actor string
-			n     int64
-		)
-		if err := scan(&actor, &n); err != nil {
-			return err
-		}
-		out[actor] = n
-		return nil
-	})
-	return out, err
 }
 
 // queueNames lists the queue-table queues that hold jobs (acked jobs are deleted), so status

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"testing"
 	"time"
 
@@ -77,6 +78,22 @@ func TestStatus(t *testing.T) {
 			require.Equal(t, "payments", rep.Queues[2].Queue, "seeded dead letters came from queue:payments")
 			require.Zero(t, rep.Queues[2].Backlog)
 			require.Zero(t, rep.Outbox.Backlog)
+
+			// A topic with subscriptions: each subscription's queue follows it.
+			subs, ok := st.Queue.(idem.QueueSubscriptionStore)
+			require.True(t, ok, "every store has subscriptions")
+			require.NoError(t, subs.QueueSubscribe(ctx, "shipments", "ledger"))
+			require.NoError(t, subs.QueueSubscribe(ctx, "shipments", "email"))
+			require.NoError(t, st.Queue.QueuePublish(ctx, "shipments", idem.Message{EventID: "o1"}, idem.Message{EventID: "o2"}))
+			r = idemCLI(t, "status", "--store", dsn, "--json", "--queue", "shipments", "--queue", "shipments#email")
+			requireOK(t, r)
+			rep = statusReport{}
+			require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep), r.stdout)
+			var got []string
+			for _, q := range rep.Queues {
+				got = append(got, q.Queue+"="+strconv.FormatInt(q.Backlog, 10))
+			}
+			require.Equal(t, []string{"shipments=0", "shipments#email=2", "shipments#ledger=2"}, got)
 
 			r = idemCLI(t, "status", "--store", dsn, "--queue", "other")
 			requireOK(t, r)

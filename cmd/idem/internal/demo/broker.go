@@ -48,20 +48,44 @@ type broker struct {
 	reuse func(ctx context.Context, topic string, msgs []idem.Message) error
 	// redelivery is the consumer's RedeliveryWindow (0: idem's default).
 	redelivery time.Duration
-	// backlog reports messages the broker still holds for the run's consumer.
+	// fanout, when set, is the e-mail consumer's source: a subscription of its own to topic,
+	// receiving every event the ledger's source does (--fanout).
+	fanout idem.Source
+	// backlog reports messages the broker still holds for the run's consumers.
 	backlog func(ctx context.Context) (int, error)
 	close   func()
 }
 
-// queueBroker is the queue table in the store: per-run queue "demo.payments.<run id>".
-func queueBroker[TTx any](store idem.QueueTxStore[TTx], runID string) (*broker, error) {
+// queueBroker is the queue table in the store: per-run queue "demo.payments.<run id>". With
+// fanout the queue is a topic with two subscriptions, "ledger" (source) and "email" (fanout),
+// registered before anything is published, so each receives every event.
+func queueBroker[TTx any](ctx context.Context, store idem.QueueTxStore[TTx], runID string, fanout bool) (*broker, error) {
 	queue := "demo.payments." + runID
-	src, err := idemqueue.NewSource(store, idemqueue.SourceConfig{Queue: queue, Lease: lease, MaxWait: pollWait})
-	if err != nil {
+	open := func(subscription string) (*idemqueue.Source[TTx], error) {
+		src, err := idemqueue.NewSource(store, idemqueue.SourceConfig{Queue: queue, Subscription: subscription, Lease: lease, MaxWait: pollWait})
+		if err != nil {
+			return nil, err
+		}
+		return src, src.Subscribe(ctx)
+	}
+	var (
+		src, email *idemqueue.Source[TTx]
+		err        error
+	)
+	queues := []string{queue}
+	if fanout {
+		if email, err = open(emailSubscription); err != nil {
+			return nil, err
+		}
+		if src, err = open(ledgerSubscription); err != nil {
+			return nil, err
+		}
+		queues = append(queues, queue+idem.SubscriptionSeparator+ledgerSubscription, queue+idem.SubscriptionSeparator+emailSubscription)
+	} else if src, err = open(""); err != nil {
 		return nil, err
 	}
 	sink := idemqueue.NewSink(store)
-	return &broker{
+	b := &broker{
 		topic:  queue,
 		source: src,
 		sink:   sink,
@@ -72,11 +96,22 @@ func queueBroker[TTx any](store idem.QueueTxStore[TTx], runID string) (*broker, 
 			return len(msgs), 0, nil
 		},
 		backlog: func(ctx context.Context) (int, error) {
-			st, err := store.QueueStats(ctx, queue)
-			return int(st.Backlog), err
+			n := 0
+			for _, q := range queues {
+				st, err := store.QueueStats(ctx, q)
+				if err != nil {
+					return n, err
+				}
+				n += int(st.Backlog)
+			}
+			return n, nil
 		},
 		close: func() { _ = src.Close() },
-	}, nil
+	}
+	if email != nil {
+		b.fanout = email
+	}
+	return b, nil
 }
 
 // natsBroker creates (or updates) the demo's stream and a durable for this run on the JetStream

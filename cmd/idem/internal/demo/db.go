@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -15,7 +16,7 @@ import (
 )
 
 // database runs the demo's own SQL on either store. Statements are written with ? placeholders
-// and {orders}, {ledger}, {wallets}, {dead_letters}, {outbox} for table names; the database
+// and {orders}, {ledger}, {wallets}, {emails}, {dead_letters}, {outbox} for table names; the database
 // rewrites both for its dialect and schema.
 type database struct {
 	sqlite *sql.DB       // set for SQLite and MySQL (database/sql, ? placeholders)
@@ -49,6 +50,7 @@ func newDatabase(st *connect.Stores) *database {
 		"{orders}", qual("demo_orders"),
 		"{ledger}", qual("demo_ledger"),
 		"{wallets}", qual("demo_wallets"),
+		"{emails}", qual("demo_emails"),
 		"{dead_letters}", qual(prefix+"dead_letters"),
 		"{outbox}", qual(prefix+"outbox"),
 	)
@@ -130,13 +132,46 @@ func (d *database) rows(ctx context.Context, q string, args []any, each func(sca
 	return rows.Err()
 }
 
+// The e-mail consumer's receipts (--fanout), append-only like the ledger (no unique key on
+// event_id: a second row is a double send), per database.
+var (
+	sqliteEmailTables = []string{
+		`CREATE TABLE IF NOT EXISTS {emails} (
+			id           INTEGER PRIMARY KEY AUTOINCREMENT,
+			run_id       TEXT    NOT NULL,
+			event_id     TEXT    NOT NULL,
+			wallet_id    TEXT    NOT NULL,
+			amount_cents INTEGER NOT NULL)`,
+		`CREATE INDEX IF NOT EXISTS demo_emails_event ON {emails} (run_id, event_id)`,
+	}
+	mysqlEmailTables = []string{
+		`CREATE TABLE IF NOT EXISTS {emails} (
+			id           BIGINT       NOT NULL AUTO_INCREMENT PRIMARY KEY,
+			run_id       VARCHAR(64)  NOT NULL,
+			event_id     VARCHAR(255) NOT NULL,
+			wallet_id    VARCHAR(64)  NOT NULL,
+			amount_cents BIGINT       NOT NULL,
+			KEY demo_emails_event (run_id, event_id)
+		) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+	}
+	postgresEmailTables = []string{
+		`CREATE TABLE IF NOT EXISTS {emails} (
+			id           bigserial PRIMARY KEY,
+			run_id       text      NOT NULL,
+			event_id     text      NOT NULL,
+			wallet_id    text      NOT NULL,
+			amount_cents bigint    NOT NULL)`,
+		`CREATE INDEX IF NOT EXISTS demo_emails_event ON {emails} (run_id, event_id)`,
+	}
+)
+
 // createTables creates the demo's tables if they are missing. On PostgreSQL concurrent demos
 // serialise on an advisory lock, since CREATE TABLE IF NOT EXISTS can still race.
 func (d *database) createTables(ctx context.Context) error {
 	if !d.postgres() {
-		schema := payments.SQLiteTables
+		schema := append(slices.Clone(payments.SQLiteTables), sqliteEmailTables...)
 		if d.mysql {
-			schema = payments.MySQLTables
+			schema = append(slices.Clone(payments.MySQLTables), mysqlEmailTables...)
 		}
 		for _, s := range schema {
 			if err := d.exec(ctx, s); err != nil {
@@ -149,7 +184,7 @@ func (d *database) createTables(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "idem demo tables "+d.schema); err != nil {
 			return err
 		}
-		for _, s := range payments.PostgresTables {
+		for _, s := range append(slices.Clone(payments.PostgresTables), postgresEmailTables...) {
 			if _, err := tx.Exec(ctx, d.sql(s)); err != nil {
 				return err
 			}

@@ -64,6 +64,14 @@ const (
 // consumerName is the consumer the demo runs, with its effect version.
 const consumerName = "ledger@v1"
 
+// With --fanout a second consumer, emailConsumerName, receives every event of the topic too,
+// through a queue-table subscription of its own; the ledger reads through ledgerSubscription.
+const (
+	emailConsumerName  = "email@v1"
+	ledgerSubscription = "ledger"
+	emailSubscription  = "email"
+)
+
 // Tuning of the scenario.
 const (
 	// produceBatch is how many orders the producer writes per transaction.
@@ -107,6 +115,10 @@ type Options struct {
 	// deliveries in one transaction (idem.BatchConfig). Every check of the verdict must hold the
 	// same.
 	Batch int
+	// FanOut runs a second consumer of the same topic, an e-mail consumer (email@v1) that
+	// records one demo_emails row per event, each consumer on a queue-table subscription of its
+	// own: both must apply every event once. It needs the queue-table broker ("sql").
+	FanOut bool
 	// Seed chooses which events misbehave how (default SeedDefault); the same seed injects the
 	// same misbehaviour.
 	Seed int64
@@ -185,6 +197,9 @@ func (o Options) Validate() error {
 	if o.Events < 1 || o.Events > EventsMax {
 		errs = append(errs, fmt.Errorf("--events %d: want between 1 and %d", o.Events, EventsMax))
 	}
+	if bu, err := connect.ParseBroker(o.Broker); o.FanOut && err == nil && bu.Kind != connect.BrokerSQL {
+		errs = append(errs, fmt.Errorf("--fanout: needs --broker %s (queue-table subscriptions), not %s", connect.BrokerSQL, bu.Kind))
+	}
 	if o.Batch < 0 || o.Batch > 10000 {
 		errs = append(errs, fmt.Errorf("--batch %d: want between 0 (per event) and 10000", o.Batch))
 	}
@@ -204,6 +219,9 @@ func (o Options) Validate() error {
 	}
 	if o.HTTP && o.Broker != BrokerDefault {
 		errs = append(errs, errHTTPWithBroker)
+	}
+	if o.HTTP && o.FanOut {
+		errs = append(errs, errors.New("--fanout needs the queue table's subscriptions: --http delivers through the webhook ingress instead"))
 	}
 	if o.HTTP && o.Batch > 1 {
 		errs = append(errs, errors.New("--http delivers one event per request: --batch does not apply"))
@@ -269,6 +287,7 @@ type demoStore[TTx any] interface {
 	idem.Store[TTx]
 	idem.QueueTxStore[TTx]
 	idem.OutboxStore[TTx]
+	idem.QueueSubscriptionStore
 }
 
 // txExec runs a statement of the demo's inside a store transaction and reports the rows it
@@ -299,12 +318,14 @@ type scenario[TTx any] struct {
 	exec  txExec[TTx]
 	br    *broker
 	tally *tally
+	// emailTally observes the e-mail consumer (--fanout; nil without).
+	emailTally *tally
 	// failed marks orders whose handler failed transiently at least once.
 	failed []atomic.Bool
 	// produced counts orders committed by the producer.
 	produced atomic.Int64
 
-	insertLedger, creditWallet string
+	insertLedger, creditWallet, insertEmail string
 }
 
 func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx], db *database, bu connect.BrokerURL, exec txExec[TTx]) (Verdict, error) {
@@ -319,6 +340,7 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 		failed:       make([]atomic.Bool, o.Events),
 		insertLedger: db.sql(`INSERT INTO {ledger} (run_id, event_id, wallet_id, amount_cents) VALUES (?, ?, ?, ?)`),
 		creditWallet: db.sql(`UPDATE {wallets} SET balance_cents = balance_cents + ? WHERE run_id = ? AND id = ?`),
+		insertEmail:  db.sql(`INSERT INTO {emails} (run_id, event_id, wallet_id, amount_cents) VALUES (?, ?, ?, ?)`),
 	}
 	var (
 		err  error
@@ -345,7 +367,7 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 		if s.br, err = sqsBroker(ctx, bu, s.runID); err != nil {
 			return v, fmt.Errorf("broker %s: %w", v.Broker, err)
 		}
-	} else if s.br, err = queueBroker[TTx](store, s.runID); err != nil {
+	} else if s.br, err = queueBroker[TTx](ctx, store, s.runID, o.FanOut); err != nil {
 		return v, fmt.Errorf("broker %s: %w", v.Broker, err)
 	}
 	defer s.br.close()
@@ -396,12 +418,37 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 		return v, err
 	}
 	source := newLosingAckSource(s.br.source, s.plan)
+	// With --fanout the e-mail consumer gets the same injected lost acks on its own source, and
+	// the same duplicates and poison through its subscription.
+	var (
+		emailConsumer *idem.Consumer[TTx]
+		emailSource   *losingAckSource
+	)
+	if s.br.fanout != nil {
+		s.emailTally = newTally(s.runID, o.Events)
+		emailConsumer, err = idem.NewConsumer(store, idem.ConsumerConfig[TTx]{
+			Batch:            batch,
+			Name:             emailConsumerName,
+			Handler:          s.sendEmail,
+			Validator:        idem.ValidatorFunc(payments.Validate),
+			Retry:            retryPolicy,
+			RedeliveryWindow: s.br.redelivery,
+			Workers:          o.Concurrency,
+			ShutdownTimeout:  shutdownTimeout,
+			Logger:           o.Logger,
+			Observer:         s.emailTally,
+		})
+		if err != nil {
+			return v, err
+		}
+		emailSource = newLosingAckSource(s.br.fanout, s.plan)
+	}
 
 	start := time.Now()
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	consumerDone, relayDone, producerDone := make(chan error, 1), make(chan error, 1), make(chan error, 1)
-	go func() { consumerDone <- consumer.Run(runCtx, source) }()
+	go func() { consumerDone <- runConsumers(runCtx, consumer, source, emailConsumer, emailSource) }()
 	go func() { relayDone <- relay.Run(runCtx) }()
 	go func() { producerDone <- s.produce(runCtx) }()
 
@@ -422,6 +469,21 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 	}
 	cv.Store, cv.Broker, cv.Seed, cv.RunID = v.Store, v.Broker, v.Seed, v.RunID
 	s.tally.counts(&cv)
+	if emailConsumer != nil {
+		fv, err := checkFanOut(cctx, db, s.runID)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("could not compute the e-mail consumer's verdict: %v", err))
+		}
+		var counts Verdict
+		s.emailTally.counts(&counts)
+		fv.Deliveries, fv.Processed, fv.DuplicatesIgnored = counts.Deliveries, counts.Processed, counts.DuplicatesIgnored
+		fv.CrashesInjected = int(emailSource.n.Load())
+		cv.FanOut = &fv
+		if len(fv.Problems) > 0 {
+			cv.Problems = append(cv.Problems, fv.Problems...)
+			cv.OK = false
+		}
+	}
 	cv.DuplicatesInjected = int(sink.injected.Load())
 	cv.DuplicatesDroppedByBroker = int(sink.dropped.Load())
 	cv.LostAcksInjected = int(source.n.Load())
@@ -566,7 +628,7 @@ func (s *scenario[TTx]) produce(ctx context.Context) error {
 		var ready []int
 		rest := reuse[:0]
 		for _, i := range reuse {
-			if _, ok := s.tally.applied(payments.EventID(s.runID, s.plan[i].Target)); ok {
+			if s.appliedByAll(payments.EventID(s.runID, s.plan[i].Target)) {
 				ready = append(ready, i)
 			} else {
 				rest = append(rest, i)
@@ -606,6 +668,45 @@ func (s *scenario[TTx]) produce(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// appliedByAll reports whether every consumer of the run (the ledger, and the e-mail consumer
+// with --fanout) has applied eventID.
+func (s *scenario[TTx]) appliedByAll(eventID string) bool {
+	if _, ok := s.tally.applied(eventID); !ok {
+		return false
+	}
+	if s.emailTally != nil {
+		_, ok := s.emailTally.applied(eventID)
+		return ok
+	}
+	return true
+}
+
+// runConsumers runs the ledger consumer on src and, when set, the e-mail consumer on
+// emailSrc, until ctx ends or one of them returns; then it stops the other and returns the
+// first one's error (nil when ctx ended).
+func runConsumers[TTx any](ctx context.Context, c *idem.Consumer[TTx], src idem.Source, email *idem.Consumer[TTx], emailSrc idem.Source) error {
+	if email == nil {
+		return c.Run(ctx, src)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 2)
+	go func() { done <- c.Run(ctx, src) }()
+	go func() {
+		err := email.Run(ctx, emailSrc)
+		if err != nil {
+			err = fmt.Errorf("%s: %w", emailConsumerName, err)
+		} else if ctx.Err() == nil {
+			err = fmt.Errorf("%s: Run returned early", emailConsumerName)
+		}
+		done <- err
+	}()
+	first := <-done
+	cancel()
+	<-done
+	return first
 }
 
 // wait returns when an order may have settled, after a short while anyway, or when ctx ends.
@@ -671,6 +772,21 @@ func (s *scenario[TTx]) committed(idxs []int, at time.Time) {
 		}
 		s.tally.committed[i].Store(at.UnixNano())
 	}
+}
+
+// sendEmail is the email@v1 handler of --fanout: it records the payment receipt it would send,
+// one demo_emails row, in the transaction that holds the event's claim (a real one would write
+// an outbox intent for the mail relay here).
+func (s *scenario[TTx]) sendEmail(ctx context.Context, tx TTx, msg idem.Message) error {
+	var p payments.Payment
+	if err := json.Unmarshal(msg.Payload, &p); err != nil || p.WalletID == nil || p.AmountCents == nil {
+		return idem.Permanent(fmt.Errorf("%w: event %s: not a payment", idem.ErrInvalidPayload, msg.EventID))
+	}
+	n, err := s.exec(ctx, tx, s.insertEmail, s.runID, msg.EventID, *p.WalletID, *p.AmountCents)
+	if err != nil {
+		return fmt.Errorf("insert e-mail row: %w", err)
+	}
+	return idem.ExpectRows(n, 1)
 }
 
 // credit is the ledger@v1 handler: one ledger row and the wallet's balance, in the

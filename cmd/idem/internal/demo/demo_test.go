@@ -194,6 +194,8 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{func(o *Options) { o.Broker = "kafka://x:1" }, "--broker: "},
 		{func(o *Options) { o.HTTP, o.Broker = true, "nats://127.0.0.1:4222" }, "--http replaces the broker"},
 		{func(o *Options) { o.HTTP, o.Batch = true, 25 }, "--http delivers one event per request"},
+		{func(o *Options) { o.Broker, o.FanOut = "nats://127.0.0.1:4222", true }, "--fanout: needs --broker sql"},
+		{func(o *Options) { o.HTTP, o.FanOut = true, true }, "--fanout needs the queue table's subscriptions"},
 	} {
 		o := Options{}.WithDefaults()
 		tc.mod(&o)
@@ -463,4 +465,72 @@ func TestMySQLHTTPChaos(t *testing.T) {
 	v, err := Run(context.Background(), o)
 	require.NoError(t, err)
 	requireChaosOK(t, v)
+}
+
+// requireFanOutOK checks the e-mail consumer's half of a --fanout chaos run: it received every
+// event through its own subscription, with the same injected duplicates, poison and lost acks,
+// and applied each valid event once.
+func requireFanOutOK(t *testing.T, v Verdict) {
+	t.Helper()
+	requireChaosOK(t, v)
+	f := v.FanOut
+	require.NotNil(t, f)
+	require.Equal(t, emailConsumerName, f.Consumer)
+	require.Zero(t, f.DoubleSent)
+	require.Zero(t, f.Missing)
+	require.Zero(t, f.Wrong)
+	require.True(t, f.PoisonOK)
+	require.Empty(t, f.Problems)
+	require.Equal(t, v.Events-v.PoisonInjected, f.Processed, "each valid event processed once by the e-mail consumer too")
+	require.Equal(t, v.PoisonInjected, f.DeadLettered["invalid_payload"]+f.DeadLettered["key_reuse"])
+	require.GreaterOrEqual(t, f.CrashesInjected, 5)
+	require.GreaterOrEqual(t, f.DuplicatesIgnored, f.CrashesInjected, "every lost ack came back as a duplicate")
+}
+
+// TestSQLiteFanOut runs the chaos scenario with a ledger and an e-mail consumer of one topic,
+// each on a queue-table subscription of its own, and checks both verdicts and the tables by
+// hand: one ledger row and one e-mail row per valid event, and the subscriptions drained.
+func TestSQLiteFanOut(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "demo.db")
+	o := chaos("sqlite://"+path, "sql")
+	o.FanOut = true
+	v, err := Run(context.Background(), o)
+	require.NoError(t, err)
+	requireFanOutOK(t, v)
+
+	db, err := idemsqlite.Open(path)
+	require.NoError(t, err)
+	defer db.Close()
+	q := func(query string, args ...any) int {
+		var n int
+		require.NoError(t, db.QueryRow(query, args...).Scan(&n), query)
+		return n
+	}
+	for _, table := range []string{"demo_ledger", "demo_emails"} {
+		require.Zero(t, q(`SELECT count(*) FROM demo_orders o WHERE o.run_id = ? AND o.valid AND 1 <>
+			(SELECT count(*) FROM `+table+` x WHERE x.run_id = o.run_id AND x.event_id = o.event_id AND x.amount_cents = o.amount_cents)`, v.RunID), table)
+		require.Zero(t, q(`SELECT count(*) FROM `+table+` x WHERE x.run_id = ? AND NOT EXISTS
+			(SELECT 1 FROM demo_orders o WHERE o.run_id = x.run_id AND o.event_id = x.event_id AND o.valid)`, v.RunID), table)
+	}
+	queue := "demo.payments." + v.RunID
+	require.Zero(t, q(`SELECT count(*) FROM idem_queue WHERE queue IN (?, ?, ?)`, queue, queue+"#ledger", queue+"#email"), "every subscription drained")
+	require.Equal(t, 2, q(`SELECT count(*) FROM idem_queue_subscriptions WHERE topic = ?`, queue))
+}
+
+func TestPostgresFanOut(t *testing.T) {
+	storeURL, _, _ := pgSchema(t)
+	o := chaos(storeURL, "sql")
+	o.FanOut = true
+	v, err := Run(context.Background(), o)
+	require.NoError(t, err)
+	requireFanOutOK(t, v)
+}
+
+func TestMySQLFanOutBatched(t *testing.T) {
+	_, storeURL := testdb.MySQLDatabase(t)
+	o := chaos(storeURL, "sql")
+	o.FanOut, o.Batch = true, 10
+	v, err := Run(context.Background(), o)
+	require.NoError(t, err)
+	requireFanOutOK(t, v)
 }

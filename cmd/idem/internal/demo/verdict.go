@@ -74,6 +74,31 @@ type Verdict struct {
 	Problems []string `json:"problems,omitempty"`
 	// Notes explain results that are not problems (duplicates the broker dropped).
 	Notes []string `json:"notes,omitempty"`
+	// FanOut is the e-mail consumer's half of a --fanout run (nil without).
+	FanOut *FanOutVerdict `json:"fanout,omitempty"`
+}
+
+// FanOutVerdict is what a --fanout run proved of its second consumer, the e-mail consumer on a
+// subscription of its own to the same topic: computed from demo_emails and its dead letters,
+// with its observer's counters.
+type FanOutVerdict struct {
+	Consumer          string `json:"consumer"`
+	Deliveries        int    `json:"deliveries"`
+	Processed         int    `json:"processed"`
+	DuplicatesIgnored int    `json:"duplicates_ignored"`
+	CrashesInjected   int    `json:"crashes_injected"`
+	// DeadLettered counts its dead letters by reason.
+	DeadLettered map[string]int `json:"dead_lettered"`
+	// DoubleSent counts events with more than one demo_emails row.
+	DoubleSent int `json:"double_sent"`
+	// Missing counts valid events without exactly one demo_emails row of their amount.
+	Missing int `json:"missing"`
+	// Wrong counts demo_emails rows that match no valid order.
+	Wrong int `json:"wrong"`
+	// PoisonOK: every poison message was dead-lettered for it exactly once, with the right reason.
+	PoisonOK bool `json:"poison_ok"`
+	// Problems says what failed; they are in the run's Problems too.
+	Problems []string `json:"problems,omitempty"`
 }
 
 // checkQueries are the SQL behind the verdict, so that anyone can rerun them by hand. Each
@@ -117,6 +142,20 @@ const (
 	// qDeadLetters: the run's dead letters by consumer and reason.
 	qDeadLetters = `SELECT consumer, reason, count(*) FROM {dead_letters}
 		WHERE consumer IN (?, ?) AND substr(event_id, 1, ?) = ? GROUP BY consumer, reason`
+	// qEmailsDouble: events with more than one e-mail row (--fanout).
+	qEmailsDouble = `SELECT count(*) FROM (SELECT event_id FROM {emails} WHERE run_id = ?
+		GROUP BY event_id HAVING count(*) > 1) AS twice`
+	// qEmailsMissing: valid orders without exactly one e-mail row of their wallet and amount.
+	qEmailsMissing = `SELECT count(*) FROM {orders} o WHERE o.run_id = ? AND o.valid
+		AND (SELECT count(*) FROM {emails} e WHERE e.run_id = o.run_id AND e.event_id = o.event_id
+			AND e.wallet_id = o.wallet_id AND e.amount_cents = o.amount_cents) <> 1`
+	// qEmailsWrong: e-mail rows that match no valid order.
+	qEmailsWrong = `SELECT count(*) FROM {emails} e WHERE e.run_id = ?
+		AND NOT EXISTS (SELECT 1 FROM {orders} o WHERE o.run_id = e.run_id AND o.event_id = e.event_id
+			AND o.valid AND o.wallet_id = e.wallet_id AND o.amount_cents = e.amount_cents)`
+	// qConsumerDeadLetters: the run's dead letters of one consumer, by reason.
+	qConsumerDeadLetters = `SELECT reason, count(*) FROM {dead_letters}
+		WHERE consumer = ? AND substr(event_id, 1, ?) = ? GROUP BY reason`
 	// qOutboxBacklog: the run's outbox rows not yet published (dead rows have a dead letter).
 	qOutboxBacklog = `SELECT count(*) FROM {outbox}
 		WHERE published_at IS NULL AND NOT dead AND substr(event_id, 1, ?) = ?`
@@ -214,6 +253,60 @@ func check(ctx context.Context, db *database, runID string) (Verdict, error) {
 	return v, nil
 }
 
+// checkFanOut computes the database half of the e-mail consumer's verdict for run runID
+// (--fanout): each valid event sent once, poison dead-lettered once, nothing else sent.
+func checkFanOut(ctx context.Context, db *database, runID string) (FanOutVerdict, error) {
+	v := FanOutVerdict{Consumer: emailConsumerName, DeadLettered: map[string]int{}}
+	fail := func(what string, err error) (FanOutVerdict, error) {
+		return v, fmt.Errorf("check run %s, consumer %s: %s: %w", runID, emailConsumerName, what, err)
+	}
+	var (
+		poison, badPoison int
+		err               error
+	)
+	if v.DoubleSent, err = db.count(ctx, qEmailsDouble, runID); err != nil {
+		return fail("count double sends", err)
+	}
+	if v.Missing, err = db.count(ctx, qEmailsMissing, runID); err != nil {
+		return fail("count valid orders not sent once", err)
+	}
+	if v.Wrong, err = db.count(ctx, qEmailsWrong, runID); err != nil {
+		return fail("compare e-mails with orders", err)
+	}
+	if poison, err = db.count(ctx, `SELECT count(*) FROM {orders} WHERE run_id = ? AND poison <> ''`, runID); err != nil {
+		return fail("count poison orders", err)
+	}
+	if badPoison, err = db.count(ctx, qBadPoison, runID, emailConsumerName); err != nil {
+		return fail("check poison dead letters", err)
+	}
+	prefix := runID + "-"
+	if err := db.rows(ctx, qConsumerDeadLetters, []any{emailConsumerName, len(prefix), prefix}, func(scan func(...any) error) error {
+		var reason string
+		var c int
+		if err := scan(&reason, &c); err != nil {
+			return err
+		}
+		v.DeadLettered[reason] += c
+		return nil
+	}); err != nil {
+		return fail("count dead letters", err)
+	}
+	v.PoisonOK = badPoison == 0
+	if v.DoubleSent > 0 {
+		v.Problems = append(v.Problems, fmt.Sprintf("%s: %d events were sent more than once (several demo_emails rows)", emailConsumerName, v.DoubleSent))
+	}
+	if v.Missing > 0 {
+		v.Problems = append(v.Problems, fmt.Sprintf("%s: %d valid events were not sent exactly once", emailConsumerName, v.Missing))
+	}
+	if v.Wrong > 0 {
+		v.Problems = append(v.Problems, fmt.Sprintf("%s: %d e-mail rows match no valid order (a poison or key-reuse message was sent)", emailConsumerName, v.Wrong))
+	}
+	if badPoison > 0 {
+		v.Problems = append(v.Problems, fmt.Sprintf("%s: %d of %d poison messages were not dead-lettered exactly once with the right reason", emailConsumerName, badPoison, poison))
+	}
+	return v, nil
+}
+
 // WriteTable writes v as a short aligned table ending with "verdict: ok" or "verdict: FAILED"
 // and the problems, one per line.
 func (v Verdict) WriteTable(w io.Writer) error {
@@ -237,6 +330,12 @@ func (v Verdict) WriteTable(w io.Writer) error {
 	row("poison", "%s", payments.OKText(v.PoisonOK))
 	row("throughput", "%d events in %.1f s (%.0f events/s)", v.Events, float64(v.DurationMS)/1000, v.EventsPerS)
 	row("latency", "p50 %.1f ms, p95 %.1f ms, p99 %.1f ms", v.P50MS, v.P95MS, v.P99MS)
+	if f := v.FanOut; f != nil {
+		row("fan-out", "%s on its own subscription: %d deliveries, %d processed, %d duplicates ignored, %d lost acks",
+			f.Consumer, f.Deliveries, f.Processed, f.DuplicatesIgnored, f.CrashesInjected)
+		row("", "dead letters %s, double sent %d, not sent once %d, wrong %d, poison %s",
+			payments.CountText(f.DeadLettered), f.DoubleSent, f.Missing, f.Wrong, payments.OKText(f.PoisonOK))
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}

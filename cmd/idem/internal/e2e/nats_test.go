@@ -34,7 +34,7 @@ func natsHarness(tb testing.TB) transporttest.Harness {
 		tb.Fatal(err)
 	}
 	return transporttest.Harness{
-		Features: transporttest.Features{BrokerDedup: true, DelayedNak: true, Persistent: true},
+		Features: transporttest.Features{BrokerDedup: true, DelayedNak: true, Persistent: true, FanOut: true},
 		NewTopic: func(tb testing.TB) string {
 			id := testdb.Name("")
 			name := "IDEME2E_" + strings.ToUpper(id)

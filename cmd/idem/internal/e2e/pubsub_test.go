@@ -37,6 +37,12 @@ var pubsubNames = []string{"ledger"}
 // minutes, so the Source's RedeliveryWindow stays within the consumer's.
 func pubsubHarness(tb testing.TB) transporttest.Harness {
 	tb.Helper()
+	return pubsubHarnessNamed(tb, pubsubNames)
+}
+
+// pubsubHarnessNamed is pubsubHarness whose topics get the subscriptions names when created.
+func pubsubHarnessNamed(tb testing.TB, names []string) transporttest.Harness {
+	tb.Helper()
 	srv := pstest.NewServer()
 	tb.Cleanup(func() { _ = srv.Close() })
 	conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -63,14 +69,14 @@ func pubsubHarness(tb testing.TB) transporttest.Harness {
 		return sub
 	}
 	return transporttest.Harness{
-		Features: transporttest.Features{DelayedNak: true, Persistent: true},
+		Features: transporttest.Features{DelayedNak: true, Persistent: true, FanOut: true},
 		NewTopic: func(tb testing.TB) string {
 			topic := testdb.Name("ps_")
 			_, err := client.TopicAdminClient.CreateTopic(context.Background(), &pubsubpb.Topic{Name: "projects/" + pubsubProject + "/topics/" + topic})
 			if err != nil {
 				tb.Fatalf("create topic %s: %v", topic, err)
 			}
-			for _, n := range pubsubNames {
+			for _, n := range names {
 				subscribe(tb, topic, n)
 			}
 			return topic

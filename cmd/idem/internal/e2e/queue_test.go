@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"context"
 	"database/sql"
 	"testing"
 	"time"
@@ -29,6 +30,74 @@ func queueHarness[TTx any](store idem.QueueTxStore[TTx]) transporttest.Harness {
 		},
 		Sink: func(tb testing.TB) idem.Sink { return idemqueue.NewSink(store) },
 	}
+}
+
+// queueSubscriptionHarness is the queue-table transport with a subscription per source name:
+// fan-out. A subscription receives only what is published after it exists, as in a deployment
+// that subscribes before producers publish: NewTopic subscribes names, and each source
+// registers its own when opened (idempotent).
+func queueSubscriptionHarness[TTx any](store interface {
+	idem.QueueTxStore[TTx]
+	idem.QueueSubscriptionStore
+}, names []string) transporttest.Harness {
+	return transporttest.Harness{
+		Features: transporttest.Features{DelayedNak: true, Persistent: true, FanOut: true},
+		NewTopic: func(tb testing.TB) string {
+			topic := testdb.Name("q_")
+			for _, name := range names {
+				if err := store.QueueSubscribe(context.Background(), topic, name); err != nil {
+					tb.Fatal(err)
+				}
+			}
+			return topic
+		},
+		Source: func(tb testing.TB, topic, name string, lease time.Duration) idem.Source {
+			src, err := idemqueue.NewSource(store, idemqueue.SourceConfig{Queue: topic, Subscription: name, Lease: lease, MaxWait: 200 * time.Millisecond})
+			if err != nil {
+				tb.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := src.Subscribe(ctx); err != nil {
+				tb.Fatal(err)
+			}
+			return src
+		},
+		Sink: func(tb testing.TB) idem.Sink { return idemqueue.NewSink(store) },
+	}
+}
+
+// TestQueueSubscriptions runs the transport suite (FanOut among its checks) and the runtime's
+// fan-out check over queue-table subscriptions on every store.
+func TestQueueSubscriptions(t *testing.T) {
+	t.Parallel()
+	t.Run("Postgres", func(t *testing.T) {
+		t.Parallel()
+		store, _ := testdb.Postgres(t)
+		transporttest.Exercise(t, queueSubscriptionHarness[pgx.Tx](store, transporttest.SourceNames))
+		consumertest.ExerciseFanOut(t, func(tb testing.TB) (storetest.Bundle[pgx.Tx], transporttest.Harness) {
+			store, b := testdb.Postgres(tb)
+			return b, queueSubscriptionHarness[pgx.Tx](store, transporttest.SourceNames)
+		})
+	})
+	t.Run("SQLite", func(t *testing.T) {
+		t.Parallel()
+		store, _ := testdb.SQLite(t)
+		transporttest.Exercise(t, queueSubscriptionHarness[*sql.Tx](store, transporttest.SourceNames))
+		consumertest.ExerciseFanOut(t, func(tb testing.TB) (storetest.Bundle[*sql.Tx], transporttest.Harness) {
+			store, b := testdb.SQLite(tb)
+			return b, queueSubscriptionHarness[*sql.Tx](store, transporttest.SourceNames)
+		})
+	})
+	t.Run("MySQL", func(t *testing.T) {
+		t.Parallel()
+		store, _ := testdb.MySQL(t)
+		transporttest.Exercise(t, queueSubscriptionHarness[*sql.Tx](store, transporttest.SourceNames))
+		consumertest.ExerciseFanOut(t, func(tb testing.TB) (storetest.Bundle[*sql.Tx], transporttest.Harness) {
+			store, b := testdb.MySQL(tb)
+			return b, queueSubscriptionHarness[*sql.Tx](store, transporttest.SourceNames)
+		}, consumertest.Batched(10))
+	})
 }
 
 func TestRuntimePostgresQueue(t *testing.T) {

@@ -67,7 +67,7 @@ func redisHarness(tb testing.TB) transporttest.Harness {
 	rdb := redisClient(tb, "idem-e2e")
 	prefix := redisPrefix(tb, rdb)
 	return transporttest.Harness{
-		Features: transporttest.Features{BrokerDedup: true, DelayedNak: true, Persistent: true, FencedSettle: true},
+		Features: transporttest.Features{BrokerDedup: true, DelayedNak: true, Persistent: true, FencedSettle: true, FanOut: true},
 		NewTopic: func(testing.TB) string { return testdb.Name("") },
 		Source: func(tb testing.TB, topic, name string, lease time.Duration) idem.Source {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

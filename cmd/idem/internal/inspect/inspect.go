@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/connect"
 )
 
@@ -272,4 +273,40 @@ func RecoveryTimes(ctx context.Context, s *connect.Stores, limit int) ([]time.Du
 		})
 	}
 	return nil, noSQL(s)
+}
+
+// IgnoredCounts counts, per consumer, the events its handler ignored (idem.Ignore): the audit
+// rows with action idem.AuditActionIgnore, whose actor is the consumer.
+func IgnoredCounts(ctx context.Context, s *connect.Stores) (map[string]int64, error) {
+	const q = `SELECT actor, COUNT(*) FROM %s WHERE action = %s GROUP BY actor`
+	type count struct {
+		actor string
+		n     int64
+	}
+	var rows []count
+	var err error
+	if db, table, ok := sqlTable(s, "audit"); ok {
+		rows, err = scanSQL(ctx, db, fmt.Sprintf(q, table, "?"), []any{idem.AuditActionIgnore}, func(r *sql.Rows) (count, error) {
+			var c count
+			return c, r.Scan(&c.actor, &c.n)
+		})
+	} else if s.Postgres != nil {
+		var pr pgx.Rows
+		if pr, err = s.Postgres.Pool().Query(ctx, fmt.Sprintf(q, pgTable(s, "audit"), "$1"), idem.AuditActionIgnore); err == nil {
+			rows, err = pgx.CollectRows(pr, func(r pgx.CollectableRow) (count, error) {
+				var c count
+				return c, r.Scan(&c.actor, &c.n)
+			})
+		}
+	} else {
+		return nil, noSQL(s)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]int64, len(rows))
+	for _, c := range rows {
+		out[c.actor] = c.n
+	}
+	return out, nil
 }

@@ -116,6 +116,24 @@ func TestDeadLetters(t *testing.T) {
 			rec, err := inspect.RecoveryTimes(ctx, st, 10)
 			require.NoError(t, err)
 			require.Equal(t, []time.Duration{40 * time.Minute}, rec)
+
+			// Two events ignored by ledger@v1's handler, one by mailer@v2's.
+			for _, k := range []idem.Key{{Tenant: "acme", Consumer: "ledger@v1", EventID: "x"},
+				{Tenant: "acme", Consumer: "ledger@v1", EventID: "y"}, {Tenant: "acme", Consumer: "mailer@v2", EventID: "z"}} {
+				p := idem.RecordIgnoreParams{Key: k, Reason: "order deleted", Now: base}
+				switch {
+				case st.SQLite != nil:
+					err = st.SQLite.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error { return st.SQLite.RecordIgnoreTx(ctx, tx, p) })
+				case st.MySQL != nil:
+					err = st.MySQL.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error { return st.MySQL.RecordIgnoreTx(ctx, tx, p) })
+				case st.Postgres != nil:
+					err = st.Postgres.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error { return st.Postgres.RecordIgnoreTx(ctx, tx, p) })
+				}
+				require.NoError(t, err)
+			}
+			ignored, err := inspect.IgnoredCounts(ctx, st)
+			require.NoError(t, err)
+			require.Equal(t, map[string]int64{"ledger@v1": 2, "mailer@v2": 1}, ignored, "the replay's audit row is not an ignore")
 		})
 	}
 }

@@ -117,8 +117,11 @@ func (s *Server) action(kind actionKind) http.HandlerFunc {
 // preview shows what an action would touch and asks to confirm.
 func (s *Server) preview(w http.ResponseWriter, r *http.Request, kind actionKind, ids []int64, reason, note string) {
 	d := confirmData{Action: kind, IDs: ids, Reason: reason, Note: note, Destination: "the queue each one came from (its source)"}
-	if s.cfg.Topic != "" {
+	switch {
+	case s.cfg.Topic != "":
 		d.Destination = s.cfg.Topic
+	case s.cfg.ArrivalTopic:
+		d.Destination = "the subject each one arrived on"
 	}
 	for _, id := range ids {
 		dl, err := s.cfg.Stores.DeadLetters.GetDeadLetter(r.Context(), id)

@@ -100,6 +100,11 @@ func TestBrowser(t *testing.T) {
 	db := st.SQLite.DB()
 	_, err := db.ExecContext(ctx, `CREATE TABLE applied (event_id TEXT PRIMARY KEY)`)
 	require.NoError(t, err)
+	// An event ledger@v1's handler ignored (idem.Ignore): its order was deleted.
+	require.NoError(t, st.SQLite.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		return st.SQLite.RecordIgnoreTx(ctx, tx, idem.RecordIgnoreParams{
+			Key: idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-gone"}, Reason: "order deleted", Now: now})
+	}))
 
 	// A consumer process's metrics, as idem serve --metrics would scrape them.
 	m := idemprom.New(idemprom.Config{})
@@ -111,14 +116,14 @@ func TestBrowser(t *testing.T) {
 	s, hs := newServer(t, st, Config{Token: testToken, MetricsURLs: []string{ms.URL}, Queues: []string{"payments"}})
 	for i := range 12 {
 		for range i % 4 {
-			m.Observe(idem.Event{Consumer: "ledger@v1", Queue: "payments", Outcome: idem.OutcomeProcessed})
+			m.Observe(idem.Event{Consumer: "ledger@v1", Owner: "team-ledger", Queue: "payments", Outcome: idem.OutcomeProcessed})
 		}
 		if i%5 == 2 {
-			m.Observe(idem.Event{Consumer: "ledger@v1", Queue: "payments", Outcome: idem.OutcomeRetried, ErrorType: idem.ClassTransient})
+			m.Observe(idem.Event{Consumer: "ledger@v1", Owner: "team-ledger", Queue: "payments", Outcome: idem.OutcomeRetried, ErrorType: idem.ClassTransient})
 		}
 		require.NoError(t, s.Sample(ctx))
 	}
-	m.Observe(idem.Event{Consumer: "mailer@v2", Queue: "mail", Outcome: idem.OutcomeDeadLettered, ErrorType: idem.ClassPermanent, Reason: idem.ReasonPermanentError})
+	m.Observe(idem.Event{Consumer: "mailer@v2", Owner: "team-mail", Queue: "mail", Outcome: idem.OutcomeDeadLettered, ErrorType: idem.ClassPermanent, Reason: idem.ReasonPermanentError})
 	require.NoError(t, s.Sample(ctx))
 	u := hs.URL
 	id := func(n int64) string { return strconv.FormatInt(n, 10) }

@@ -103,6 +103,10 @@ func seed(t testing.TB, st *connect.Stores, now time.Time) seeded {
 	t.Helper()
 	ctx := context.Background()
 	ins := func(consumer, tenant, eventID string, reason idem.Reason, payload string, failed time.Time) int64 {
+		owner := ""
+		if consumer == "mailer@v2" {
+			owner = "team-mail"
+		}
 		msg := idem.Message{EventID: eventID, Tenant: tenant, Type: "payment.captured", Payload: []byte(payload),
 			Headers: map[string]string{"Authorization": "Bearer s3cr3t-token", "Trace": "abc"}}
 		fp, err := idem.ComputeFingerprint(msg, idem.FingerprintConfig{})
@@ -110,7 +114,7 @@ func seed(t testing.TB, st *connect.Stores, now time.Time) seeded {
 		dl, err := st.DeadLetters.InsertDeadLetter(ctx, idem.DeadLetter{Consumer: consumer, Message: msg,
 			Fingerprint: fp, Reason: reason, Error: "wallet " + eventID + " is closed",
 			Attempts: 3, FirstFailed: failed.Add(-time.Minute), LastFailed: failed, Status: idem.DeadLetterPending,
-			Source: "queue:payments"})
+			Source: "queue:payments", Owner: owner})
 		require.NoError(t, err)
 		return dl.ID
 	}

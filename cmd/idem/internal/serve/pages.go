@@ -84,6 +84,8 @@ type consumerRow struct {
 	RecentRate    float64
 	DLPending     int64
 	OldestPending time.Time
+	// Ignored counts the events its handler ignored (idem.Ignore), from the audit trail.
+	Ignored int64
 	// Metrics is from the scraped endpoints, nil when none reports this consumer.
 	Metrics *consumerMetrics
 	// ErrorRate is errors per sample interval, oldest first.
@@ -153,6 +155,13 @@ func (s *Server) consumersData(ctx context.Context, now time.Time) (consumersDat
 	for _, c := range claims {
 		row := get(c.Consumer)
 		row.Processed, row.LastProcessed = c.Count, c.Last
+	}
+	ignored, err := inspect.IgnoredCounts(ctx, st)
+	if err != nil {
+		return d, fmt.Errorf("count ignored events: %w", err)
+	}
+	for name, n := range ignored {
+		get(name).Ignored = n
 	}
 	start := now.Truncate(time.Minute).Add(-59 * time.Minute)
 	rate, err := inspect.ClaimRate(ctx, st, start, time.Minute)

@@ -39,6 +39,8 @@ type consumerMetrics struct {
 	// Errors counts deliveries that did not end processed or duplicate, by error class.
 	Errors map[string]float64
 	Paused bool
+	// Owner is the team the consumer's metrics name (ConsumerConfig.Owner), "" when none.
+	Owner string
 }
 
 // errorsTotal sums Errors.
@@ -158,6 +160,9 @@ func addConsumerMetrics(fams map[string]*dto.MetricFamily, into map[string]consu
 			c := into[name]
 			if c.Errors == nil {
 				c.Errors = map[string]float64{}
+			}
+			if o := labels["owner"]; o != "" {
+				c.Owner = o
 			}
 			fn(&c, labels, v)
 			into[name] = c

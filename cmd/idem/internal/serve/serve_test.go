@@ -81,6 +81,7 @@ func TestPagesRender(t *testing.T) {
 			require.Equal(t, http.StatusOK, code)
 			require.Contains(t, body, "mailer@v2")
 			require.Contains(t, body, "v2", "consumer version")
+			require.Contains(t, body, "team-mail", "owner")
 			require.Contains(t, body, "wallet evt-mail is closed")
 			require.Contains(t, body, "a@example.com")
 			require.NotContains(t, body, "hunter2", "payload secrets are masked")
@@ -327,7 +328,7 @@ func TestScrapedMetrics(t *testing.T) {
 	metrics := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	t.Cleanup(metrics.Close)
 	ev := func(o idem.Outcome, c idem.Class) idem.Event {
-		return idem.Event{Consumer: "ledger@v1", Queue: "payments", Outcome: o, ErrorType: c}
+		return idem.Event{Consumer: "ledger@v1", Owner: "team-ledger", Queue: "payments", Outcome: o, ErrorType: c}
 	}
 	now := time.Now()
 	s, hs := newServer(t, st, Config{MetricsURLs: []string{metrics.URL, "http://127.0.0.1:1/metrics"},
@@ -341,13 +342,13 @@ func TestScrapedMetrics(t *testing.T) {
 	require.NoError(t, s.Sample(context.Background()))
 
 	_, body := newBrowser(t, hs).get("/")
-	for _, want := range []string{"transient 2", "permanent 1", ">paused<", "http://127.0.0.1:1/metrics"} {
+	for _, want := range []string{"transient 2", "permanent 1", ">paused<", "http://127.0.0.1:1/metrics", "· team-ledger"} {
 		require.Contains(t, body, want)
 	}
 	hist := s.snapshot()
 	require.Len(t, hist, 2)
 	c := hist[1].Consumers["ledger@v1"]
-	require.Equal(t, consumerMetrics{Processed: 1, Retries: 2, Duplicates: 1, Paused: true,
+	require.Equal(t, consumerMetrics{Processed: 1, Retries: 2, Duplicates: 1, Paused: true, Owner: "team-ledger",
 		Errors: map[string]float64{"unknown": 0, "transient": 2, "permanent": 1}}, c)
 	require.Equal(t, []float64{3}, deltas(hist, func(sm sample) float64 { return sm.Consumers["ledger@v1"].errorsTotal() }))
 }
