@@ -308,18 +308,25 @@ func (c *Consumer[TTx]) runHandler(ctx context.Context, tx TTx, msg Message) (er
 			err = &panicError{value: v, stack: debug.Stack()}
 		}
 	}()
-	if d := c.cfg.HandlerTimeout; d > 0 {
-		hctx, cancel := context.WithTimeoutCause(ctx, d, ErrHandlerTimeout)
-		defer cancel()
-		err = c.cfg.Handler(hctx, tx, msg)
-		if err != nil && ctx.Err() == nil && errors.Is(context.Cause(hctx), ErrHandlerTimeout) {
-			if _, ignored := ignoredOf(err); !ignored {
-				err = Transient(fmt.Errorf("%w (HandlerTimeout %v): %w", ErrHandlerTimeout, d, err))
-			}
-		}
-		return err
+	return c.bounded(ctx, func(ctx context.Context) error { return c.cfg.Handler(ctx, tx, msg) })
+}
+
+// bounded runs a handler call under HandlerTimeout (when set): an error the call returns after
+// the timeout names it (ErrHandlerTimeout) and is transient.
+func (c *Consumer[TTx]) bounded(ctx context.Context, call func(ctx context.Context) error) error {
+	d := c.cfg.HandlerTimeout
+	if d <= 0 {
+		return call(ctx)
 	}
-	return c.cfg.Handler(ctx, tx, msg)
+	hctx, cancel := context.WithTimeoutCause(ctx, d, ErrHandlerTimeout)
+	defer cancel()
+	err := call(hctx)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(hctx), ErrHandlerTimeout) {
+		if _, ignored := ignoredOf(err); !ignored {
+			err = Transient(fmt.Errorf("%w (HandlerTimeout %v): %w", ErrHandlerTimeout, d, err))
+		}
+	}
+	return err
 }
 
 // classify chains the configured classifier, the store's and the default one.

@@ -13,8 +13,9 @@ import (
 // a duplicate, never a key reuse), in delivery order, so the handler can write its effect as
 // one multi-row statement instead of one per event. Returning an error (or panicking) rolls the
 // set back; the consumer then applies the same events one by one through the per-event
-// Handler, so that one bad event never sinks the others. The handler must not keep msgs after
-// it returns.
+// Handler, so that one bad event never sinks the others (an Ignore from a set of many is
+// decided the same way, event by event). HandlerTimeout bounds the set's one call. The handler
+// must not keep msgs after it returns.
 type SetHandler[TTx any] func(ctx context.Context, tx TTx, msgs []Message) error
 
 // ProcessSet runs deliveries through the set-based path: the checks of Process for each, then
@@ -160,7 +161,8 @@ func (c *Consumer[TTx]) runSetHandler(ctx context.Context, tx TTx, msgs []Messag
 			err = &panicError{value: v, stack: debug.Stack()}
 		}
 	}()
-	return c.cfg.SetHandler(ctx, tx, msgs)
+	// HandlerTimeout bounds the set's one call as it bounds one event's.
+	return c.bounded(ctx, func(ctx context.Context) error { return c.cfg.SetHandler(ctx, tx, msgs) })
 }
 
 // setOfOne adapts a SetHandler to the per-event Handler that a consumer with only a set handler

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -32,6 +33,8 @@ func TestSetPath(t *testing.T) {
 		panicky string // this event's effect panics, in a set or alone
 		reject  string // the store refuses this event's claim
 		kill    string // this event's effect ends the transaction and reports nothing
+		ignore  string // this event's target is gone: its effect returns Ignore
+		slowSet bool   // a set of more than one outlives HandlerTimeout
 		cancel  bool
 		want    []Outcome
 		// firstSet is the set the set handler is called with first (nil: never called).
@@ -67,6 +70,12 @@ func TestSetPath(t *testing.T) {
 			want: []Outcome{OutcomeProcessed, OutcomeFailed, OutcomeProcessed}, perEvent: 2},
 		{name: "TransactionEndedSilently", kill: "k", batch: []Message{setMsg("a"), setMsg("k"), setMsg("b")},
 			want: []Outcome{OutcomeProcessed, OutcomeFailed, OutcomeProcessed}, firstSet: []string{"a", "k", "b"}, perEvent: 4},
+		{name: "IgnoreInASetOfOne", ignore: "g", before: []Message{setMsg("a")}, batch: []Message{setMsg("a"), setMsg("g")},
+			want: []Outcome{OutcomeDuplicate, OutcomeIgnored}, perEvent: 1},
+		{name: "IgnoreInASet", ignore: "g", batch: []Message{setMsg("a"), setMsg("g"), setMsg("b")},
+			want: []Outcome{OutcomeProcessed, OutcomeIgnored, OutcomeProcessed}, firstSet: []string{"a", "g", "b"}, perEvent: 4},
+		{name: "SetOutlivesHandlerTimeout", slowSet: true, batch: []Message{setMsg("a"), setMsg("b")},
+			want: []Outcome{OutcomeProcessed, OutcomeProcessed}, firstSet: []string{"a", "b"}, perEvent: 2},
 		{name: "NoFallbackOnceTheContextEnded", failSet: true, cancel: true, batch: []Message{setMsg("a"), setMsg("b")},
 			want: []Outcome{OutcomeFailed, OutcomeFailed}, firstSet: []string{"a", "b"}},
 	} {
@@ -78,9 +87,14 @@ func TestSetPath(t *testing.T) {
 			}
 			var sets [][]string
 			perEvent := 0
+			var timeout time.Duration
+			if tc.slowSet {
+				timeout = 20 * time.Millisecond
+			}
 			c, err := NewConsumer[*memTx](memChecker{mem}, ConsumerConfig[*memTx]{
-				Name:  "ledger@v1",
-				Batch: BatchConfig{Enabled: true},
+				Name:           "ledger@v1",
+				Batch:          BatchConfig{Enabled: true},
+				HandlerTimeout: timeout,
 				SetHandler: func(ctx context.Context, tx *memTx, msgs []Message) error {
 					ids := make([]string, len(msgs))
 					for i, m := range msgs {
@@ -94,6 +108,10 @@ func TestSetPath(t *testing.T) {
 					if tc.failSet && len(msgs) > 1 {
 						return errors.New("deadlock detected")
 					}
+					if tc.slowSet && len(msgs) > 1 {
+						<-ctx.Done() // a lock wait that only the timeout ends
+						return ctx.Err()
+					}
 					for _, m := range msgs {
 						tx.write(m.EventID)
 						switch m.EventID {
@@ -104,6 +122,8 @@ func TestSetPath(t *testing.T) {
 						case tc.kill:
 							tx.ended, tx.effects, tx.claims = true, map[string]int{}, map[Key]Fingerprint{}
 							return nil
+						case tc.ignore:
+							return Ignore("order_deleted")
 						}
 					}
 					return nil
@@ -137,6 +157,11 @@ func TestSetPath(t *testing.T) {
 				require.Equal(t, tc.want[i] == OutcomeProcessed, applied == 1, "%s: processed exactly when applied (%d)", m.EventID, applied)
 				require.LessOrEqual(t, applied, 1, m.EventID)
 				claimed := mem.claims[Key{Tenant: "acme", Consumer: "ledger@v1", EventID: m.EventID}] != Fingerprint{}
+				if tc.want[i] == OutcomeIgnored {
+					require.True(t, claimed, "%s: an ignored event keeps its claim", m.EventID)
+					require.EqualValues(t, "order_deleted", rs[i].Reason)
+					continue
+				}
 				require.Equal(t, claimed, mem.effects[m.EventID] == 1, "%s: an effect exists exactly when its claim does", m.EventID)
 			}
 			if tc.firstSet == nil {

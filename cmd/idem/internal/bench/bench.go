@@ -663,11 +663,16 @@ func Ratios(rs []Result) []Ratio {
 	ratio("set_batch/set_ceiling", "set_batch(100) / set_ceiling(100) (8 workers)", sb, sc, ok5, ok6, 0, true)
 	bl, ok4 := find("baseline", 8, 0)
 	ratio("per_event/baseline", "per_event / baseline (8 workers)", pe, bl, ok1, ok4, 0.8, true)
-	for _, p := range []string{"pipeline_queue", "pipeline_jetstream"} {
+	// The issue holds the queue-table and JetStream pipelines to 0.8; SQS's is measured only.
+	for _, p := range []string{"pipeline_queue", "pipeline_jetstream", "pipeline_sqs"} {
+		target := 0.8
+		if p == "pipeline_sqs" {
+			target = 0
+		}
 		pp, okP := find(p, 8, 0)
-		ratio(p+"/per_event", p+" / per_event (8 workers)", pp, pe, okP, ok1, 0.8, true)
+		ratio(p+"/per_event", p+" / per_event (8 workers)", pp, pe, okP, ok1, target, true)
 		pb, okB := find(p, 8, 100)
-		ratio(p+"_batched/batched", p+"(100) / batched(100) (8 workers)", pb, ba, okB, ok3, 0.8, true)
+		ratio(p+"_batched/batched", p+"(100) / batched(100) (8 workers)", pb, ba, okB, ok3, target, true)
 	}
 	// SQLite, side by side in the same run; only the pipeline's ratio has a target (0: none).
 	sce, okC := find("sqlite_ceiling", 8, 0)

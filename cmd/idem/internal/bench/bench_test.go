@@ -75,9 +75,11 @@ func TestRatiosOnlyFromCasesThatRan(t *testing.T) {
 		{Case: "set_batch", Concurrency: 8, Batch: 100, EventsPerS: 30000, AllocsPerEv: 12},
 		{Case: "set_batch", Concurrency: 4, Batch: 100, EventsPerS: 99999},
 		{Case: "pipeline_queue", Concurrency: 8, EventsPerS: 1000},
+		{Case: "pipeline_sqs", Concurrency: 8, EventsPerS: 500},
+		{Case: "pipeline_sqs", Concurrency: 8, Batch: 100, EventsPerS: 5000}, // batched(100) did not run
 	}
 	m := RatioMap(Ratios(rs))
-	require.Equal(t, map[string]float64{"set_batch/per_event": 15, "pipeline_queue/per_event": 0.5}, m)
+	require.Equal(t, map[string]float64{"set_batch/per_event": 15, "pipeline_queue/per_event": 0.5, "pipeline_sqs/per_event": 0.25}, m)
 	var allocs []Ratio
 	for _, r := range Ratios(rs) {
 		if r.Key == "" {
