@@ -16,6 +16,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -115,6 +116,7 @@ func Exercise(t *testing.T, h Harness) {
 		{name: "ReceiveMax", run: testReceiveMax},
 		{name: "ReceiveContext", run: testReceiveContext},
 		{name: "ReceiveCancelledGivesBack", run: testReceiveCancelledGivesBack},
+		{name: "ReceiveCancelledSteady", run: testReceiveCancelledSteady},
 		{name: "ConcurrentReceiveAck", run: testConcurrentReceiveAck},
 		{name: "FencedSettle", needs: feature(h.Features.FencedSettle, "FencedSettle"), run: testFencedSettle},
 		{name: "FanOut", needs: feature(h.Features.FanOut, "FanOut"), run: testFanOut},
@@ -664,6 +666,59 @@ func testReceiveCancelledGivesBack(t *testing.T, h Harness) {
 	// fetches still running in turn, which took up to 2 s under -race on a loaded machine.
 	rest := receiveN(t, src, n-len(got), longLease/2)
 	checkFirst(rest, "after the cancelled receives")
+	requireIDs(t, got, ids...)
+}
+
+// testReceiveCancelledSteady is ReceiveCancelledGivesBack under a steady backlog: each message
+// received is replaced by a new one, so messages are on their way to the source whenever one of
+// many Receives with random deadlines of 0 to 3 ms gives up. A source whose read hands its result
+// to a Receive that has just returned (a race between the read's send and the Receive's give-up)
+// strands those messages for a whole lease; every message must instead reach a later Receive well
+// within the lease, on its first attempt.
+func testReceiveCancelledSteady(t *testing.T, h Harness) {
+	const backlog, total, max, tries = 8, 120, 4, 400
+	topic := h.NewTopic(t)
+	src := openSource(t, h, topic, "cancelled", longLease)
+	sink := h.Sink(t)
+	prefix := newPrefix(t)
+	var ids []string
+	publishMore := func(k int) {
+		msgs := make([]idem.Message, 0, k)
+		for range min(k, total-len(ids)) {
+			id := fmt.Sprintf("%s-%03d", prefix, len(ids))
+			ids = append(ids, id)
+			msgs = append(msgs, idem.Message{EventID: id, Payload: []byte(id)})
+		}
+		if len(msgs) > 0 {
+			publish(t, sink, topic, msgs...)
+		}
+	}
+	publishMore(backlog)
+
+	var got []idem.Delivery
+	take := func(ds []idem.Delivery, when string) {
+		for _, d := range ds {
+			if a := d.Message().Attempt; a != 1 {
+				t.Errorf("event %s: Attempt = %d %s, want 1: a cancelled Receive spent an attempt no handler saw", d.Message().EventID, a, when)
+			}
+			ack(t, d)
+		}
+		got = append(got, ds...)
+	}
+	for range tries {
+		ctx, cancel := context.WithTimeout(context.Background(), mrand.N(3*time.Millisecond+1))
+		ds, err := receiveCtx(t, src, ctx, max)
+		cancel()
+		if err != nil && len(ds) > 0 {
+			t.Errorf("Receive returned %d deliveries and error %v; deliveries come with a nil error only", len(ds), err)
+		}
+		take(ds, "while receives were being cancelled")
+		publishMore(len(ds))
+	}
+	t.Logf("%d of %d published received while receives were being cancelled", len(got), len(ids))
+	// Whatever the cancelled receives left must come to a normal Receive well within the lease.
+	rest := receiveN(t, src, len(ids)-len(got), longLease/2)
+	take(rest, "after the cancelled receives")
 	requireIDs(t, got, ids...)
 }
 
