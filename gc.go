@@ -80,11 +80,11 @@ func (c *Consumer[TTx]) collectOnce(ctx context.Context) {
 	if o, ok := c.cfg.Observer.(MaintenanceObserver); ok {
 		o.ClaimsCollected(c.cfg.Name, n, err)
 	}
-	attrs := []slog.Attr{slog.String("consumer", c.cfg.Name), slog.Int("deleted", n), slog.Duration("retention", c.cfg.Retention)}
+	attrs := []slog.Attr{slog.String("consumer", c.cfg.Name), slog.Int("deleted", n), slog.String("retention", c.cfg.Retention.String())}
 	switch {
 	case err != nil:
 		c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: claim garbage collection failed",
-			append(attrs, slog.String("error", c.redactor.Text(err.Error())), slog.Duration("retry_in", c.cfg.Maintenance.Interval))...)
+			append(attrs, slog.String("error", c.redactor.Text(err.Error())), slog.String("retry_in", c.cfg.Maintenance.Interval.String()))...)
 	case n > 0:
 		c.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "idem: expired claims collected", attrs...)
 	default:

@@ -140,7 +140,7 @@ fetch:
 			cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: receive failed",
 				slog.String("consumer", cfg.Name), slog.String("queue", r.src.Name()),
 				slog.String("error_type", r.c.classify(err).String()),
-				slog.String("error", r.c.redactor.Text(err.Error())), slog.Duration("retry_in", delay))
+				slog.String("error", r.c.redactor.Text(err.Error())), slog.String("retry_in", delay.String()))
 			select {
 			case <-time.After(delay):
 			case <-fetchCtx.Done():
@@ -648,7 +648,7 @@ func (r *runner[TTx]) finish(ctx context.Context, ev Event, msg Message, start t
 		attrs = append(attrs, slog.String("reason", string(reason)))
 	}
 	if ev.Delay > 0 {
-		attrs = append(attrs, slog.Duration("retry_in", ev.Delay))
+		attrs = append(attrs, slog.String("retry_in", ev.Delay.String()))
 	}
 	r.c.cfg.Logger.LogAttrs(ctx, level, "idem: delivery "+string(ev.Outcome), attrs...)
 }

@@ -3,9 +3,11 @@ package idem_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -306,3 +308,57 @@ type discardSink struct{}
 
 func (discardSink) Publish(context.Context, string, ...idem.Message) error { return nil }
 func (discardSink) Close() error                                           { return nil }
+
+// TestRetryLogIsReadableJSON: under a JSON handler the retry delay is text ("2ms"), not the
+// nanosecond integer slog.Duration gives, so a person reading the log sees the delay.
+func TestRetryLogIsReadableJSON(t *testing.T) {
+	t.Parallel()
+	var buf lockedBuffer
+	store := newMemStore()
+	var calls atomic.Int64
+	c := memConsumer(t, store, func(cfg *idem.ConsumerConfig[*memTx]) {
+		cfg.Logger = slog.New(slog.NewJSONHandler(&buf, nil))
+		cfg.Retry = retry.Policy{MaxAttempts: 3, MaxElapsed: time.Minute, Base: 2 * time.Millisecond, Cap: 2 * time.Millisecond}
+		cfg.Handler = func(context.Context, *memTx, idem.Message) error {
+			if calls.Add(1) == 1 {
+				return idem.Transient(errors.New("upstream 503"))
+			}
+			return nil
+		}
+	})
+	src := newMemSource(idem.Message{EventID: "evt-log", Payload: []byte(`{}`)})
+	stop, _, _ := runFor(t, c, src)
+	require.Eventually(t, func() bool { return src.Settled("evt-log") != "" }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, stop())
+	var found bool
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &rec), line)
+		if v, ok := rec["retry_in"]; ok {
+			found = true
+			s, isText := v.(string)
+			require.True(t, isText, "retry_in is %T %v, want text", v, v)
+			_, err := time.ParseDuration(s)
+			require.NoError(t, err)
+		}
+	}
+	require.True(t, found, "a retry was logged with retry_in:\n%s", buf.String())
+}
+
+// lockedBuffer is a bytes.Buffer safe for the runtime's concurrent log writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

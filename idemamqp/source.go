@@ -271,7 +271,7 @@ func (s *Source) run(sess *session) {
 			if s.closed.Err() != nil {
 				return
 			}
-			s.cfg.Logger.Warn("idemamqp: reconnect failed", "queue", s.name, "error", err, "retry_in", backoff)
+			s.cfg.Logger.Warn("idemamqp: reconnect failed", "queue", s.name, "error", err, "retry_in", backoff.String())
 			select {
 			case <-time.After(backoff):
 			case <-s.closed.Done():

@@ -119,7 +119,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer r.busy.Store(false)
 	log := r.cfg.Logger.With(slog.String("relay", r.cfg.ID))
 	log.LogAttrs(ctx, slog.LevelInfo, "idemrelay: relay started",
-		slog.Int("partitions", r.partitions), slog.Duration("lease_ttl", r.cfg.LeaseTTL))
+		slog.Int("partitions", r.partitions), slog.String("lease_ttl", r.cfg.LeaseTTL.String()))
 
 	if _, err := r.maintain(ctx); err != nil && ctx.Err() == nil {
 		log.LogAttrs(ctx, slog.LevelWarn, "idemrelay: lease step failed", slog.String("error", r.redactor.Text(err.Error())))
@@ -150,7 +150,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			delay := backoff.Backoff(min(failures, 20), r.cfg.Rand)
 			log.LogAttrs(ctx, slog.LevelWarn, "idemrelay: round failed",
 				slog.String("error_type", classify(err).String()),
-				slog.String("error", r.redactor.Text(err.Error())), slog.Duration("retry_in", delay))
+				slog.String("error", r.redactor.Text(err.Error())), slog.String("retry_in", delay.String()))
 			sleep(ctx, delay)
 			continue
 		}

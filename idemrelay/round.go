@@ -420,7 +420,7 @@ func (r *Relay) fail(ctx context.Context, it item, perr error, class idem.Class)
 	if fp.Dead {
 		attrs = append(attrs, slog.String("reason", string(reason)))
 	} else {
-		attrs = append(attrs, slog.Duration("retry_in", delay))
+		attrs = append(attrs, slog.String("retry_in", delay.String()))
 	}
 	r.cfg.Logger.LogAttrs(ctx, level, "idemrelay: publish failed", attrs...)
 	return nil

@@ -417,7 +417,7 @@ func (h *Handler) log(ctx context.Context, level slog.Level, text string, d *del
 		attrs = append(attrs, slog.String("error_type", d.ev.ErrorType.String()), slog.String("error", h.redactor.Text(err.Error())))
 	}
 	if d.ev.Delay > 0 {
-		attrs = append(attrs, slog.Duration("retry_in", d.ev.Delay))
+		attrs = append(attrs, slog.String("retry_in", d.ev.Delay.String()))
 	}
 	h.cfg.Logger.LogAttrs(ctx, level, text, attrs...)
 }
