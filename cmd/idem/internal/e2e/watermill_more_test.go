@@ -27,6 +27,8 @@ import (
 //   - Pub/Sub (pstest): ConsumerGroups (a subscription per name, created with the topic or
 //     before the group's first publish) and Persistent; a subscription holds only what was
 //     published after it was created, so no old messages for a newcomer.
+//   - SQS (moto): Persistent only (one standard queue per topic, shared by every subscriber:
+//     no consumer groups, and a received-and-deleted message is gone for a newcomer).
 //
 // RabbitMQ and Redis Streams run it beside their other tests (amqp_test.go, redis_test.go).
 //
@@ -59,4 +61,12 @@ func TestWatermillPubSub(t *testing.T) {
 	t.Parallel()
 	watermillsuite.Run(t, pubsubHarnessNamed(t, []string{watermillsuite.PlainGroup}),
 		tests.Features{ConsumerGroups: true, Persistent: true, ForceShort: true})
+}
+
+// TestWatermillSQS: a standard queue per topic, shared by every subscriber (no consumer groups:
+// one SQS queue is one group; fan-out is SNS's job); Persistent, since a queue keeps what no one
+// received yet.
+func TestWatermillSQS(t *testing.T) {
+	t.Parallel()
+	watermillsuite.Run(t, sqsHarness(t), tests.Features{Persistent: true, ForceShort: true})
 }
