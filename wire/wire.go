@@ -93,7 +93,8 @@ const (
 // HTTP: what idemhttp's sink sends with every request, besides the message fields above.
 const (
 	// IdempotencyKey carries idemhttp.IdempotencyKey(tenant, event id), on which the destination
-	// deduplicates. Written by idemhttp's sink; read by the receiving service.
+	// deduplicates. Written by idemhttp's sink; read by the receiving service, e.g. through
+	// idemkey's middleware, which reads it from any client.
 	IdempotencyKey = "Idempotency-Key"
 )
 
