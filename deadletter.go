@@ -2,12 +2,14 @@ package idem
 
 import (
 	"time"
+
+	"github.com/idemkit/idem/wire"
 )
 
 // HeaderUntrustedTenant carries, on the dead letter of a message that failed authentication, the
 // tenant the message claimed. The dead letter itself has no tenant: the claim was never
 // verified, so it must neither list under that tenant nor merge into that tenant's rows.
-const HeaderUntrustedTenant = "Idem-Untrusted-Tenant"
+const HeaderUntrustedTenant = wire.UntrustedTenant
 
 // untrustedDeadLetter is what the dead letter of unauthenticated input stores: msg without a
 // tenant (the claimed one kept as untrusted text in HeaderUntrustedTenant) under a fingerprint of

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/idemkit/idem/wire"
 )
 
 // Bounds of a message's identity fields. They keep every index entry that holds them (claims,
@@ -164,10 +166,10 @@ func withEvent(id string, err error) error {
 // identity, which is not stored anywhere.
 const (
 	// HeaderInvalidIdentity names the invalid identity field and what is wrong with it.
-	HeaderInvalidIdentity = "Idem-Invalid-Identity"
+	HeaderInvalidIdentity = wire.InvalidIdentity
 	// HeaderEventIDSHA256 is the SHA-256 (hex) of the raw event id, so an operator can match
 	// the dead letter with the producer's record of the message.
-	HeaderEventIDSHA256 = "Idem-Event-Id-Sha256"
+	HeaderEventIDSHA256 = wire.EventIDSHA256
 )
 
 // storableDeadLetterMessage returns msg in a form every store can keep and index: identity

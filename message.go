@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem/wire"
 )
 
 // Message is one event as a consumer receives it. EventID is assigned by the producer and kept
@@ -128,7 +130,7 @@ type Outgoing struct {
 // HeaderKey carries an outgoing event's ordering key (Outgoing.Key) to the broker: the sinks of
 // partitioned or grouped brokers (Kafka's record key, Pub/Sub's ordering key, an SQS FIFO
 // message group) read it, so events of one key stay in order past the relay too.
-const HeaderKey = "Idem-Key"
+const HeaderKey = wire.Key
 
 // Message converts the outgoing event to the Message a sink publishes. A non-empty Key travels
 // as the HeaderKey header unless the producer set that header itself; o.Headers is not changed.

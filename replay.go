@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/idemkit/idem/wire"
 )
 
 // ReplayLimitDefault is how many dead letters one replay or discard touches unless told
@@ -45,11 +47,11 @@ type ReplaySigner interface {
 // retention horizon from it, because a replay's own publish time is new: without it, a replay
 // of an event without OccurredAt, later than Retention after a copy was applied and its claim
 // collected, would pass too_old and apply the event again.
-const HeaderReplayEventTime = "Idem-Replay-Event-Time"
+const HeaderReplayEventTime = wire.ReplayEventTime
 
 // HeaderReplayNewEventOf is set on a replay sent with ReplayParams.AsNewEvent: the event id of the
 // dead letter whose edited payload goes out under a new event id.
-const HeaderReplayNewEventOf = "Idem-Replay-New-Event-Of"
+const HeaderReplayNewEventOf = wire.ReplayNewEventOf
 
 // ErrReplayEdited marks a replay refused because the dead letter's payload no longer matches
 // the fingerprint stored with it: it was edited after it was dead-lettered.

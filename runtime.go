@@ -11,14 +11,15 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/retry"
+	"github.com/idemkit/idem/wire"
 )
 
 // Headers idem adds to a replayed dead letter; the original headers are kept alongside.
 const (
 	// HeaderReplayOf carries the id of the dead letter a message replays.
-	HeaderReplayOf = "Idem-Replay-Of"
+	HeaderReplayOf = wire.ReplayOf
 	// HeaderReplayedBy carries the operator who replayed it.
-	HeaderReplayedBy = "Idem-Replayed-By"
+	HeaderReplayedBy = wire.ReplayedBy
 )
 
 // Run receives deliveries from src and handles up to Workers of them at once until ctx ends

@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/wire"
 )
 
 // Header names of the wire mapping, shared with the other idem transports (idemnats, idemhttp)
@@ -19,23 +20,23 @@ import (
 const (
 	// HeaderEventID carries Message.EventID for producers that cannot set message_id; the
 	// message_id property wins when both are present.
-	HeaderEventID = "Idem-Event-Id"
+	HeaderEventID = wire.EventID
 	// HeaderTenant carries Message.Tenant.
-	HeaderTenant = "Idem-Tenant"
+	HeaderTenant = wire.Tenant
 	// HeaderType carries Message.Type (the AMQP type property carries it too, for tooling).
-	HeaderType = "Idem-Type"
+	HeaderType = wire.Type
 	// HeaderOccurredAt carries Message.OccurredAt in RFC 3339 with nanoseconds, UTC.
-	HeaderOccurredAt = "Idem-Occurred-At"
+	HeaderOccurredAt = wire.OccurredAt
 	// HeaderAttempt is the attempt the next delivery of a republished message is: a Source sets
 	// it when a Nak sends the message through a delay queue (or straight back), since a
 	// republish is a new queue message whose broker counters start again. Absent means 1.
-	HeaderAttempt = "Idem-Attempt"
+	HeaderAttempt = wire.Attempt
 	// HeaderDecodeError is set by a Source on a message it could not decode (its EventID is then
 	// empty, so the consumer dead-letters it as invalid_payload); it says what was wrong.
-	HeaderDecodeError = "Idem-Decode-Error"
+	HeaderDecodeError = wire.DecodeError
 	// HeaderBrokerMsgID is the idemnats header for a deliberate copy that must bypass broker
 	// deduplication. RabbitMQ does not deduplicate, so it is accepted and not forwarded.
-	HeaderBrokerMsgID = "Idem-Broker-Msg-Id"
+	HeaderBrokerMsgID = wire.BrokerMsgID
 	// HeaderDeliveryCount is the quorum queue's count of earlier deliveries of one queue message.
 	HeaderDeliveryCount = "x-delivery-count"
 )

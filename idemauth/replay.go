@@ -11,13 +11,14 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/wire"
 )
 
 // HeaderReplaySignature carries an operator's replay signature: "kid=<replay key id>,t=<unix>,
 // v2=<hex>". It is a header of its own, under keys of their own (VerifierConfig.ReplayKeys), with
 // a MAC made for the purpose "replay": a producer's key cannot make it and a replay key cannot
 // make an Idem-Signature.
-const HeaderReplaySignature = "Idem-Replay-Signature"
+const HeaderReplaySignature = wire.ReplaySignature
 
 // ReplayKey is an operator's key for replaying dead letters: a replay re-publishes a message whose
 // producer signature is older than the Verifier's tolerance, and this key vouches that the

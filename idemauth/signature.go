@@ -14,10 +14,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/wire"
 )
 
 // HeaderSignature is the message header that carries the signature.
-const HeaderSignature = "Idem-Signature"
+const HeaderSignature = wire.Signature
 
 // MaxSignatureHeaderLen bounds the header ParseSignature reads: a real one is under 250 bytes,
 // and a bound keeps a hostile header from costing more than a real one.
@@ -25,8 +26,8 @@ const MaxSignatureHeaderLen = 1024
 
 // MAC domains start every MAC input; a new scheme gets a new tag (and a new "v" field).
 const (
-	macDomainV1 = "idem-signature-v1"
-	macDomainV2 = "idem-signature-v2"
+	macDomainV1 = wire.SignatureDomainV1
+	macDomainV2 = wire.SignatureDomainV2
 )
 
 // Purposes a v2 MAC is made for: a producer's signature can never pass as an operator's replay
@@ -56,9 +57,9 @@ type Signature struct {
 
 // String formats s as a header value, "kid=<id>,t=<unix>,v2=<hex>" ("v1=" for version 1).
 func (s Signature) String() string {
-	field := ",v2="
+	field := "," + wire.SignatureFieldV2 + "="
 	if s.Version == 1 {
-		field = ",v1="
+		field = "," + wire.SignatureFieldV1 + "="
 	}
 	return "kid=" + s.KeyID + ",t=" + strconv.FormatInt(s.Timestamp.Unix(), 10) + field + hex.EncodeToString(s.MAC[:])
 }
@@ -118,9 +119,9 @@ func parseSignature(header string) (Signature, error) {
 				return s, fmt.Errorf("t %s %w", quoteTrunc(v), err)
 			}
 			s.Timestamp = time.Unix(unix, 0).UTC()
-		case "v1", "v2":
+		case wire.SignatureFieldV1, wire.SignatureFieldV2:
 			have, dst := &haveV1, &v1
-			if k == "v2" {
+			if k == wire.SignatureFieldV2 {
 				have, dst = &haveV2, &s.MAC
 			}
 			if err := seen(have); err != nil {

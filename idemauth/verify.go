@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/wire"
 )
 
 // Why a message was refused. Authenticate's errors wrap idem.ErrUnauthenticated and one of
@@ -41,7 +42,7 @@ var (
 // HeaderTenant is the header in which a transport reports a tenant claimed by the producer that
 // differs from the one it assigned (idemnats does this for a source bound to a tenant). The
 // Verifier refuses such a message.
-const HeaderTenant = "Idem-Tenant"
+const HeaderTenant = wire.Tenant
 
 // ToleranceDefault is VerifierConfig.Tolerance when unset: it absorbs clock skew and a slow
 // producer without keeping a captured message replayable for long.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/wire"
 )
 
 // ToleranceDefault is the replay window Verify applies when it is given no tolerance: a signed
@@ -27,7 +28,7 @@ const maxSignatureHeaderLen = 4096
 // macDomain starts every MAC input. The HTTP scheme's signature field is "h1", never "v1" or
 // "v2": those belong to idemauth's broker signature (header Idem-Signature), whose MAC input is
 // different, and a receiver must not mistake one for the other.
-const macDomain = "idem-http-signature-h1"
+const macDomain = wire.HTTPSignatureDomainH1
 
 // SignedRequest is what the HTTP signature covers: every part of a request a receiver decides on.
 // RequestOf builds it from a received request.
@@ -67,9 +68,9 @@ func Sign(secret []byte, keyID string, t time.Time, req SignedRequest) string {
 	ts := strconv.FormatInt(t.Unix(), 10)
 	sig := hex.EncodeToString(mac(secret, ts, keyID, req))
 	if keyID == "" {
-		return "t=" + ts + ",h1=" + sig
+		return "t=" + ts + "," + wire.HTTPSignatureFieldH1 + "=" + sig
 	}
-	return "t=" + ts + ",kid=" + keyID + ",h1=" + sig
+	return "t=" + ts + ",kid=" + keyID + "," + wire.HTTPSignatureFieldH1 + "=" + sig
 }
 
 // mac is HMAC-SHA256 over the length-prefixed fields Sign documents.
@@ -177,13 +178,13 @@ func parseHeader(header string) (parsedSignature, error) {
 				return p, errors.New("signature header has more than one kid")
 			}
 			seenKID, p.kid = true, v
-		case "h1":
+		case wire.HTTPSignatureFieldH1:
 			b, err := hex.DecodeString(v)
 			if err != nil || len(b) != sha256.Size {
 				return p, fmt.Errorf("signature header h1 %q is not %d hex-encoded bytes", truncate(v, 80), sha256.Size)
 			}
 			p.h1 = append(p.h1, b)
-		case "v1", "v2":
+		case wire.SignatureFieldV1, wire.SignatureFieldV2:
 			seenV = true
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemredact"
+	"github.com/idemkit/idem/wire"
 )
 
 // The sink implements idem.Sink; the compiler checks it here.
@@ -25,15 +26,15 @@ var _ idem.Sink = (*Sink)(nil)
 const (
 	// HeaderIdempotencyKey carries IdempotencyKey(tenant, event id). The destination must
 	// deduplicate on it: the relay publishes at least once, so the same request can arrive twice.
-	HeaderIdempotencyKey = "Idempotency-Key"
+	HeaderIdempotencyKey = wire.IdempotencyKey
 	// HeaderEventID carries Message.EventID.
-	HeaderEventID = "Idem-Event-Id"
+	HeaderEventID = wire.EventID
 	// HeaderTenant carries Message.Tenant.
-	HeaderTenant = "Idem-Tenant"
+	HeaderTenant = wire.Tenant
 	// HeaderType carries Message.Type.
-	HeaderType = "Idem-Type"
+	HeaderType = wire.Type
 	// HeaderOccurredAt carries Message.OccurredAt (RFC 3339 with nanoseconds, UTC) when known.
-	HeaderOccurredAt = "Idem-Occurred-At"
+	HeaderOccurredAt = wire.OccurredAt
 )
 
 // Defaults for SinkConfig.
@@ -41,7 +42,7 @@ const (
 	// SignatureHeaderDefault is the header that carries the HMAC signature. It is not
 	// idemauth's Idem-Signature: the HTTP signature covers another input (the request) in
 	// another format ("h1"), and the two must never be mistaken for one another.
-	SignatureHeaderDefault = "Idem-Http-Signature"
+	SignatureHeaderDefault = wire.HTTPSignature
 	// TimeoutDefault bounds one request of the default client, so that a destination that never
 	// answers costs one retry rather than a stuck relay.
 	TimeoutDefault = 10 * time.Second

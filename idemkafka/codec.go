@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/wire"
 )
 
 // Header names of the wire mapping. They are a contract between producers and consumers, so they
@@ -19,29 +20,29 @@ const (
 	// HeaderEventID carries Message.EventID. A record without it (from a producer that does not
 	// know idem) decodes with EventID "" unless SourceConfig.EventIDOf derives one; the consumer
 	// dead-letters a message without id as invalid_payload.
-	HeaderEventID = "Idem-Event-Id"
+	HeaderEventID = wire.EventID
 	// HeaderTenant carries Message.Tenant.
-	HeaderTenant = "Idem-Tenant"
+	HeaderTenant = wire.Tenant
 	// HeaderType carries Message.Type.
-	HeaderType = "Idem-Type"
+	HeaderType = wire.Type
 	// HeaderOccurredAt carries Message.OccurredAt in RFC 3339 with nanoseconds, UTC.
-	HeaderOccurredAt = "Idem-Occurred-At"
+	HeaderOccurredAt = wire.OccurredAt
 	// HeaderKey, when present in Message.Headers, is the Kafka record key the Sink uses (see
 	// KeyOf); it is published like any header, so a retry copy keeps it.
 	HeaderKey = idem.HeaderKey
 	// HeaderAttempt carries the attempt a retry copy is on (2 for the first retry). Kafka has no
 	// delivery counter of its own; a record without it is on its first attempt.
-	HeaderAttempt = "Idem-Attempt"
+	HeaderAttempt = wire.Attempt
 	// HeaderRetryAt is set on a retry copy: the time (RFC 3339, UTC) before which the Source
 	// does not deliver it, which is how a Nak's delay survives a restart.
-	HeaderRetryAt = "Idem-Retry-At"
+	HeaderRetryAt = wire.RetryAt
 	// HeaderPublishedAt is set on a retry copy: when the original record was first stored
 	// (RFC 3339, UTC). It keeps Message.PublishedAt, and so the retry policy's elapsed budget,
 	// counting from the first publish instead of restarting with every copy.
-	HeaderPublishedAt = "Idem-Published-At"
+	HeaderPublishedAt = wire.PublishedAt
 	// HeaderDecodeError is set by a Source on a record it could not decode (its EventID is then
 	// empty, so the consumer dead-letters it as invalid_payload); it says what was wrong.
-	HeaderDecodeError = "Idem-Decode-Error"
+	HeaderDecodeError = wire.DecodeError
 )
 
 // mappedHeader reports whether name carries a Message field (or retry state) and so is not a

@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/idemkit/idem/wire"
 )
 
 // HeaderIdempotencyKey is the request header that carries the key.
-const HeaderIdempotencyKey = "Idempotency-Key"
+const HeaderIdempotencyKey = wire.IdempotencyKey
 
 // Bounds of what the middleware stores about a key.
 const (

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/wire"
 )
 
 // Header names of the wire mapping. They are a contract between producers and consumers, so they
@@ -29,20 +30,20 @@ const (
 	HeaderMsgID = jetstream.MsgIDHeader
 	// HeaderEventID carries Message.EventID. A message without it (published by a producer that
 	// does not know idem) takes its event id from Nats-Msg-Id.
-	HeaderEventID = "Idem-Event-Id"
+	HeaderEventID = wire.EventID
 	// HeaderBrokerMsgID, when present in Message.Headers, replaces the broker message id: a
 	// deliberate republish that must bypass the stream's deduplication (tests, demos). It is not
 	// forwarded as a header.
-	HeaderBrokerMsgID = "Idem-Broker-Msg-Id"
+	HeaderBrokerMsgID = wire.BrokerMsgID
 	// HeaderTenant carries Message.Tenant.
-	HeaderTenant = "Idem-Tenant"
+	HeaderTenant = wire.Tenant
 	// HeaderType carries Message.Type.
-	HeaderType = "Idem-Type"
+	HeaderType = wire.Type
 	// HeaderOccurredAt carries Message.OccurredAt in RFC 3339 with nanoseconds, UTC.
-	HeaderOccurredAt = "Idem-Occurred-At"
+	HeaderOccurredAt = wire.OccurredAt
 	// HeaderDecodeError is set by a Source on a message it could not decode (its EventID is then
 	// empty, so the consumer dead-letters it as invalid_payload); it says what was wrong.
-	HeaderDecodeError = "Idem-Decode-Error"
+	HeaderDecodeError = wire.DecodeError
 )
 
 // serverHeaderPrefix marks headers that instruct the NATS server (Nats-Expected-*, Nats-Rollup,

@@ -10,6 +10,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/wire"
 )
 
 // Attribute names of the wire mapping, shared with every idem transport's headers. They are a
@@ -17,17 +18,17 @@ import (
 const (
 	// AttrEventID carries Message.EventID. A message without it is delivered with an empty
 	// EventID and the reason in AttrDecodeError, so the consumer dead-letters it.
-	AttrEventID = "Idem-Event-Id"
+	AttrEventID = wire.EventID
 	// AttrTenant carries Message.Tenant.
-	AttrTenant = "Idem-Tenant"
+	AttrTenant = wire.Tenant
 	// AttrType carries Message.Type.
-	AttrType = "Idem-Type"
+	AttrType = wire.Type
 	// AttrOccurredAt carries Message.OccurredAt in RFC 3339 with nanoseconds, UTC.
-	AttrOccurredAt = "Idem-Occurred-At"
+	AttrOccurredAt = wire.OccurredAt
 	// AttrKey, when present in Message.Headers, is the ordering key the Sink uses (see KeyOf).
 	AttrKey = idem.HeaderKey
 	// AttrDecodeError is set by a Source on a message it could not decode.
-	AttrDecodeError = "Idem-Decode-Error"
+	AttrDecodeError = wire.DecodeError
 )
 
 // Pub/Sub's limits on attributes (https://cloud.google.com/pubsub/quotas#resource_limits).

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/wire"
 )
 
 // Field names of the wire mapping: a stream entry is a flat list of fields, and these carry the
@@ -19,28 +20,28 @@ import (
 // event ids. Redis field names and values are binary-safe, so any header round-trips unchanged.
 const (
 	// FieldEventID carries Message.EventID.
-	FieldEventID = "Idem-Event-Id"
+	FieldEventID = wire.EventID
 	// FieldTenant carries Message.Tenant.
-	FieldTenant = "Idem-Tenant"
+	FieldTenant = wire.Tenant
 	// FieldType carries Message.Type.
-	FieldType = "Idem-Type"
+	FieldType = wire.Type
 	// FieldOccurredAt carries Message.OccurredAt in RFC 3339 with nanoseconds, UTC.
-	FieldOccurredAt = "Idem-Occurred-At"
+	FieldOccurredAt = wire.OccurredAt
 	// FieldPayload carries Message.Payload.
 	FieldPayload = "payload"
 	// FieldAttempt is the attempt of the first delivery of an entry a Source re-added to its
 	// group's retry stream after a Nak(delay): a new entry, whose delivery count starts again.
 	// Absent means 1. It is read only on retry streams, so a producer cannot forge it.
-	FieldAttempt = "Idem-Attempt"
+	FieldAttempt = wire.Attempt
 	// FieldPublishedAt, on a retry-stream entry, keeps the millisecond time of the original
 	// entry's id, so PublishedAt does not move with each retry.
-	FieldPublishedAt = "Idem-Published-At"
+	FieldPublishedAt = wire.PublishedAt
 	// HeaderDecodeError is set by a Source on a message it could not decode (its EventID is then
 	// empty, so the consumer dead-letters it as invalid_payload); it says what was wrong.
-	HeaderDecodeError = "Idem-Decode-Error"
+	HeaderDecodeError = wire.DecodeError
 	// HeaderBrokerMsgID, when present in Message.Headers, replaces the sink's deduplication id
 	// (BrokerMsgID): a deliberate republish that must bypass deduplication. It is not published.
-	HeaderBrokerMsgID = "Idem-Broker-Msg-Id"
+	HeaderBrokerMsgID = wire.BrokerMsgID
 )
 
 // mappedField reports whether name carries a Message field or transport state, so it is neither

@@ -97,16 +97,16 @@ if op == 'delay' then
     local nf = {}
     local published = string.match(ARGV[3], '^(%d+)')
     for j = 1, #f, 2 do
-      if f[j] == 'Idem-Published-At' then
+      if f[j] == '` + FieldPublishedAt + `' then
         if ARGV[8] == '1' then published = f[j + 1] end
-      elseif f[j] ~= 'Idem-Attempt' then
+      elseif f[j] ~= '` + FieldAttempt + `' then
         nf[#nf + 1] = f[j]
         nf[#nf + 1] = f[j + 1]
       end
     end
-    nf[#nf + 1] = 'Idem-Attempt'
+    nf[#nf + 1] = '` + FieldAttempt + `'
     nf[#nf + 1] = ARGV[7]
-    nf[#nf + 1] = 'Idem-Published-At'
+    nf[#nf + 1] = '` + FieldPublishedAt + `'
     nf[#nf + 1] = published
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

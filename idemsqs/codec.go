@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/wire"
 )
 
 // Message attribute names of the wire mapping, shared with every idem transport's headers. They
@@ -24,23 +25,23 @@ import (
 const (
 	// AttrEventID carries Message.EventID. A message without it is delivered with an empty
 	// EventID and the reason in AttrDecodeError, so the consumer dead-letters it.
-	AttrEventID = "Idem-Event-Id"
+	AttrEventID = wire.EventID
 	// AttrTenant carries Message.Tenant.
-	AttrTenant = "Idem-Tenant"
+	AttrTenant = wire.Tenant
 	// AttrType carries Message.Type.
-	AttrType = "Idem-Type"
+	AttrType = wire.Type
 	// AttrOccurredAt carries Message.OccurredAt in RFC 3339 with nanoseconds, UTC.
-	AttrOccurredAt = "Idem-Occurred-At"
+	AttrOccurredAt = wire.OccurredAt
 	// AttrBodyEncoding says how the body carries the payload when it cannot carry it as it is:
 	// "base64" for a payload that is not text SQS accepts (binary, invalid UTF-8, control
 	// characters), "empty" for an empty payload (SQS refuses an empty body). Without it the
 	// body is the payload, as any producer sends it.
-	AttrBodyEncoding = "Idem-Body-Encoding"
+	AttrBodyEncoding = wire.BodyEncoding
 	// AttrKey, when present in Message.Headers, is the FIFO message group the Sink uses (see
 	// KeyOf).
 	AttrKey = idem.HeaderKey
 	// AttrDecodeError is set by a Source on a message it could not decode.
-	AttrDecodeError = "Idem-Decode-Error"
+	AttrDecodeError = wire.DecodeError
 )
 
 // Values of AttrBodyEncoding.

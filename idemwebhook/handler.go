@@ -14,6 +14,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemauth"
 	"github.com/idemkit/idem/retry"
+	"github.com/idemkit/idem/wire"
 )
 
 // Defaults for Config.
@@ -28,7 +29,7 @@ const (
 
 // HeaderProvider is set on every message the ingress builds (and so on its dead letters): the
 // provider's name.
-const HeaderProvider = "Idem-Webhook-Provider"
+const HeaderProvider = wire.WebhookProvider
 
 // maxKeptHeaderLen bounds each request header value kept with a message.
 const maxKeptHeaderLen = 1024

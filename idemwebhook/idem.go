@@ -9,6 +9,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemauth"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/wire"
 )
 
 // Idem verifies idem's own message signature (package idemauth) on a request: the one an
@@ -71,7 +72,7 @@ func (i *Idem) Verify(r *http.Request, body []byte) (Verified, error) {
 	}
 	if r.Header.Get(idemauth.HeaderReplaySignature) != "" {
 		for name := range r.Header {
-			if strings.HasPrefix(name, "Idem-Replay") {
+			if strings.HasPrefix(name, wire.ReplayPrefix) {
 				msg.Headers[name] = r.Header.Get(name)
 			}
 		}
