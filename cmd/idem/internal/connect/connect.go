@@ -382,7 +382,7 @@ func ParseBroker(raw string) (BrokerURL, error) {
 				return BrokerURL{}, fmt.Errorf("broker URL %q has no host: use nats://HOST:PORT", redactDSN(raw))
 			}
 		default:
-			return BrokerURL{}, fmt.Errorf("broker URL %q: unknown scheme %q (want sql, nats, amqp, redis, sqs or pubsub)", redactDSN(raw), u.Scheme)
+			return BrokerURL{}, fmt.Errorf("broker URL %q: unknown scheme %q (want sql, nats, amqp, redis, sqs, pubsub or kafka)", redactDSN(raw), u.Scheme)
 		}
 	}
 	return BrokerURL{Kind: BrokerNATS, URL: raw}, nil

@@ -11,15 +11,19 @@ const (
 	// BrokerPubSub is Google Cloud Pub/Sub, served by the in-process pstest server
 	// (--broker pubsub://embedded).
 	BrokerPubSub = "pubsub"
+	// BrokerKafka is Apache Kafka, served by franz-go's in-process kfake cluster
+	// (--broker kafka://embedded).
+	BrokerKafka = "kafka"
 	// EmbeddedHost is the host of a broker URL that asks idem demo to start the broker itself.
 	EmbeddedHost = "embedded"
 )
 
 // embeddedSchemes are the schemes only accepted as SCHEME://embedded.
-var embeddedSchemes = []string{BrokerPubSub}
+var embeddedSchemes = []string{BrokerPubSub, BrokerKafka}
 
 // parseEmbedded parses SCHEME://embedded for the schemes of embeddedSchemes; ok is false for any
-// other scheme. Other hosts are refused: the command connects to no real Pub/Sub.
+// other scheme. Other hosts are refused: the command connects to no real Pub/Sub or
+// Kafka.
 func parseEmbedded(raw string) (bu BrokerURL, ok bool, err error) {
 	scheme, _, found := strings.Cut(raw, "://")
 	if !found {

@@ -106,7 +106,8 @@ type Options struct {
 	// Broker is "sql" (the queue table in the store, the default), nats://HOST:PORT,
 	// amqp://USER:PASSWORD@HOST:PORT/VHOST, redis://USER:PASSWORD@HOST:PORT/DB or
 	// sqs://HOST:PORT?region=REGION (SQS, or an emulator such as moto_server), or
-	// pubsub://embedded (an in-process Pub/Sub server the run starts).
+	// pubsub://embedded or kafka://embedded (an in-process Pub/Sub server or Kafka cluster the
+	// run starts).
 	Broker string
 	// Events is the number of orders (default EventsDefault).
 	Events int
@@ -370,6 +371,10 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 		}
 	} else if bu.Kind == connect.BrokerPubSub {
 		if s.br, err = pubsubBroker(ctx, s.runID); err != nil {
+			return v, fmt.Errorf("broker %s: %w", v.Broker, err)
+		}
+	} else if bu.Kind == connect.BrokerKafka {
+		if s.br, err = kafkaBroker(ctx, s.runID, o.Logger); err != nil {
 			return v, fmt.Errorf("broker %s: %w", v.Broker, err)
 		}
 	} else if s.br, err = queueBroker[TTx](ctx, store, s.runID, o.FanOut); err != nil {
