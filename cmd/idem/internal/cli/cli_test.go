@@ -124,7 +124,7 @@ func TestErrors(t *testing.T) {
 		{"replay without selection", []string{"dlq", "replay", "--store", migrated}, ExitUsage, "say which dead letters"},
 		{"replay id and filter", []string{"dlq", "replay", "--id", "1", "--consumer", "x@v1", "--store", migrated}, ExitUsage, "do not combine"},
 		{"replay amqp without topic", []string{"dlq", "replay", "--id", "1", "--broker", "amqp://127.0.0.1:5672", "--store", migrated}, ExitUsage, "--topic is required"},
-		{"replay bad broker", []string{"dlq", "replay", "--id", "1", "--broker", "kafka://x", "--store", migrated}, ExitUsage, `unknown scheme "kafka"`},
+		{"replay bad broker", []string{"dlq", "replay", "--id", "1", "--broker", "mqtt://x", "--store", migrated}, ExitUsage, `unknown scheme "mqtt"`},
 		{"discard without note", []string{"dlq", "discard", "--id", "1", "--store", migrated}, ExitUsage, "--note is required"},
 		{"unknown flag", []string{"dlq", "list", "--bogus"}, ExitUsage, "unknown flag: --bogus"},
 		{"unknown command", []string{"dlq", "lst"}, ExitUsage, `unknown command "lst" for "idem dlq"; did you mean "list"?`},

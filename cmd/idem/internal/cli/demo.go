@@ -43,13 +43,20 @@ land in a real database by accident.
 
 With --http there is no broker: the relay signs each event and POSTs it to a webhook ingress
 (idemwebhook) on a loopback port, retrying 503s and cut connections as a webhook provider does;
-a lost ack then cuts the connection after the commit, before the answer.`,
+a lost ack then cuts the connection after the commit, before the answer.
+
+--broker pubsub://embedded and --broker kafka://embedded need no service: demo starts Google's
+Pub/Sub emulator (pstest) or franz-go's Kafka cluster (kfake) in-process, creates the run's topic
+(and subscription or retry topic) and runs through idempubsub or idemkafka. Only the embedded
+form is accepted; demo connects to no real Pub/Sub or Kafka.`,
 		Example: `  idem demo
   idem demo --events 1000 --lost-acks 0.01 --json
   idem demo --store postgres://postgres@127.0.0.1/test --broker nats://127.0.0.1:4222
   idem demo --http --events 2000
   idem demo --fanout --events 2000
-  idem demo --broker sqs://127.0.0.1:5000    # moto_server -p 5000: SQS on this machine`,
+  idem demo --broker sqs://127.0.0.1:5000    # moto_server -p 5000: SQS on this machine
+  idem demo --broker pubsub://embedded       # an in-process Pub/Sub server, no service needed
+  idem demo --broker kafka://embedded        # an in-process Kafka cluster, no service needed`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -97,7 +104,7 @@ a lost ack then cuts the connection after the commit, before the answer.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&storeFlag, "store", defaults.Store, "store DSN: sqlite://PATH, postgres://USER:PASSWORD@HOST:PORT/DB or mysql://USER:PASSWORD@HOST:PORT/DB")
-	fl.StringVar(&opts.Broker, "broker", defaults.Broker, "broker: sql (the queue table in the store), nats://HOST:PORT, amqp://USER:PASSWORD@HOST:PORT/VHOST, redis://USER:PASSWORD@HOST:PORT/DB or sqs://HOST:PORT?region=REGION&tls=1 (SQS, or an emulator such as moto_server; credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
+	fl.StringVar(&opts.Broker, "broker", defaults.Broker, "broker: sql (the queue table in the store), nats://HOST:PORT, amqp://USER:PASSWORD@HOST:PORT/VHOST, redis://USER:PASSWORD@HOST:PORT/DB or sqs://HOST:PORT?region=REGION&tls=1 (SQS, or an emulator such as moto_server; credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) pubsub://embedded or kafka://embedded (an in-process Pub/Sub server or Kafka cluster demo starts)")
 	fl.IntVar(&opts.Events, "events", defaults.Events, "events to produce")
 	fl.IntVar(&opts.Concurrency, "concurrency", defaults.Concurrency, "consumer workers")
 	fl.BoolVar(&opts.FanOut, "fanout", false, "also run an e-mail consumer of the same topic, each on a queue-table subscription of its own (fan-out); both must apply every event once (needs --broker sql)")

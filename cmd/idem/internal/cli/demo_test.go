@@ -42,7 +42,7 @@ func TestDemoFanOut(t *testing.T) {
 
 func TestDemoFlags(t *testing.T) {
 	t.Parallel()
-	requireOneLineError(t, idemCLI(t, "demo", "--broker", "kafka://x"), ExitUsage, `--broker: broker URL "kafka://x": unknown scheme "kafka"`)
+	requireOneLineError(t, idemCLI(t, "demo", "--broker", "mqtt://x"), ExitUsage, `--broker: broker URL "mqtt://x": unknown scheme "mqtt"`)
 	requireOneLineError(t, idemCLI(t, "demo", "--events", "many"), ExitUsage, `invalid argument "many" for "--events"`)
 	requireOneLineError(t, idemCLI(t, "demo", "--timeout", "later"), ExitUsage, `invalid duration "later"`)
 	requireOneLineError(t, idemCLI(t, "demo", "--http", "--broker", "nats://127.0.0.1:4222"), ExitUsage, "--http replaces the broker")

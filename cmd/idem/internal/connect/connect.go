@@ -364,6 +364,9 @@ func ParseBroker(raw string) (BrokerURL, error) {
 	if bu, ok, err := parseSQS(raw); ok {
 		return bu, err
 	}
+	if bu, ok, err := parseEmbedded(raw); ok {
+		return bu, err
+	}
 	for _, one := range strings.Split(raw, ",") {
 		one = strings.TrimSpace(one)
 		if !strings.Contains(one, "://") {
@@ -379,7 +382,7 @@ func ParseBroker(raw string) (BrokerURL, error) {
 				return BrokerURL{}, fmt.Errorf("broker URL %q has no host: use nats://HOST:PORT", redactDSN(raw))
 			}
 		default:
-			return BrokerURL{}, fmt.Errorf("broker URL %q: unknown scheme %q (want sql or nats)", redactDSN(raw), u.Scheme)
+			return BrokerURL{}, fmt.Errorf("broker URL %q: unknown scheme %q (want sql, nats, amqp, redis, sqs, pubsub or kafka)", redactDSN(raw), u.Scheme)
 		}
 	}
 	return BrokerURL{Kind: BrokerNATS, URL: raw}, nil
@@ -572,6 +575,9 @@ func OpenBroker(ctx context.Context, raw string, stores *Stores, opts BrokerOpti
 	bu, err := ParseBroker(raw)
 	if err != nil {
 		return nil, err
+	}
+	if bu.Embedded() {
+		return nil, fmt.Errorf("broker %s runs inside idem demo only: this command needs a broker that outlives it", bu)
 	}
 	b := &Broker{URL: bu}
 	switch bu.Kind {

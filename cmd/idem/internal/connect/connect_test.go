@@ -121,7 +121,13 @@ func TestParseBroker(t *testing.T) {
 		{raw: "", errHas: "broker URL is empty"},
 		{raw: "localhost:4222", errHas: "has no scheme"},
 		{raw: "nats://", errHas: "has no host"},
-		{raw: "kafka://b:9092", errHas: `unknown scheme "kafka"`},
+		{raw: "mqtt://b:1883", errHas: `unknown scheme "mqtt" (want sql, nats, amqp, redis, sqs, pubsub or kafka`},
+		{raw: "pubsub://embedded", want: connect.BrokerURL{Kind: connect.BrokerPubSub, URL: "pubsub://embedded"}, str: "pubsub://embedded"},
+		{raw: "PubSub://Embedded/", want: connect.BrokerURL{Kind: connect.BrokerPubSub, URL: "pubsub://embedded"}, str: "pubsub://embedded"},
+		{raw: "pubsub://pubsub.googleapis.com:443", errHas: "only pubsub://embedded is supported"},
+		{raw: "pubsub://u:secretpw@embedded", errHas: "only pubsub://embedded is supported"},
+		{raw: "kafka://embedded", want: connect.BrokerURL{Kind: connect.BrokerKafka, URL: "kafka://embedded"}, str: "kafka://embedded"},
+		{raw: "kafka://b:9092", errHas: "only kafka://embedded is supported"},
 		{raw: "nats://n1:4222,amqp://u:secretpw@r", errHas: `unknown scheme "amqp"`},
 		{raw: "nats://u:secretpw@h:port", errHas: "is not a valid URL"},
 	}
@@ -179,6 +185,10 @@ func TestOpenStoreAndBroker(t *testing.T) {
 
 	_, err = connect.OpenBroker(ctx, "sql", nil, connect.BrokerOptions{})
 	require.ErrorContains(t, err, "needs an open store")
+	_, err = connect.OpenBroker(ctx, "pubsub://embedded", st, connect.BrokerOptions{})
+	require.ErrorContains(t, err, "runs inside idem demo only")
+	_, err = connect.OpenBroker(ctx, "kafka://embedded", st, connect.BrokerOptions{})
+	require.ErrorContains(t, err, "runs inside idem demo only")
 
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

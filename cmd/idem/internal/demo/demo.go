@@ -105,7 +105,9 @@ type Options struct {
 	Store string
 	// Broker is "sql" (the queue table in the store, the default), nats://HOST:PORT,
 	// amqp://USER:PASSWORD@HOST:PORT/VHOST, redis://USER:PASSWORD@HOST:PORT/DB or
-	// sqs://HOST:PORT?region=REGION (SQS, or an emulator such as moto_server).
+	// sqs://HOST:PORT?region=REGION (SQS, or an emulator such as moto_server), or
+	// pubsub://embedded or kafka://embedded (an in-process Pub/Sub server or Kafka cluster the
+	// run starts).
 	Broker string
 	// Events is the number of orders (default EventsDefault).
 	Events int
@@ -243,7 +245,7 @@ func Run(ctx context.Context, opts Options) (Verdict, error) {
 	su, _ := connect.ParseStore(o.Store)
 	bu, _ := connect.ParseBroker(o.Broker)
 	v := Verdict{Store: su.String(), Broker: bu.Kind, Seed: o.Seed, DeadLettered: map[string]int{}}
-	if bu.Kind == connect.BrokerNATS || bu.Kind == connect.BrokerAMQP || bu.Kind == connect.BrokerRedis || bu.Kind == connect.BrokerSQS {
+	if bu.Kind == connect.BrokerNATS || bu.Kind == connect.BrokerAMQP || bu.Kind == connect.BrokerRedis || bu.Kind == connect.BrokerSQS || bu.Embedded() {
 		v.Broker = idem.RedactURL(bu.URL)
 	}
 	if o.HTTP {
@@ -365,6 +367,14 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 		}
 	} else if bu.Kind == connect.BrokerSQS {
 		if s.br, err = sqsBroker(ctx, bu, s.runID); err != nil {
+			return v, fmt.Errorf("broker %s: %w", v.Broker, err)
+		}
+	} else if bu.Kind == connect.BrokerPubSub {
+		if s.br, err = pubsubBroker(ctx, s.runID); err != nil {
+			return v, fmt.Errorf("broker %s: %w", v.Broker, err)
+		}
+	} else if bu.Kind == connect.BrokerKafka {
+		if s.br, err = kafkaBroker(ctx, s.runID, o.Logger); err != nil {
 			return v, fmt.Errorf("broker %s: %w", v.Broker, err)
 		}
 	} else if s.br, err = queueBroker[TTx](ctx, store, s.runID, o.FanOut); err != nil {
