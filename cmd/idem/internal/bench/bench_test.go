@@ -108,3 +108,26 @@ func TestSmokeSQS(t *testing.T) {
 		require.Positive(t, r.EventsPerS, "%+v", r)
 	}
 }
+
+// TestSmokeRedis runs the Redis Streams pipeline case small, against IDEM_REDIS_URL: every
+// variant runs and moves every event, and its ratio is computed.
+func TestSmokeRedis(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rs, err := Run(ctx, Options{
+		PostgresURL: testenv.Postgres(t), RedisURL: testenv.URL(t, testenv.RedisVar),
+		Events: 100, Concurrency: []int{8}, Cases: []string{"per_event", "pipeline_redis"}, Logf: t.Logf,
+	})
+	require.NoError(t, err)
+	var n int
+	for _, r := range rs {
+		require.Positive(t, r.EventsPerS, "%+v", r)
+		if r.Case == "pipeline_redis" {
+			require.Equal(t, 100, r.Events)
+			n++
+		}
+	}
+	require.Equal(t, 2, n, "per event and batched(100)")
+	require.Positive(t, RatioMap(Ratios(rs))["pipeline_redis/per_event"])
+}
