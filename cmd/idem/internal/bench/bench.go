@@ -41,6 +41,9 @@ type Options struct {
 	// RedisURL enables the Redis Streams pipeline case (opt-in: not a default case): a
 	// redis://HOST:PORT broker URL.
 	RedisURL string
+	// AMQPURL enables the RabbitMQ pipeline case (opt-in: not a default case): an
+	// amqp://USER:PASSWORD@HOST:PORT/VHOST broker URL.
+	AMQPURL string
 	// Events is how many events each case processes at each concurrency (default 2000).
 	Events int
 	// Concurrency lists the worker counts (default 1, 4, 8, 16).
@@ -111,11 +114,11 @@ func (o Options) Validate() error {
 			return fmt.Errorf("bench: batch size %d: want 1..10000", b)
 		}
 	}
-	known := map[string]bool{"baseline": true, "ceiling": true, "per_event": true, "batched": true, "set_batch": true, "set_ceiling": true, "pipeline_queue": true, "pipeline_jetstream": true, "pipeline_sqs": true, "pipeline_redis": true, "outbox_e2e": true, "memory": true, "large_inbox": true,
+	known := map[string]bool{"baseline": true, "ceiling": true, "per_event": true, "batched": true, "set_batch": true, "set_ceiling": true, "pipeline_queue": true, "pipeline_jetstream": true, "pipeline_sqs": true, "pipeline_redis": true, "pipeline_amqp": true, "outbox_e2e": true, "memory": true, "large_inbox": true,
 		"sqlite_ceiling": true, "sqlite_per_event": true, "sqlite_batched": true, "sqlite_set_batch": true, "sqlite_pipeline": true}
 	for _, c := range o.Cases {
 		if !known[c] {
-			return fmt.Errorf("bench: unknown case %q (known: baseline, ceiling, per_event, batched, set_batch, set_ceiling, large_inbox, pipeline_queue, pipeline_jetstream, pipeline_sqs, pipeline_redis, outbox_e2e, memory, sqlite_ceiling, sqlite_per_event, sqlite_batched, sqlite_set_batch, sqlite_pipeline)", c)
+			return fmt.Errorf("bench: unknown case %q (known: baseline, ceiling, per_event, batched, set_batch, set_ceiling, large_inbox, pipeline_queue, pipeline_jetstream, pipeline_sqs, pipeline_redis, pipeline_amqp, outbox_e2e, memory, sqlite_ceiling, sqlite_per_event, sqlite_batched, sqlite_set_batch, sqlite_pipeline)", c)
 		}
 	}
 	return nil
@@ -455,6 +458,7 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	}{
 		{"pipeline_sqs", opts.SQSURL != "", e.pipelineSQS},
 		{"pipeline_redis", opts.RedisURL != "", e.pipelineRedis},
+		{"pipeline_amqp", opts.AMQPURL != "", e.pipelineAMQP},
 	} {
 		if !want(b.name) || !b.on {
 			continue
@@ -679,7 +683,7 @@ func Ratios(rs []Result) []Ratio {
 	ratio("per_event/baseline", "per_event / baseline (8 workers)", pe, bl, ok1, ok4, 0.8, true)
 	// The issue holds the queue-table and JetStream pipelines to 0.8; the other brokers' are
 	// measured only.
-	for _, p := range []string{"pipeline_queue", "pipeline_jetstream", "pipeline_sqs", "pipeline_redis"} {
+	for _, p := range []string{"pipeline_queue", "pipeline_jetstream", "pipeline_sqs", "pipeline_redis", "pipeline_amqp"} {
 		target := 0.0
 		if p == "pipeline_queue" || p == "pipeline_jetstream" {
 			target = 0.8
