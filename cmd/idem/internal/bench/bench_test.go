@@ -110,7 +110,7 @@ func TestSmokeSQS(t *testing.T) {
 }
 
 // TestSmokeBrokers runs each broker pipeline case small beside per_event, against the service
-// its variable names: every variant runs and moves every event, and its ratio is computed.
+// its variable names or the in-process one the case starts: every variant runs and moves every event, and its ratio is computed.
 func TestSmokeBrokers(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -119,6 +119,8 @@ func TestSmokeBrokers(t *testing.T) {
 	}{
 		{"pipeline_redis", func(t *testing.T) Options { return Options{RedisURL: testenv.URL(t, testenv.RedisVar)} }},
 		{"pipeline_amqp", func(t *testing.T) Options { return Options{AMQPURL: testenv.AMQP(t)} }},
+		{"pipeline_kafka", func(*testing.T) Options { return Options{} }},
+		{"pipeline_pubsub", func(*testing.T) Options { return Options{} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
