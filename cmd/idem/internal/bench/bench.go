@@ -76,7 +76,7 @@ func (o Options) WithDefaults() Options {
 		o.BatchSizes = []int{10, 100, 500}
 	}
 	if len(o.Cases) == 0 {
-		o.Cases = []string{"baseline", "ceiling", "per_event", "batched", "set_batch", "pipeline_queue", "pipeline_jetstream", "pipeline_sqs", "pipeline_kafka", "pipeline_pubsub", "outbox_e2e", "memory"}
+		o.Cases = []string{"baseline", "ceiling", "per_event", "batched", "set_batch", "pipeline_queue", "pipeline_jetstream", "pipeline_sqs", "pipeline_kafka", "outbox_e2e", "memory"}
 	}
 	if o.LargeInboxClaims == 0 {
 		o.LargeInboxClaims = 10_000_000
@@ -114,11 +114,11 @@ func (o Options) Validate() error {
 			return fmt.Errorf("bench: batch size %d: want 1..10000", b)
 		}
 	}
-	known := map[string]bool{"baseline": true, "ceiling": true, "per_event": true, "batched": true, "set_batch": true, "set_ceiling": true, "pipeline_queue": true, "pipeline_jetstream": true, "pipeline_sqs": true, "pipeline_redis": true, "pipeline_amqp": true, "pipeline_kafka": true, "pipeline_pubsub": true, "outbox_e2e": true, "memory": true, "large_inbox": true,
+	known := map[string]bool{"baseline": true, "ceiling": true, "per_event": true, "batched": true, "set_batch": true, "set_ceiling": true, "pipeline_queue": true, "pipeline_jetstream": true, "pipeline_sqs": true, "pipeline_redis": true, "pipeline_amqp": true, "pipeline_kafka": true, "outbox_e2e": true, "memory": true, "large_inbox": true,
 		"sqlite_ceiling": true, "sqlite_per_event": true, "sqlite_batched": true, "sqlite_set_batch": true, "sqlite_pipeline": true}
 	for _, c := range o.Cases {
 		if !known[c] {
-			return fmt.Errorf("bench: unknown case %q (known: baseline, ceiling, per_event, batched, set_batch, set_ceiling, large_inbox, pipeline_queue, pipeline_jetstream, pipeline_sqs, pipeline_redis, pipeline_amqp, pipeline_kafka, pipeline_pubsub, outbox_e2e, memory, sqlite_ceiling, sqlite_per_event, sqlite_batched, sqlite_set_batch, sqlite_pipeline)", c)
+			return fmt.Errorf("bench: unknown case %q (known: baseline, ceiling, per_event, batched, set_batch, set_ceiling, large_inbox, pipeline_queue, pipeline_jetstream, pipeline_sqs, pipeline_redis, pipeline_amqp, pipeline_kafka, outbox_e2e, memory, sqlite_ceiling, sqlite_per_event, sqlite_batched, sqlite_set_batch, sqlite_pipeline)", c)
 		}
 	}
 	return nil
@@ -459,9 +459,8 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 		{"pipeline_sqs", opts.SQSURL != "", e.pipelineSQS},
 		{"pipeline_redis", opts.RedisURL != "", e.pipelineRedis},
 		{"pipeline_amqp", opts.AMQPURL != "", e.pipelineAMQP},
-		// In-process (kfake, pstest): nothing to give.
+		// In-process (kfake): nothing to give.
 		{"pipeline_kafka", true, e.pipelineKafka},
-		{"pipeline_pubsub", true, e.pipelinePubSub},
 	} {
 		if !want(b.name) || !b.on {
 			continue
@@ -686,7 +685,7 @@ func Ratios(rs []Result) []Ratio {
 	ratio("per_event/baseline", "per_event / baseline (8 workers)", pe, bl, ok1, ok4, 0.8, true)
 	// The issue holds the queue-table and JetStream pipelines to 0.8; the other brokers' are
 	// measured only.
-	for _, p := range []string{"pipeline_queue", "pipeline_jetstream", "pipeline_sqs", "pipeline_redis", "pipeline_amqp", "pipeline_kafka", "pipeline_pubsub"} {
+	for _, p := range []string{"pipeline_queue", "pipeline_jetstream", "pipeline_sqs", "pipeline_redis", "pipeline_amqp", "pipeline_kafka"} {
 		target := 0.0
 		if p == "pipeline_queue" || p == "pipeline_jetstream" {
 			target = 0.8

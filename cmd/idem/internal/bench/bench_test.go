@@ -120,7 +120,6 @@ func TestSmokeBrokers(t *testing.T) {
 		{"pipeline_redis", func(t *testing.T) Options { return Options{RedisURL: testenv.URL(t, testenv.RedisVar)} }},
 		{"pipeline_amqp", func(t *testing.T) Options { return Options{AMQPURL: testenv.AMQP(t)} }},
 		{"pipeline_kafka", func(*testing.T) Options { return Options{} }},
-		{"pipeline_pubsub", func(*testing.T) Options { return Options{} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

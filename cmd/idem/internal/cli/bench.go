@@ -30,8 +30,8 @@ func newBenchCmd(e *env) *cobra.Command {
 		Short: "Measure idem against the database's ceilings (PostgreSQL)",
 		Long: `bench runs, side by side against the same PostgreSQL database: baseline (the business
 effect without idem), ceiling (the claim and effect SQL alone), per_event, batched (batch sizes
-10, 100, 500), set_batch (the same sizes, one multi-row effect per batch), pipeline_queue, pipeline_jetstream, pipeline_sqs, pipeline_kafka and pipeline_pubsub (publish → consume → commit → ack;
-Kafka and Pub/Sub on in-process kfake and pstest servers),
+10, 100, 500), set_batch (the same sizes, one multi-row effect per batch), pipeline_queue, pipeline_jetstream, pipeline_sqs and pipeline_kafka (publish → consume → commit → ack;
+Kafka on an in-process kfake cluster),
 on request pipeline_redis (with --redis) and pipeline_amqp (with --amqp),
 outbox_e2e (producer commit to consumer commit at a fixed offered rate), memory, and on request
 large_inbox (10 million existing claims) and the SQLite cases, in a temporary database file
