@@ -38,6 +38,12 @@ type Options struct {
 	NATSURL string
 	// SQSURL enables the SQS pipeline case when set: an sqs://HOST:PORT?region=REGION broker URL.
 	SQSURL string
+	// RedisURL enables the Redis Streams pipeline case (opt-in: not a default case): a
+	// redis://HOST:PORT broker URL.
+	RedisURL string
+	// AMQPURL enables the RabbitMQ pipeline case (opt-in: not a default case): an
+	// amqp://USER:PASSWORD@HOST:PORT/VHOST broker URL.
+	AMQPURL string
 	// Events is how many events each case processes at each concurrency (default 2000).
 	Events int
 	// Concurrency lists the worker counts (default 1, 4, 8, 16).
@@ -70,7 +76,7 @@ func (o Options) WithDefaults() Options {
 		o.BatchSizes = []int{10, 100, 500}
 	}
 	if len(o.Cases) == 0 {
-		o.Cases = []string{"baseline", "ceiling", "per_event", "batched", "set_batch", "pipeline_queue", "pipeline_jetstream", "pipeline_sqs", "outbox_e2e", "memory"}
+		o.Cases = []string{"baseline", "ceiling", "per_event", "batched", "set_batch", "pipeline_queue", "pipeline_jetstream", "pipeline_sqs", "pipeline_kafka", "outbox_e2e", "memory"}
 	}
 	if o.LargeInboxClaims == 0 {
 		o.LargeInboxClaims = 10_000_000
@@ -108,11 +114,11 @@ func (o Options) Validate() error {
 			return fmt.Errorf("bench: batch size %d: want 1..10000", b)
 		}
 	}
-	known := map[string]bool{"baseline": true, "ceiling": true, "per_event": true, "batched": true, "set_batch": true, "set_ceiling": true, "pipeline_queue": true, "pipeline_jetstream": true, "pipeline_sqs": true, "outbox_e2e": true, "memory": true, "large_inbox": true,
+	known := map[string]bool{"baseline": true, "ceiling": true, "per_event": true, "batched": true, "set_batch": true, "set_ceiling": true, "pipeline_queue": true, "pipeline_jetstream": true, "pipeline_sqs": true, "pipeline_redis": true, "pipeline_amqp": true, "pipeline_kafka": true, "outbox_e2e": true, "memory": true, "large_inbox": true,
 		"sqlite_ceiling": true, "sqlite_per_event": true, "sqlite_batched": true, "sqlite_set_batch": true, "sqlite_pipeline": true}
 	for _, c := range o.Cases {
 		if !known[c] {
-			return fmt.Errorf("bench: unknown case %q (known: baseline, ceiling, per_event, batched, set_batch, set_ceiling, large_inbox, pipeline_queue, pipeline_jetstream, pipeline_sqs, outbox_e2e, memory, sqlite_ceiling, sqlite_per_event, sqlite_batched, sqlite_set_batch, sqlite_pipeline)", c)
+			return fmt.Errorf("bench: unknown case %q (known: baseline, ceiling, per_event, batched, set_batch, set_ceiling, large_inbox, pipeline_queue, pipeline_jetstream, pipeline_sqs, pipeline_redis, pipeline_amqp, pipeline_kafka, outbox_e2e, memory, sqlite_ceiling, sqlite_per_event, sqlite_batched, sqlite_set_batch, sqlite_pipeline)", c)
 		}
 	}
 	return nil
@@ -444,9 +450,23 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 			}
 		}
 	}
-	if want("pipeline_sqs") && opts.SQSURL != "" {
+	// The broker pipelines, each run when asked for and its broker is given.
+	for _, b := range []struct {
+		name string
+		on   bool
+		run  func(ctx context.Context, workers, batch int) (Result, error)
+	}{
+		{"pipeline_sqs", opts.SQSURL != "", e.pipelineSQS},
+		{"pipeline_redis", opts.RedisURL != "", e.pipelineRedis},
+		{"pipeline_amqp", opts.AMQPURL != "", e.pipelineAMQP},
+		// In-process (kfake): nothing to give.
+		{"pipeline_kafka", true, e.pipelineKafka},
+	} {
+		if !want(b.name) || !b.on {
+			continue
+		}
 		for _, batch := range []int{0, 100} {
-			if err := add(e.pipelineSQS(ctx, 8, batch)); err != nil {
+			if err := add(b.run(ctx, 8, batch)); err != nil {
 				return out, err
 			}
 		}
@@ -663,11 +683,12 @@ func Ratios(rs []Result) []Ratio {
 	ratio("set_batch/set_ceiling", "set_batch(100) / set_ceiling(100) (8 workers)", sb, sc, ok5, ok6, 0, true)
 	bl, ok4 := find("baseline", 8, 0)
 	ratio("per_event/baseline", "per_event / baseline (8 workers)", pe, bl, ok1, ok4, 0.8, true)
-	// The issue holds the queue-table and JetStream pipelines to 0.8; SQS's is measured only.
-	for _, p := range []string{"pipeline_queue", "pipeline_jetstream", "pipeline_sqs"} {
-		target := 0.8
-		if p == "pipeline_sqs" {
-			target = 0
+	// The issue holds the queue-table and JetStream pipelines to 0.8; the other brokers' are
+	// measured only.
+	for _, p := range []string{"pipeline_queue", "pipeline_jetstream", "pipeline_sqs", "pipeline_redis", "pipeline_amqp", "pipeline_kafka"} {
+		target := 0.0
+		if p == "pipeline_queue" || p == "pipeline_jetstream" {
+			target = 0.8
 		}
 		pp, okP := find(p, 8, 0)
 		ratio(p+"/per_event", p+" / per_event (8 workers)", pp, pe, okP, ok1, target, true)

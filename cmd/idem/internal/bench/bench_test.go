@@ -108,3 +108,37 @@ func TestSmokeSQS(t *testing.T) {
 		require.Positive(t, r.EventsPerS, "%+v", r)
 	}
 }
+
+// TestSmokeBrokers runs each broker pipeline case small beside per_event, against the service
+// its variable names or the in-process one the case starts: every variant runs and moves every event, and its ratio is computed.
+func TestSmokeBrokers(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		opts func(t *testing.T) Options
+	}{
+		{"pipeline_redis", func(t *testing.T) Options { return Options{RedisURL: testenv.URL(t, testenv.RedisVar)} }},
+		{"pipeline_amqp", func(t *testing.T) Options { return Options{AMQPURL: testenv.AMQP(t)} }},
+		{"pipeline_kafka", func(*testing.T) Options { return Options{} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			o := tc.opts(t)
+			o.PostgresURL, o.Events, o.Concurrency, o.Cases, o.Logf = testenv.Postgres(t), 100, []int{8}, []string{"per_event", tc.name}, t.Logf
+			rs, err := Run(ctx, o)
+			require.NoError(t, err)
+			var n int
+			for _, r := range rs {
+				require.Positive(t, r.EventsPerS, "%+v", r)
+				if r.Case == tc.name {
+					require.Equal(t, 100, r.Events)
+					n++
+				}
+			}
+			require.Equal(t, 2, n, "per event and batched(100)")
+			require.Positive(t, RatioMap(Ratios(rs))[tc.name+"/per_event"])
+		})
+	}
+}

@@ -20,38 +20,49 @@ const sqsRetention = time.Hour
 
 // pipelineSQS runs the pipeline over a fresh standard SQS queue, deleted afterwards.
 func (e *env) pipelineSQS(ctx context.Context, workers, batch int) (Result, error) {
+	return e.brokerPipeline(ctx, "pipeline_sqs", workers, batch, e.openSQS)
+}
+
+// openSQS creates the standard queue topic on the SQS broker of Options.SQSURL.
+func (e *env) openSQS(ctx context.Context, topic string) (brokerCase, error) {
 	bu, err := connect.ParseBroker(e.opts.SQSURL)
 	if err != nil {
-		return Result{}, fmt.Errorf("pipeline_sqs: %w", err)
+		return brokerCase{}, err
 	}
 	if bu.Kind != connect.BrokerSQS {
-		return Result{}, fmt.Errorf("pipeline_sqs: broker %s is not sqs://", bu)
+		return brokerCase{}, fmt.Errorf("broker %s is not sqs://", bu)
 	}
 	client, err := connect.NewSQSClient(bu)
 	if err != nil {
-		return Result{}, fmt.Errorf("pipeline_sqs: %w", err)
+		return brokerCase{}, err
 	}
 	out, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{
-		QueueName:  aws.String("idembench-" + randHex(4)),
+		QueueName:  aws.String(topic),
 		Attributes: map[string]string{"MessageRetentionPeriod": strconv.Itoa(int(sqsRetention / time.Second))},
 	})
 	if err != nil {
-		return Result{}, fmt.Errorf("pipeline_sqs: create queue on %s: %w", bu, err)
+		return brokerCase{}, fmt.Errorf("create queue on %s: %w", bu, err)
 	}
 	url := aws.ToString(out.QueueUrl)
-	defer func() {
+	drop := func() {
 		_, _ = client.DeleteQueue(context.WithoutCancel(ctx), &sqs.DeleteQueueInput{QueueUrl: aws.String(url)})
-	}()
+	}
 	src, err := idemsqs.NewSource(ctx, client, idemsqs.SourceConfig{QueueURL: url, Wait: time.Second})
 	if err != nil {
-		return Result{}, err
+		drop()
+		return brokerCase{}, err
 	}
-	defer func() { _ = src.Close() }()
 	sink, err := idemsqs.NewSink(client, idemsqs.SinkConfig{})
 	if err != nil {
-		return Result{}, err
+		_ = src.Close()
+		drop()
+		return brokerCase{}, err
 	}
-	return e.pipeline(ctx, "pipeline_sqs", workers, batch, src, func(ctx context.Context, msgs []idem.Message) error {
-		return sink.Publish(ctx, url, msgs...)
-	})
+	return brokerCase{
+		src: src,
+		publish: func(ctx context.Context, msgs []idem.Message) error {
+			return sink.Publish(ctx, url, msgs...)
+		},
+		close: func() { _ = src.Close(); drop() },
+	}, nil
 }

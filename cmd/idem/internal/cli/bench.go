@@ -18,6 +18,7 @@ func newBenchCmd(e *env) *cobra.Command {
 	var (
 		store, natsURL, cases string
 		sqsURL                string
+		redisURL, amqpURL     string
 		asJSON, soak          bool
 		events, rate          int
 		conc, batches         []int
@@ -29,7 +30,9 @@ func newBenchCmd(e *env) *cobra.Command {
 		Short: "Measure idem against the database's ceilings (PostgreSQL)",
 		Long: `bench runs, side by side against the same PostgreSQL database: baseline (the business
 effect without idem), ceiling (the claim and effect SQL alone), per_event, batched (batch sizes
-10, 100, 500), set_batch (the same sizes, one multi-row effect per batch), pipeline_queue, pipeline_jetstream and pipeline_sqs (publish → consume → commit → ack),
+10, 100, 500), set_batch (the same sizes, one multi-row effect per batch), pipeline_queue, pipeline_jetstream, pipeline_sqs and pipeline_kafka (publish → consume → commit → ack;
+Kafka on an in-process kfake cluster),
+on request pipeline_redis (with --redis) and pipeline_amqp (with --amqp),
 outbox_e2e (producer commit to consumer commit at a fixed offered rate), memory, and on request
 large_inbox (10 million existing claims) and the SQLite cases, in a temporary database file
 beside it: sqlite_ceiling, sqlite_per_event, sqlite_batched, sqlite_set_batch, sqlite_pipeline. It prints a table and the ratios against idem's
@@ -69,7 +72,7 @@ JetStream → consumer path at a steady rate for --duration.`,
 				}
 				return nil
 			}
-			opts := bench.Options{PostgresURL: su.URL, NATSURL: natsURL, SQSURL: sqsURL, Events: events, Concurrency: conc, BatchSizes: batches,
+			opts := bench.Options{PostgresURL: su.URL, NATSURL: natsURL, SQSURL: sqsURL, RedisURL: redisURL, AMQPURL: amqpURL, Events: events, Concurrency: conc, BatchSizes: batches,
 				LargeInboxClaims: claims, OfferedRate: rate, Logf: logf}
 			if cases != "" {
 				opts.Cases = strings.Split(cases, ",")
@@ -92,6 +95,8 @@ JetStream → consumer path at a steady rate for --duration.`,
 	storeFlag(cmd, &store)
 	fl.StringVar(&natsURL, "nats", "", "NATS URL for the JetStream cases (nats://HOST:PORT); they are skipped without it")
 	fl.StringVar(&sqsURL, "sqs", "", "SQS broker URL for the SQS pipeline case (sqs://HOST:PORT?region=REGION, as --broker takes); it is skipped without it")
+	fl.StringVar(&amqpURL, "amqp", "", "RabbitMQ URL for the pipeline case pipeline_amqp (amqp://USER:PASSWORD@HOST:PORT/VHOST); it is skipped without it")
+	fl.StringVar(&redisURL, "redis", "", "Redis URL for the Redis Streams pipeline case pipeline_redis (redis://HOST:PORT); it is skipped without it")
 	fl.StringVar(&cases, "cases", "", "comma-separated cases (default all but large_inbox)")
 	fl.IntVar(&events, "events", 2000, "events per case and setting")
 	fl.IntSliceVar(&conc, "concurrency", []int{1, 4, 8, 16}, "worker counts")
