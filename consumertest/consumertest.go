@@ -313,10 +313,17 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 	})
 
 	run("IgnoreAcksWithoutEffect", func(e *env[TTx]) {
-		var calls atomic.Int64
+		var (
+			calls   atomic.Int64
+			callsMu sync.Mutex
+			callsOf = map[string]int{}
+		)
 		credit := storetest.CreditHandler(e.b)
 		c, err := idem.NewConsumer(e.b.Store, e.config("ledger@v1", func(ctx context.Context, tx TTx, msg idem.Message) error {
 			calls.Add(1)
+			callsMu.Lock()
+			callsOf[msg.EventID]++
+			callsMu.Unlock()
 			if err := credit(ctx, tx, msg); err != nil {
 				return err
 			}
@@ -339,8 +346,20 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 		// Longer than a lease: an acked ignore must not come back.
 		time.Sleep(e.lease + 500*time.Millisecond)
 		require.NoError(e.t, stop())
-		if !e.opts.set { // a failed set runs its events again one by one, by design
-			require.EqualValues(e.t, 2, calls.Load(), "each handler ran once")
+		// A batch runs its other events again when one of them ends without savepoints (an
+		// ignore included), and a failed set runs its events again one by one, both by design;
+		// the ledger below shows their effects still apply once.
+		if !e.opts.set && e.opts.batch == 0 {
+			// Each delivery runs the handler at most once; a lease that ran out on a loaded
+			// machine may bring a second delivery (the claim then decides), never a second run
+			// within one delivery nor a run after the ignore was acked (the republish above is
+			// a duplicate).
+			callsMu.Lock()
+			for _, id := range []string{"evt-gone", "evt-kept"} {
+				require.GreaterOrEqual(e.t, callsOf[id], 1, "%s: the handler ran", id)
+				require.LessOrEqual(e.t, callsOf[id], len(e.rec.Events(id)), "%s: at most one handler run per delivery (%d calls in all)", id, calls.Load())
+			}
+			callsMu.Unlock()
 		}
 		require.Equal(e.t, 1, e.rec.Count(idem.OutcomeIgnored, "evt-gone"))
 		for _, ev := range e.rec.Events("evt-gone") {
