@@ -12,6 +12,7 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/handoff"
 )
 
 // callMargin is how long a settle or a give-back may take when the caller gave no deadline.
@@ -151,18 +152,18 @@ func (s *Source) Receive(ctx context.Context, limit int) ([]idem.Delivery, error
 		s.calls.Add(1)
 		s.mu.Unlock()
 		n := min(limit, room)
-		h := newHandoff()
+		h := handoff.New[pulled]()
 		go func() {
 			defer s.calls.Done()
 			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.PullWait)
 			defer cancel()
 			ds, err := s.pull(pctx, n)
-			if !h.put(pulled{ds, err}) {
+			if !h.Put(pulled{ds, err}) {
 				s.giveBack(ds)
 			}
 		}()
 		select {
-		case r := <-h.done:
+		case r := <-h.Done():
 			if r.err != nil {
 				return nil, r.err
 			}
@@ -171,48 +172,11 @@ func (s *Source) Receive(ctx context.Context, limit int) ([]idem.Delivery, error
 			}
 		case <-ctx.Done():
 			// The pull may have handed its result over just before: give that back too.
-			if r, ok := h.abandon(); ok {
+			if r, ok := h.Abandon(); ok {
 				s.giveBack(r.ds)
 			}
 			return nil, ctx.Err()
 		}
-	}
-}
-
-// handoff passes one pull's result from the goroutine running it to the Receive waiting for it,
-// or, once that Receive gave up on its context, back to the pull, which gives the messages back:
-// exactly one side takes the result, so a Receive returning as the pull finishes strands nothing.
-type handoff struct {
-	mu        sync.Mutex
-	abandoned bool
-	done      chan pulled // buffered: put never blocks
-}
-
-func newHandoff() *handoff { return &handoff{done: make(chan pulled, 1)} }
-
-// put hands r to the Receive; false means it gave up, and the caller must give r's messages back.
-// The send happens under the lock, so abandon either sees r or makes put refuse it.
-func (h *handoff) put(r pulled) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.abandoned {
-		return false
-	}
-	h.done <- r
-	return true
-}
-
-// abandon records that the Receive gave up and returns the result put handed over before, if
-// any, for the Receive to give back.
-func (h *handoff) abandon() (pulled, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.abandoned = true
-	select {
-	case r := <-h.done:
-		return r, true
-	default:
-		return pulled{}, false
 	}
 }
 

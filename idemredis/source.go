@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/handoff"
 )
 
 // expiryIdle is the idle time at which every consumer claims a pending entry; a delivery with
@@ -153,18 +154,18 @@ func (s *Source) Receive(ctx context.Context, limit int) ([]idem.Delivery, error
 		}
 		s.calls.Add(1)
 		s.mu.Unlock()
-		h := newHandoff()
+		h := handoff.New[received]()
 		go func() {
 			defer s.calls.Done()
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), block+callMargin)
 			defer cancel()
 			ds, err := s.read(rctx, limit, block)
-			if !h.put(received{ds, err}) {
+			if !h.Put(received{ds, err}) {
 				s.giveBack(ds)
 			}
 		}()
 		select {
-		case r := <-h.done:
+		case r := <-h.Done():
 			if r.err != nil {
 				return nil, r.err
 			}
@@ -177,48 +178,11 @@ func (s *Source) Receive(ctx context.Context, limit int) ([]idem.Delivery, error
 			}
 		case <-ctx.Done():
 			// The read may have handed its result over just before: give that back too.
-			if r, ok := h.abandon(); ok {
+			if r, ok := h.Abandon(); ok {
 				s.giveBack(r.ds)
 			}
 			return nil, ctx.Err()
 		}
-	}
-}
-
-// handoff passes one read's result from the goroutine running it to the Receive waiting for it,
-// or, once that Receive gave up on its context, back to the read, which gives the messages back:
-// exactly one side takes the result, so a Receive returning as the read finishes strands nothing.
-type handoff struct {
-	mu        sync.Mutex
-	abandoned bool
-	done      chan received // buffered: put never blocks
-}
-
-func newHandoff() *handoff { return &handoff{done: make(chan received, 1)} }
-
-// put hands r to the Receive; false means it gave up, and the caller must give r's messages back.
-// The send happens under the lock, so abandon either sees r or makes put refuse it.
-func (h *handoff) put(r received) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.abandoned {
-		return false
-	}
-	h.done <- r
-	return true
-}
-
-// abandon records that the Receive gave up and returns the result put handed over before, if
-// any, for the Receive to give back.
-func (h *handoff) abandon() (received, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.abandoned = true
-	select {
-	case r := <-h.done:
-		return r, true
-	default:
-		return received{}, false
 	}
 }
 
