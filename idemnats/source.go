@@ -322,12 +322,15 @@ func (s *Source) fetch(ctx, pollCtx context.Context, n int, wait bool) ([]idem.D
 // (cancelled polls).
 func (s *Source) giveBack(ds []idem.Delivery, msgs <-chan jetstream.Msg) {
 	for _, d := range ds {
-		s.giveBackMsg(d.(*Delivery).msg)
+		d := d.(*Delivery)
+		// The delivery took the earlier give-backs of its message off the record when it was
+		// made (see delivery); they are not attempts either, so they go back with this one.
+		s.giveBackMsg(d.msg, d.givenBack)
 	}
 	if msgs != nil {
 		go func() {
 			for m := range msgs {
-				s.giveBackMsg(m)
+				s.giveBackMsg(m, 0)
 			}
 		}()
 	}
@@ -337,15 +340,15 @@ func (s *Source) giveBack(ds []idem.Delivery, msgs <-chan jetstream.Msg) {
 // counts a given-back delivery as an attempt again (never fewer attempts than deliveries seen).
 const maxGivenBack = 1 << 16
 
-// giveBackMsg records m as given back, then naks it (in this order, so that the redelivery
-// cannot overtake the record).
-func (s *Source) giveBackMsg(m jetstream.Msg) {
+// giveBackMsg records m as given back (with the prior give-backs a delivery of it had taken off
+// the record), then naks it (in this order, so that the redelivery cannot overtake the record).
+func (s *Source) giveBackMsg(m jetstream.Msg, prior int) {
 	if md, err := m.Metadata(); err == nil {
 		s.mu.Lock()
 		if len(s.givenBack) >= maxGivenBack {
 			clear(s.givenBack)
 		}
-		s.givenBack[md.Sequence.Stream]++
+		s.givenBack[md.Sequence.Stream] += 1 + prior
 		s.mu.Unlock()
 	}
 	_ = m.Nak()
@@ -373,9 +376,10 @@ func (s *Source) ctxErr(ctx context.Context) error {
 // invalid_payload instead of the source failing or dropping it.
 func (s *Source) delivery(m jetstream.Msg) *Delivery {
 	msg, err := DecodeMessage(m)
+	var givenBack int
 	if md, mdErr := m.Metadata(); mdErr == nil {
-		if n := s.takeGivenBack(md.Sequence.Stream); n > 0 {
-			msg.Attempt = max(msg.Attempt-n, 1)
+		if givenBack = s.takeGivenBack(md.Sequence.Stream); givenBack > 0 {
+			msg.Attempt = max(msg.Attempt-givenBack, 1)
 		}
 	}
 	if err != nil {
@@ -397,7 +401,7 @@ func (s *Source) delivery(m jetstream.Msg) *Delivery {
 		}
 		msg.Tenant = s.cfg.Tenant
 	}
-	return &Delivery{msg: m, m: msg, js: s.js}
+	return &Delivery{msg: m, m: msg, js: s.js, givenBack: givenBack}
 }
 
 // Delivery is one message received from JetStream and the handle to settle it.
@@ -405,6 +409,9 @@ type Delivery struct {
 	msg jetstream.Msg
 	m   idem.Message
 	js  jetstream.JetStream
+	// givenBack is how many earlier deliveries of this message the source gave back unseen
+	// (taken off Source.givenBack when this delivery was made).
+	givenBack int
 }
 
 var _ idem.Delivery = (*Delivery)(nil)
