@@ -3,7 +3,6 @@ package idemmysql
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
@@ -67,45 +66,46 @@ func (s *Store) QueueUnsubscribe(ctx context.Context, topic, name string) (int, 
 // it is a consistent (non-locking) read, so it never blocks a QueueSubscribe, and the inserts
 // follow the one set of subscriptions it saw.
 func (s *Store) publishTargets(ctx context.Context, tx *sql.Tx, queue string) ([]string, error) {
-	rows, err := tx.QueryContext(ctx, s.q.subList, []byte(queue))
+	names, err := s.subscriptionNames(ctx, tx, queue)
 	if err != nil {
 		return nil, fmt.Errorf("subscriptions: %w", err)
 	}
-	defer rows.Close()
-	var targets []string
-	for rows.Next() {
-		var name []byte
-		if err := rows.Scan(&name); err != nil {
-			return nil, fmt.Errorf("subscriptions: %w", err)
-		}
-		targets = append(targets, queue+idem.SubscriptionSeparator+string(name))
+	if len(names) == 0 {
+		return []string{queue}, nil
 	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return nil, fmt.Errorf("subscriptions: %w", err)
-	}
-	if len(targets) == 0 {
-		targets = []string{queue}
+	targets := make([]string, len(names))
+	for i, name := range names {
+		targets[i] = queue + idem.SubscriptionSeparator + name
 	}
 	return targets, nil
 }
 
 // QueueSubscriptions lists the subscriptions of topic, by name.
 func (s *Store) QueueSubscriptions(ctx context.Context, topic string) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx, s.q.subList, []byte(topic))
+	names, err := s.subscriptionNames(ctx, s.db, topic)
 	if err != nil {
 		return nil, fmt.Errorf("idemmysql: subscriptions of queue topic %q: %w", topic, err)
+	}
+	return names, nil
+}
+
+// subscriptionNames reads the subscription names of topic through q (the store's pool, or the
+// publishing transaction so that the jobs follow the subscriptions it sees).
+func (s *Store) subscriptionNames(ctx context.Context, q interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, topic string) ([]string, error) {
+	rows, err := q.QueryContext(ctx, s.q.subList, []byte(topic))
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	var names []string
 	for rows.Next() {
-		var n []byte
-		if err := rows.Scan(&n); err != nil {
-			return nil, fmt.Errorf("idemmysql: subscriptions of queue topic %q: %w", topic, err)
+		var name []byte
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
 		}
-		names = append(names, string(n))
+		names = append(names, string(name))
 	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return nil, fmt.Errorf("idemmysql: subscriptions of queue topic %q: %w", topic, err)
-	}
-	return names, nil
+	return names, rows.Err()
 }

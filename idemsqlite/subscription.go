@@ -3,7 +3,6 @@ package idemsqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
@@ -64,45 +63,46 @@ func (s *Store) QueueUnsubscribe(ctx context.Context, topic, name string) (int, 
 // committed after the lookup fails tx's first insert with SQLITE_BUSY), so they see one set of
 // subscriptions.
 func (s *Store) publishTargets(ctx context.Context, tx *sql.Tx, queue string) ([]string, error) {
-	rows, err := tx.QueryContext(ctx, s.q.subList, queue)
+	names, err := s.subscriptionNames(ctx, tx, queue)
 	if err != nil {
 		return nil, fmt.Errorf("subscriptions: %w", err)
 	}
-	defer rows.Close()
-	var targets []string
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			return nil, fmt.Errorf("subscriptions: %w", err)
-		}
-		targets = append(targets, queue+idem.SubscriptionSeparator+name)
+	if len(names) == 0 {
+		return []string{queue}, nil
 	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return nil, fmt.Errorf("subscriptions: %w", err)
-	}
-	if len(targets) == 0 {
-		targets = []string{queue}
+	targets := make([]string, len(names))
+	for i, name := range names {
+		targets[i] = queue + idem.SubscriptionSeparator + name
 	}
 	return targets, nil
 }
 
 // QueueSubscriptions lists the subscriptions of topic, by name.
 func (s *Store) QueueSubscriptions(ctx context.Context, topic string) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx, s.q.subList, topic)
+	names, err := s.subscriptionNames(ctx, s.db, topic)
 	if err != nil {
 		return nil, fmt.Errorf("idemsqlite: subscriptions of queue topic %q: %w", topic, err)
+	}
+	return names, nil
+}
+
+// subscriptionNames reads the subscription names of topic through q (the store's pool, or the
+// publishing transaction so that the jobs follow the subscriptions it sees).
+func (s *Store) subscriptionNames(ctx context.Context, q interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, topic string) ([]string, error) {
+	rows, err := q.QueryContext(ctx, s.q.subList, topic)
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	var names []string
 	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			return nil, fmt.Errorf("idemsqlite: subscriptions of queue topic %q: %w", topic, err)
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
 		}
-		names = append(names, n)
+		names = append(names, name)
 	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return nil, fmt.Errorf("idemsqlite: subscriptions of queue topic %q: %w", topic, err)
-	}
-	return names, nil
+	return names, rows.Err()
 }
