@@ -228,6 +228,16 @@ func TestRelayPublishesEverythingInKeyOrder(t *testing.T) {
 			ids := sink.ids()
 			require.ElementsMatch(t, all, ids, "every event exactly once")
 			requireKeyOrder(t, ids, want)
+			// The key travels with each event (idem.HeaderKey), so a partitioned or grouped
+			// broker downstream keeps the same order; an event without a key carries none.
+			for _, p := range sink.all() {
+				key, _, _ := strings.Cut(p.msg.EventID, "-")
+				if key == "solo" {
+					require.NotContains(t, p.msg.Headers, idem.HeaderKey, p.msg.EventID)
+				} else {
+					require.Equal(t, key, p.msg.Headers[idem.HeaderKey], p.msg.EventID)
+				}
+			}
 			require.Equal(t, counts{Published: len(all)}, k.counts(ctx))
 			n, failed := obs.snapshot()
 			require.Equal(t, len(all), n)
