@@ -6,24 +6,9 @@ import (
 	"fmt"
 	"slices"
 	"time"
-)
 
-// BatchStore is a Store that can process many events in one transaction: one multi-row
-// INSERT … ON CONFLICT DO NOTHING RETURNING claims them all, and each new event's handler runs
-// in its own savepoint so that one failing event rolls back alone. One commit per batch instead
-// of one per event is how a consumer gets past the database's commit rate without giving up
-// exactly-once.
-type BatchStore[TTx any] interface {
-	Store[TTx]
-	// ClaimBatchTx claims every key inside tx and returns one result per param, in order. The
-	// keys must be distinct.
-	ClaimBatchTx(ctx context.Context, tx TTx, ps []ClaimParams) ([]ClaimResult, error)
-	// SavepointTx runs fn inside a savepoint of tx: an error from fn (or a panic) rolls back to
-	// the savepoint and is returned, leaving the rest of tx intact.
-	SavepointTx(ctx context.Context, tx TTx, fn func(ctx context.Context, tx TTx) error) error
-	// ReleaseClaimTx deletes a claim made earlier in tx, for an event whose handler failed.
-	ReleaseClaimTx(ctx context.Context, tx TTx, key Key) error
-}
+	"github.com/idemkit/idem/idemstore"
+)
 
 // ErrTxEnded is wrapped by an error that reports a transaction ended behind idem's back: a
 // statement of a handler rolled back (or committed) the whole transaction, e.g. a SQLite
@@ -32,17 +17,7 @@ type BatchStore[TTx any] interface {
 // outside any transaction; so a BatchStore's SavepointTx wraps it when it cannot roll back to or
 // release its savepoint because the transaction is gone, and the consumer then aborts the
 // batch's transaction instead of carrying on.
-var ErrTxEnded = errors.New("the transaction ended inside the handler")
-
-// TxEndChecker is implemented by a BatchStore that can tell cheaply (without a network round
-// trip) whether a batch's tx has ended behind idem's back (idempg: the connection reports no
-// open transaction; idemsqlite: a marker savepoint is gone). The batch path asks it after every
-// handler, so a handler that ended the transaction and returned nil aborts the batch before the
-// next handler runs outside it.
-type TxEndChecker[TTx any] interface {
-	// TxEnded reports whether tx is no longer open on its connection.
-	TxEnded(tx TTx) bool
-}
+var ErrTxEnded = errors.New("idem: the transaction ended inside the handler")
 
 // Defaults for BatchConfig.
 const (
@@ -119,7 +94,7 @@ func (c *Consumer[TTx]) processEach(ctx context.Context, msgs []Message, settles
 type preparedBatch struct {
 	results []Result
 	items   []batchItem
-	params  []ClaimParams
+	params  []idemstore.ClaimParams
 	// later holds the indexes of deliveries to process alone after the batch commits.
 	later []int
 }
@@ -131,7 +106,7 @@ func (c *Consumer[TTx]) prepareBatch(ctx context.Context, msgs []Message) prepar
 	b := preparedBatch{
 		results: make([]Result, len(msgs)),
 		items:   make([]batchItem, 0, len(msgs)),
-		params:  make([]ClaimParams, 0, len(msgs)),
+		params:  make([]idemstore.ClaimParams, 0, len(msgs)),
 	}
 	seen := make(map[Key]struct{}, len(msgs))
 	for i, m := range msgs {
@@ -146,14 +121,14 @@ func (c *Consumer[TTx]) prepareBatch(ctx context.Context, msgs []Message) prepar
 		}
 		seen[res.Key] = struct{}{}
 		b.items = append(b.items, batchItem{i: i, msg: m})
-		b.params = append(b.params, ClaimParams{Key: res.Key, Fingerprint: res.Fingerprint, Now: now, Bucket: res.bucket})
+		b.params = append(b.params, idemstore.ClaimParams{Key: res.Key, Fingerprint: res.Fingerprint, Now: now, Bucket: res.bucket})
 	}
 	return b
 }
 
 // applyEach applies items with each event's handler in one shared transaction, setting aside
 // and retrying without it any event that aborts an attempt.
-func (c *Consumer[TTx]) applyEach(ctx context.Context, bs BatchStore[TTx], items []batchItem, params []ClaimParams, results []Result, settles []func(context.Context, TTx) error, traces []DeliveryTrace) {
+func (c *Consumer[TTx]) applyEach(ctx context.Context, bs idemstore.BatchStore[TTx], items []batchItem, params []idemstore.ClaimParams, results []Result, settles []func(context.Context, TTx) error, traces []DeliveryTrace) {
 	// A failing event aborts the attempt (without savepoints: any failure; with them: a handler
 	// that ended the transaction itself); it is set aside and the rest is tried again, so each
 	// such failure costs one extra transaction.
@@ -199,7 +174,7 @@ var errBatchAborted = errors.New("idem: batch attempt aborted by a failing event
 // constraint refuses), the transaction rolls back and each event is claimed and applied alone,
 // in a transaction of its own: only the unclaimable event fails, with the database's own
 // error, and the others proceed. That costs a transaction per event, for this batch only.
-func (c *Consumer[TTx]) applyBatch(ctx context.Context, bs BatchStore[TTx], items []batchItem, params []ClaimParams, results []Result, settles []func(context.Context, TTx) error, traces []DeliveryTrace, savepoints bool) int {
+func (c *Consumer[TTx]) applyBatch(ctx context.Context, bs idemstore.BatchStore[TTx], items []batchItem, params []idemstore.ClaimParams, results []Result, settles []func(context.Context, TTx) error, traces []DeliveryTrace, savepoints bool) int {
 	failedAt, claimErr := c.applyBatchOnce(ctx, bs, items, params, results, settles, traces, savepoints)
 	if claimErr == nil {
 		return failedAt
@@ -224,9 +199,9 @@ func (e *errClaimBatch) Unwrap() error { return e.err }
 
 // applyBatchOnce is applyBatch without the fallback: when the multi-row claim fails it writes
 // no result and returns the claim's error.
-func (c *Consumer[TTx]) applyBatchOnce(ctx context.Context, bs BatchStore[TTx], items []batchItem, params []ClaimParams, results []Result, settles []func(context.Context, TTx) error, traces []DeliveryTrace, savepoints bool) (int, error) {
-	checker, _ := bs.(TxEndChecker[TTx])
-	statuses := make([]ClaimStatus, len(items))
+func (c *Consumer[TTx]) applyBatchOnce(ctx context.Context, bs idemstore.BatchStore[TTx], items []batchItem, params []idemstore.ClaimParams, results []Result, settles []func(context.Context, TTx) error, traces []DeliveryTrace, savepoints bool) (int, error) {
+	checker, _ := bs.(idemstore.TxEndChecker[TTx])
+	statuses := make([]idemstore.ClaimStatus, len(items))
 	failed := make([]error, len(items))
 	ignored := make([]*IgnoredError, len(items))
 	failedAt := -1
@@ -276,7 +251,7 @@ func (c *Consumer[TTx]) applyBatchOnce(ctx context.Context, bs BatchStore[TTx], 
 				return false
 			}
 			switch cr.Status {
-			case ClaimNew:
+			case idemstore.ClaimNew:
 				if !savepoints {
 					if err := apply(ctx, tx); err != nil {
 						failedAt, failure = j, err
@@ -315,7 +290,7 @@ func (c *Consumer[TTx]) applyBatchOnce(ctx context.Context, bs BatchStore[TTx], 
 				} else if ended(nil) {
 					return errBatchAborted
 				}
-			case ClaimDuplicate:
+			case idemstore.ClaimDuplicate:
 				if settle != nil {
 					if !savepoints {
 						if err := settle(ctx, tx); err != nil {
@@ -332,7 +307,7 @@ func (c *Consumer[TTx]) applyBatchOnce(ctx context.Context, bs BatchStore[TTx], 
 						failed[j] = err
 					}
 				}
-			case ClaimConflict:
+			case idemstore.ClaimConflict:
 				failed[j] = &KeyReuseError{Key: params[j].Key, Claimed: cr.Existing, Received: params[j].Fingerprint}
 			default:
 				return fmt.Errorf("idem: claim %s: store returned invalid status %d", params[j].Key, cr.Status)
@@ -343,7 +318,7 @@ func (c *Consumer[TTx]) applyBatchOnce(ctx context.Context, bs BatchStore[TTx], 
 	if errors.Is(err, errBatchAborted) {
 		// Everything rolled back, the failing event's claim with it.
 		it := items[failedAt]
-		if ig, ok := ignoredOf(failure); ok && statuses[failedAt] == ClaimNew && !errors.Is(failure, ErrTxEnded) {
+		if ig, ok := ignoredOf(failure); ok && statuses[failedAt] == idemstore.ClaimNew && !errors.Is(failure, ErrTxEnded) {
 			// The handler's effect rolled back with the batch; its claim and audit row commit
 			// in a transaction of their own.
 			results[it.i] = c.commitIgnore(ctx, results[it.i], ig.Reason, params[failedAt].Now, settleAt(settles, it.i))
@@ -389,4 +364,4 @@ func settleAt[TTx any](settles []func(context.Context, TTx) error, i int) func(c
 }
 
 // errNotBatchStore is returned by NewConsumer when batching is on but the store cannot batch.
-var errNotBatchStore = errors.New("Batch.Enabled is set but the store does not implement idem.BatchStore")
+var errNotBatchStore = errors.New("Batch.Enabled is set but the store does not implement idemstore.BatchStore")

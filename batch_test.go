@@ -7,6 +7,7 @@ import (
 	"maps"
 	"testing"
 
+	"github.com/idemkit/idem/idemstore"
 	"github.com/stretchr/testify/require"
 )
 
@@ -35,11 +36,11 @@ func (tx *memTx) write(eventID string) {
 // database refuses a multi-row INSERT with one bad row, and SavepointTx reports ErrTxEnded
 // when its transaction was ended inside it.
 type memStore struct {
-	DeadLetterStore // unused: nil
-	claims          map[Key]Fingerprint
-	effects         map[string]int
-	reject          map[string]bool
-	batchClaims     int
+	idemstore.DeadLetterStore // unused: nil
+	claims                    map[Key]Fingerprint
+	effects                   map[string]int
+	reject                    map[string]bool
+	batchClaims               int
 }
 
 func newMemStore() *memStore {
@@ -63,9 +64,9 @@ func (s *memStore) InTx(ctx context.Context, fn func(ctx context.Context, tx *me
 	return nil
 }
 
-func (s *memStore) ClaimTx(_ context.Context, tx *memTx, p ClaimParams) (ClaimResult, error) {
+func (s *memStore) ClaimTx(_ context.Context, tx *memTx, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
 	if s.reject[p.Key.EventID] {
-		return ClaimResult{}, fmt.Errorf("row refused: event %s", p.Key.EventID)
+		return idemstore.ClaimResult{}, fmt.Errorf("row refused: event %s", p.Key.EventID)
 	}
 	fp, ok := tx.claims[p.Key]
 	if !ok {
@@ -74,21 +75,21 @@ func (s *memStore) ClaimTx(_ context.Context, tx *memTx, p ClaimParams) (ClaimRe
 	switch {
 	case !ok:
 		tx.claims[p.Key] = p.Fingerprint
-		return ClaimResult{Status: ClaimNew}, nil
+		return idemstore.ClaimResult{Status: idemstore.ClaimNew}, nil
 	case fp == p.Fingerprint:
-		return ClaimResult{Status: ClaimDuplicate, Existing: fp}, nil
+		return idemstore.ClaimResult{Status: idemstore.ClaimDuplicate, Existing: fp}, nil
 	}
-	return ClaimResult{Status: ClaimConflict, Existing: fp}, nil
+	return idemstore.ClaimResult{Status: idemstore.ClaimConflict, Existing: fp}, nil
 }
 
-func (s *memStore) ClaimBatchTx(ctx context.Context, tx *memTx, ps []ClaimParams) ([]ClaimResult, error) {
+func (s *memStore) ClaimBatchTx(ctx context.Context, tx *memTx, ps []idemstore.ClaimParams) ([]idemstore.ClaimResult, error) {
 	s.batchClaims++
 	for _, p := range ps {
 		if s.reject[p.Key.EventID] {
 			return nil, fmt.Errorf("row refused: event %s", p.Key.EventID)
 		}
 	}
-	rs := make([]ClaimResult, len(ps))
+	rs := make([]idemstore.ClaimResult, len(ps))
 	for i, p := range ps {
 		rs[i], _ = s.ClaimTx(ctx, tx, p)
 	}
@@ -112,7 +113,7 @@ func (s *memStore) ReleaseClaimTx(_ context.Context, tx *memTx, key Key) error {
 	return nil
 }
 
-func (s *memStore) DeleteExpiredClaims(context.Context, DeleteExpiredClaimsParams) (int, error) {
+func (s *memStore) DeleteExpiredClaims(context.Context, idemstore.DeleteExpiredClaimsParams) (int, error) {
 	return 0, nil
 }
 
@@ -161,7 +162,7 @@ func TestBatchPath(t *testing.T) {
 			if tc.reject != "" {
 				mem.reject[tc.reject] = true
 			}
-			var store BatchStore[*memTx] = mem
+			var store idemstore.BatchStore[*memTx] = mem
 			if tc.checker {
 				store = memChecker{mem}
 			}

@@ -20,7 +20,7 @@ type Classifier func(err error) Class
 // and codes 40001 (serialization failure), 40P01 (deadlock) and 57P01 (admin shutdown) are
 // transient, other SQLSTATEs are permanent except as noted; JSON syntax and type errors are
 // permanent. Anything else is ClassUnknown, which the consumer treats as transient unless
-// ConsumerConfig.UnknownIsPermanent is set. A store adds its driver's codes (SQLite
+// ConsumerConfig.Failure.UnknownIsPermanent is set. A store adds its driver's codes (SQLite
 // BUSY/LOCKED) through Store.ClassifyError.
 func Classify(err error) Class {
 	if err == nil {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/idemkit/idem/idemredact"
 	"github.com/idemkit/idem/retry"
 )
 
@@ -99,8 +100,10 @@ const (
 	PanicPause
 )
 
-// ConsumerConfig configures a Consumer. Zero fields take the documented defaults; Validate
-// names the field of every error.
+// ConsumerConfig configures a Consumer. The top-level fields are what every consumer sets;
+// the groups (Input, Failure, Batch, Claims, Observe) hold the rest and read well left at their
+// zero value. Zero fields take the documented defaults; Validate names the field of every error
+// by its path ("Failure.Retry.MaxAttempts").
 type ConsumerConfig[TTx any] struct {
 	// Name is the consumer name with its effect version, "ledger@v1" (required). Bumping the
 	// version deliberately re-applies events already processed by the old version.
@@ -119,18 +122,73 @@ type ConsumerConfig[TTx any] struct {
 	// MaxOwnerBytes of lower-case letters, digits, '-' and '_', starting with a letter. Empty
 	// means no owner (alerts go to the default route).
 	Owner string
+	// Workers is how many deliveries Run handles at once (default WorkersDefault).
+	Workers int
+	// ShutdownTimeout bounds the wait for in-flight deliveries when Run's context ends; what is
+	// left is nak'ed (default ShutdownTimeoutDefault).
+	ShutdownTimeout time.Duration
+
+	// Input checks each message before the handler sees it.
+	Input InputConfig
+	// Failure decides what a handler error, timeout or panic does.
+	Failure FailureConfig
+	// Batch turns on batched processing (one transaction per batch of deliveries).
+	Batch BatchConfig
+	// Claims bounds how long claims are kept and how they are collected.
+	Claims ClaimConfig
+	// Observe sends each settled delivery to logs, metrics and traces.
+	Observe ObserveConfig
+
+	// Now returns the current time (default time.Now); tests move it.
+	Now func() time.Time
+}
+
+// InputConfig holds the checks a message passes before the handler sees it: who sent it, whether
+// it is well formed, how large it may be, and which content tells a duplicate from key reuse.
+type InputConfig struct {
 	// Authenticator, when set, verifies each message and decides its tenant.
 	Authenticator Authenticator
 	// Validator, when set, checks each message before the handler sees it.
 	Validator Validator
 	// Fingerprint chooses the content that tells a duplicate from key reuse.
 	Fingerprint FingerprintConfig
+	// MaxPayloadBytes refuses larger payloads as invalid_payload (default MaxPayloadBytesDefault).
+	MaxPayloadBytes int
+}
+
+// FailureConfig decides what a failed delivery does: which errors are permanent, how often and
+// when a transient one is retried, how long a handler may run, what a panic does, and how dead
+// letters are written.
+type FailureConfig struct {
 	// Classifier, when set, is consulted before the store's and the default classifier.
 	Classifier Classifier
 	// UnknownIsPermanent dead-letters errors no classifier recognises instead of retrying them.
 	UnknownIsPermanent bool
 	// Retry bounds retries (see package retry for defaults).
 	Retry retry.Policy
+	// HandlerTimeout, when positive, bounds one run of the handler: its context ends after it,
+	// so a handler stuck on a lock or a slow dependency gives its transaction (and, on SQLite,
+	// the database's write lock) back, and the delivery is retried with an error that says
+	// ErrHandlerTimeout. Zero (the default) leaves the handler bounded only by the lease and
+	// shutdown.
+	HandlerTimeout time.Duration
+	// OnPanic decides what a handler panic does (default PanicDeadLetter).
+	OnPanic PanicPolicy
+	// DeadLetterFailuresToPause is how many failed writes of one dead letter in a row make the
+	// consumer give the delivery back without a verdict and pause (Run returns a *PausedError)
+	// rather than let the broker's delivery limit drop it (default
+	// DeadLetterFailuresToPauseDefault). Between failures the delivery is kept, its lease
+	// extended, and the write retried after a capped, jittered backoff (100ms doubling to 5s).
+	DeadLetterFailuresToPause int
+	// Redact configures the masking of secrets in dead-letter error summaries and logs.
+	Redact idemredact.Config
+	// Rand is the retry jitter source (default a private math/rand/v2 source).
+	Rand retry.Rand
+}
+
+// ClaimConfig bounds the life of claims: how long they are kept, the window in which an event
+// can come back (which the retention must cover), and the collection that deletes them after.
+type ClaimConfig struct {
 	// Retention is how long claims are kept (default RetentionDefault). It must cover
 	// RedeliveryWindow plus the retry policy's worst case: a claim deleted while its event can
 	// still come back would let the event apply twice.
@@ -140,57 +198,32 @@ type ConsumerConfig[TTx any] struct {
 	// RedeliveryWindowDefault. Run refuses a source that reports a longer window
 	// (CheckSourceLimits).
 	RedeliveryWindow time.Duration
-	// Workers is how many deliveries Run handles at once (default WorkersDefault).
-	Workers int
-	// Batch turns on batched processing (one transaction per batch of deliveries).
-	Batch BatchConfig
-	// HandlerTimeout, when positive, bounds one run of the handler: its context ends after it,
-	// so a handler stuck on a lock or a slow dependency gives its transaction (and, on SQLite,
-	// the database's write lock) back, and the delivery is retried with an error that says
-	// ErrHandlerTimeout. Zero (the default) leaves the handler bounded only by the lease and
-	// shutdown.
-	HandlerTimeout time.Duration
-	// ShutdownTimeout bounds the wait for in-flight deliveries when Run's context ends; what is
-	// left is nak'ed (default ShutdownTimeoutDefault).
-	ShutdownTimeout time.Duration
-	// OnPanic decides what a handler panic does (default PanicDeadLetter).
-	OnPanic PanicPolicy
-	// DeadLetterFailuresToPause is how many failed writes of one dead letter in a row make the
-	// consumer give the delivery back without a verdict and pause (Run returns a *PausedError)
-	// rather than let the broker's delivery limit drop it (default
-	// DeadLetterFailuresToPauseDefault). Between failures the delivery is kept, its lease
-	// extended, and the write retried after a capped, jittered backoff (100ms doubling to 5s).
-	DeadLetterFailuresToPause int
-	// MaxPayloadBytes refuses larger payloads as invalid_payload (default MaxPayloadBytesDefault).
-	MaxPayloadBytes int
-	// Redact configures the masking of secrets in dead-letter error summaries and logs.
-	Redact RedactConfig
 	// Maintenance configures the claim garbage collection Run does by itself (on by default,
 	// hourly).
 	Maintenance MaintenanceConfig
+}
+
+// ObserveConfig sends what the consumer does to logs, metrics and traces.
+type ObserveConfig struct {
 	// Logger receives one line per settled delivery (default slog.Default()).
 	Logger *slog.Logger
-	// Observer receives one Event per settled delivery, for metrics (package idemprom).
+	// Observer receives one Observation per settled delivery, for metrics (package idemprom).
 	Observer Observer
 	// Tracer, when set, traces each delivery and its handler (package idemotel: OpenTelemetry).
 	Tracer Tracer
-	// Now returns the current time (default time.Now); tests move it.
-	Now func() time.Time
-	// Rand is the retry jitter source (default a private math/rand/v2 source).
-	Rand retry.Rand
 }
 
 // WithDefaults returns a copy of c with zero fields set to their defaults.
 func (c ConsumerConfig[TTx]) WithDefaults() ConsumerConfig[TTx] {
-	c.Retry = c.Retry.WithDefaults()
+	c.Failure.Retry = c.Failure.Retry.WithDefaults()
 	if c.Handler == nil && c.SetHandler != nil {
 		c.Handler = setOfOne(c.SetHandler)
 	}
-	if c.Retention == 0 {
-		c.Retention = RetentionDefault
+	if c.Claims.Retention == 0 {
+		c.Claims.Retention = RetentionDefault
 	}
-	if c.RedeliveryWindow == 0 {
-		c.RedeliveryWindow = RedeliveryWindowDefault
+	if c.Claims.RedeliveryWindow == 0 {
+		c.Claims.RedeliveryWindow = RedeliveryWindowDefault
 	}
 	if c.Batch.Enabled {
 		c.Batch = c.Batch.withDefaults()
@@ -201,15 +234,15 @@ func (c ConsumerConfig[TTx]) WithDefaults() ConsumerConfig[TTx] {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = ShutdownTimeoutDefault
 	}
-	if c.MaxPayloadBytes == 0 {
-		c.MaxPayloadBytes = MaxPayloadBytesDefault
+	if c.Input.MaxPayloadBytes == 0 {
+		c.Input.MaxPayloadBytes = MaxPayloadBytesDefault
 	}
-	if c.DeadLetterFailuresToPause == 0 {
-		c.DeadLetterFailuresToPause = DeadLetterFailuresToPauseDefault
+	if c.Failure.DeadLetterFailuresToPause == 0 {
+		c.Failure.DeadLetterFailuresToPause = DeadLetterFailuresToPauseDefault
 	}
-	c.Maintenance = c.Maintenance.withDefaults()
-	if c.Logger == nil {
-		c.Logger = slog.Default()
+	c.Claims.Maintenance = c.Claims.Maintenance.withDefaults()
+	if c.Observe.Logger == nil {
+		c.Observe.Logger = slog.Default()
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -231,8 +264,8 @@ func (c ConsumerConfig[TTx]) Validate() error {
 	if err := ValidateOwner(c.Owner); err != nil {
 		errs = append(errs, err)
 	}
-	if err := c.Retry.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("Retry: %w", err))
+	if err := c.Failure.Retry.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("Failure.Retry: %w", err))
 	}
 	if c.Workers < 0 {
 		errs = append(errs, fmt.Errorf("Workers is %d, want > 0", c.Workers))
@@ -243,28 +276,28 @@ func (c ConsumerConfig[TTx]) Validate() error {
 	if c.Batch.Enabled && c.Batch.MaxWait < 0 {
 		errs = append(errs, fmt.Errorf("Batch.MaxWait is %v, want >= 0", c.Batch.MaxWait))
 	}
-	if c.HandlerTimeout < 0 {
-		errs = append(errs, fmt.Errorf("HandlerTimeout is %v, want >= 0 (0: no timeout)", c.HandlerTimeout))
+	if c.Failure.HandlerTimeout < 0 {
+		errs = append(errs, fmt.Errorf("Failure.HandlerTimeout is %v, want >= 0 (0: no timeout)", c.Failure.HandlerTimeout))
 	}
 	if c.ShutdownTimeout < 0 {
 		errs = append(errs, fmt.Errorf("ShutdownTimeout is %v, want >= 0", c.ShutdownTimeout))
 	}
-	if c.MaxPayloadBytes < 0 {
-		errs = append(errs, fmt.Errorf("MaxPayloadBytes is %d, want > 0", c.MaxPayloadBytes))
+	if c.Input.MaxPayloadBytes < 0 {
+		errs = append(errs, fmt.Errorf("Input.MaxPayloadBytes is %d, want > 0", c.Input.MaxPayloadBytes))
 	}
-	if c.DeadLetterFailuresToPause < 0 {
-		errs = append(errs, fmt.Errorf("DeadLetterFailuresToPause is %d, want > 0", c.DeadLetterFailuresToPause))
+	if c.Failure.DeadLetterFailuresToPause < 0 {
+		errs = append(errs, fmt.Errorf("Failure.DeadLetterFailuresToPause is %d, want > 0", c.Failure.DeadLetterFailuresToPause))
 	}
-	if c.Maintenance.Interval < 0 {
-		errs = append(errs, fmt.Errorf("Maintenance.Interval is %v, want > 0", c.Maintenance.Interval))
+	if c.Claims.Maintenance.Interval < 0 {
+		errs = append(errs, fmt.Errorf("Claims.Maintenance.Interval is %v, want > 0", c.Claims.Maintenance.Interval))
 	}
-	if c.Maintenance.Batch < 0 {
-		errs = append(errs, fmt.Errorf("Maintenance.Batch is %d, want > 0", c.Maintenance.Batch))
+	if c.Claims.Maintenance.Batch < 0 {
+		errs = append(errs, fmt.Errorf("Claims.Maintenance.Batch is %d, want > 0", c.Claims.Maintenance.Batch))
 	}
-	if c.RedeliveryWindow < 0 {
-		errs = append(errs, fmt.Errorf("RedeliveryWindow is %v, want >= 0", c.RedeliveryWindow))
+	if c.Claims.RedeliveryWindow < 0 {
+		errs = append(errs, fmt.Errorf("Claims.RedeliveryWindow is %v, want >= 0", c.Claims.RedeliveryWindow))
 	}
-	if err := CheckRetention(c.Retention, c.RedeliveryWindow, c.Retry, 0); err != nil {
+	if err := CheckRetention(c.Claims.Retention, c.Claims.RedeliveryWindow, c.Failure.Retry, 0); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) == 0 {
@@ -280,16 +313,16 @@ func CheckRetention(retention, redeliveryWindow time.Duration, policy retry.Poli
 	worst := policy.WithDefaults().WorstCase()
 	need := redeliveryWindow + worst + lease
 	if retention <= 0 {
-		return fmt.Errorf("Retention is %v, want > 0", retention)
+		return fmt.Errorf("Claims.Retention is %v, want > 0", retention)
 	}
 	if retention < need {
-		return fmt.Errorf("Retention (%v) is shorter than RedeliveryWindow (%v) + retry worst case (%v) + lease (%v) = %v: an event could come back after its claim was deleted and apply twice",
+		return fmt.Errorf("Claims.Retention (%v) is shorter than Claims.RedeliveryWindow (%v) + retry worst case (%v) + lease (%v) = %v: an event could come back after its claim was deleted and apply twice",
 			retention, redeliveryWindow, worst, lease, need)
 	}
 	return nil
 }
 
-// DeliveryLimitMargin is how many deliveries above Retry.MaxAttempts a broker's delivery limit
+// DeliveryLimitMargin is how many deliveries above Failure.Retry.MaxAttempts a broker's delivery limit
 // must allow: deliveries that end without a verdict (a lost lease, a give-back at shutdown or
 // pause, a crash) count against the broker's limit although they spend no attempt of the
 // retry policy.
@@ -306,13 +339,13 @@ func CheckSourceLimits(src Source, policy retry.Policy, redeliveryWindow time.Du
 	if l, ok := src.(DeliveryLimiter); ok {
 		attempts := policy.WithDefaults().MaxAttempts
 		if limit := l.DeliveryLimit(); limit > 0 && limit < attempts+DeliveryLimitMargin {
-			errs = append(errs, fmt.Errorf("its delivery limit is %d, want unlimited or at least %d (Retry.MaxAttempts %d + DeliveryLimitMargin %d for deliveries that end without a verdict): at its limit the broker drops a message that was neither applied nor dead-lettered",
+			errs = append(errs, fmt.Errorf("its delivery limit is %d, want unlimited or at least %d (Failure.Retry.MaxAttempts %d + DeliveryLimitMargin %d for deliveries that end without a verdict): at its limit the broker drops a message that was neither applied nor dead-lettered",
 				limit, attempts+DeliveryLimitMargin, attempts, DeliveryLimitMargin))
 		}
 	}
 	if w, ok := src.(RedeliveryWindower); ok {
 		if window := w.RedeliveryWindow(); window > redeliveryWindow {
-			errs = append(errs, fmt.Errorf("it can deliver an event again up to %v after publishing, longer than RedeliveryWindow (%v): bound the source (a stream's MaxAge, a queue's message TTL) or raise RedeliveryWindow and Retention to cover it",
+			errs = append(errs, fmt.Errorf("it can deliver an event again up to %v after publishing, longer than Claims.RedeliveryWindow (%v): bound the source (a stream's MaxAge, a queue's message TTL) or raise Claims.RedeliveryWindow and Claims.Retention to cover it",
 				window, redeliveryWindow))
 		}
 	}

@@ -7,25 +7,29 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"time"
+
+	"github.com/idemkit/idem/idemredact"
+	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/idemtype"
 )
 
 // Consumer runs the path of one event: verify, validate, then claim and apply in one
 // transaction. Process handles a single delivery; Run drives workers over a Source with
 // retries, dead letters and lease extension. A Consumer is safe for concurrent use.
 type Consumer[TTx any] struct {
-	store    Store[TTx]
+	store    idemstore.Store[TTx]
 	cfg      ConsumerConfig[TTx]
-	redactor *Redactor
+	redactor *idemredact.Redactor
 	// bucket is the store's claim bucket (0 for a plain inbox).
 	bucket time.Duration
 	// batchStore is the store when it can batch (nil otherwise), asserted once.
-	batchStore BatchStore[TTx]
+	batchStore idemstore.BatchStore[TTx]
 	// attempts remembers first attempts and deliveries without a verdict, for the retry budget.
 	attempts *attemptMemo
 }
 
 // NewConsumer validates cfg (after WithDefaults) and returns a consumer over store.
-func NewConsumer[TTx any](store Store[TTx], cfg ConsumerConfig[TTx]) (*Consumer[TTx], error) {
+func NewConsumer[TTx any](store idemstore.Store[TTx], cfg ConsumerConfig[TTx]) (*Consumer[TTx], error) {
 	if store == nil {
 		return nil, errors.New("idem: NewConsumer: store is nil")
 	}
@@ -33,15 +37,15 @@ func NewConsumer[TTx any](store Store[TTx], cfg ConsumerConfig[TTx]) (*Consumer[
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	bs, _ := store.(BatchStore[TTx])
+	bs, _ := store.(idemstore.BatchStore[TTx])
 	if cfg.Batch.Enabled && bs == nil {
 		return nil, fmt.Errorf("idem: consumer config: %w", errNotBatchStore)
 	}
-	c := &Consumer[TTx]{store: store, cfg: cfg, redactor: NewRedactor(cfg.Redact), batchStore: bs, attempts: newAttemptMemo(attemptMemoSize)}
-	if b, ok := store.(BucketedStore); ok && b.ClaimBucket() > 0 {
+	c := &Consumer[TTx]{store: store, cfg: cfg, redactor: idemredact.New(cfg.Failure.Redact), batchStore: bs, attempts: newAttemptMemo(attemptMemoSize)}
+	if b, ok := store.(idemstore.BucketedStore); ok && b.ClaimBucket() > 0 {
 		c.bucket = b.ClaimBucket()
-		if r := b.ClaimRetention(); cfg.Retention > r {
-			return nil, fmt.Errorf("idem: consumer config: Retention (%v) is longer than the store's partition retention (%v): an event could be accepted after its claim's partition was dropped", cfg.Retention, r)
+		if r := b.ClaimRetention(); cfg.Claims.Retention > r {
+			return nil, fmt.Errorf("idem: consumer config: Retention (%v) is longer than the store's partition retention (%v): an event could be accepted after its claim's partition was dropped", cfg.Claims.Retention, r)
 		}
 	}
 	return c, nil
@@ -73,17 +77,16 @@ type Result struct {
 }
 
 // Process runs one delivery of msg through the core path and reports the outcome. It does not
-// retry, nak or dead-letter: Run does that with the result. The returned error equals
-// Result.Err, so a caller can write `if _, err := c.Process(ctx, msg); err != nil`.
+// retry, nak or dead-letter: Run does that with the result. A failure is Result.Err, as it is
+// for each result of ProcessSet and ProcessBatch: `if err := c.Process(ctx, msg).Err; err != nil`.
 //
 // Processed, duplicate and ignored (the handler returned Ignore: the claim and an audit row
 // commit, the handler's effect does not) are successes. Key reuse returns a *KeyReuseError (errors.Is
 // ErrKeyReuse). Any other failure rolls back the claim with the effect, so the next delivery
 // applies the event once. Process opens and commits its own transaction; ProcessTx is its twin
 // in a transaction the caller owns.
-func (c *Consumer[TTx]) Process(ctx context.Context, msg Message) (Result, error) {
-	r := c.process(ctx, msg, nil)
-	return r, r.Err
+func (c *Consumer[TTx]) Process(ctx context.Context, msg Message) Result {
+	return c.process(ctx, msg, nil)
 }
 
 // panicError carries a recovered handler panic through the transaction's rollback.
@@ -118,16 +121,16 @@ func (c *Consumer[TTx]) prepare(ctx context.Context, msg Message, now time.Time)
 	if err := ValidateIdentity(msg); err != nil {
 		return fail(Permanent(err), ReasonInvalidPayload)
 	}
-	if len(msg.Payload) > c.cfg.MaxPayloadBytes {
-		return fail(Permanent(fmt.Errorf("%w: payload is %d bytes, limit %d", ErrInvalidPayload, len(msg.Payload), c.cfg.MaxPayloadBytes)), ReasonInvalidPayload)
+	if len(msg.Payload) > c.cfg.Input.MaxPayloadBytes {
+		return fail(Permanent(fmt.Errorf("%w: payload is %d bytes, limit %d", ErrInvalidPayload, len(msg.Payload), c.cfg.Input.MaxPayloadBytes)), ReasonInvalidPayload)
 	}
 
 	// Trust after verification: the tenant comes from the verified channel.
-	if c.cfg.Authenticator != nil {
+	if c.cfg.Input.Authenticator != nil {
 		// Only this copy goes to the heap (the Authenticator gets a pointer), and only when an
 		// Authenticator is set: the batched paths prepare every event.
 		verified := msg
-		err := c.cfg.Authenticator.Authenticate(ctx, &verified)
+		err := c.cfg.Input.Authenticator.Authenticate(ctx, &verified)
 		msg = verified
 		if err != nil {
 			if !errors.Is(err, ErrUnauthenticated) {
@@ -136,13 +139,13 @@ func (c *Consumer[TTx]) prepare(ctx context.Context, msg Message, now time.Time)
 			return fail(Permanent(err), ReasonUnauthenticated)
 		}
 		// The verified tenant is an identity too: an Authenticator may not set a hostile one.
-		if err := checkIdentity(FieldTenant, msg.Tenant, MaxTenantBytes, false); err != nil {
+		if err := idemtype.ValidateField(FieldTenant, msg.Tenant); err != nil {
 			return fail(Permanent(fmt.Errorf("%w: %w", ErrUnauthenticated, err)), ReasonUnauthenticated)
 		}
 		res.Key.Tenant = msg.Tenant
 	}
-	if c.cfg.Validator != nil {
-		if err := c.cfg.Validator.Validate(ctx, msg); err != nil {
+	if c.cfg.Input.Validator != nil {
+		if err := c.cfg.Input.Validator.Validate(ctx, msg); err != nil {
 			if !errors.Is(err, ErrInvalidPayload) {
 				err = fmt.Errorf("%w: %w", ErrInvalidPayload, err)
 			}
@@ -150,12 +153,12 @@ func (c *Consumer[TTx]) prepare(ctx context.Context, msg Message, now time.Time)
 		}
 	}
 
-	t, err := msg.eventTime()
+	t, err := msg.EventTime()
 	if err != nil {
 		return fail(Permanent(fmt.Errorf("%w: %w", ErrInvalidPayload, err)), ReasonInvalidPayload)
 	}
-	if !t.IsZero() && now.Sub(t) > c.cfg.Retention {
-		return fail(Permanent(fmt.Errorf("%w: event time %s is older than retention %v", ErrTooOld, t.UTC().Format(time.RFC3339), c.cfg.Retention)), ReasonTooOld)
+	if !t.IsZero() && now.Sub(t) > c.cfg.Claims.Retention {
+		return fail(Permanent(fmt.Errorf("%w: event time %s is older than retention %v", ErrTooOld, t.UTC().Format(time.RFC3339), c.cfg.Claims.Retention)), ReasonTooOld)
 	}
 
 	if c.bucket > 0 {
@@ -165,7 +168,7 @@ func (c *Consumer[TTx]) prepare(ctx context.Context, msg Message, now time.Time)
 		res.bucket = msg.OccurredAt.UTC().Truncate(c.bucket)
 	}
 
-	fp, err := ComputeFingerprint(msg, c.cfg.Fingerprint)
+	fp, err := ComputeFingerprint(msg, c.cfg.Input.Fingerprint)
 	if err != nil {
 		return fail(Permanent(err), ReasonInvalidPayload)
 	}
@@ -179,34 +182,32 @@ func (c *Consumer[TTx]) prepare(ctx context.Context, msg Message, now time.Time)
 // transaction (package idemtest runs it in a transaction that is always rolled back).
 //
 // The caller decides what happened:
-//   - commit tx after a nil error: the claim and the handler's effect stand together, and a
+//   - commit tx after a nil Result.Err: the claim and the handler's effect stand together, and a
 //     later delivery of the same event is a duplicate;
 //   - roll back tx: nothing happened, neither claim nor effect, and the next delivery applies
 //     the event as if it were the first;
-//   - after a non-nil error the caller must roll back: tx may hold the claim and part of the
+//   - after a non-nil Result.Err the caller must roll back: tx may hold the claim and part of the
 //     effect of a handler that failed (the key-reuse and checks-before-the-claim failures leave
 //     it untouched, but rolling back is always right).
 //
 // ProcessTx neither retries, nor acks, nor dead-letters, nor extends a lease; Run never uses
-// it (Run's transactions are its own, via Process's path). The returned error equals
-// Result.Err.
-func (c *Consumer[TTx]) ProcessTx(ctx context.Context, tx TTx, msg Message) (Result, error) {
+// it (Run's transactions are its own, via Process's path).
+func (c *Consumer[TTx]) ProcessTx(ctx context.Context, tx TTx, msg Message) Result {
 	now := c.cfg.Now()
 	msg, res, ok := c.prepare(ctx, msg, now)
 	if !ok {
-		return res, res.Err
+		return res
 	}
 	// The handler runs in a savepoint when the store has them, so that an Ignore can roll back
 	// its effect alone and keep the claim in the caller's transaction.
 	status, ignored, err := c.applyTx(ctx, tx, msg, res, now, nil, c.batchStore != nil)
 	if ignored != nil && err == nil {
-		return ignoredResult(res, ignored.Reason), nil
+		return ignoredResult(res, ignored.Reason)
 	}
 	if _, ok := ignoredOf(err); ok {
 		err = fmt.Errorf("idem: ProcessTx: the handler returned Ignore but the store (%s) has no savepoints to roll back its effect alone: roll the transaction back", c.store.Dialect())
 	}
-	res = c.finishResult(ctx, res, status, err)
-	return res, res.Err
+	return c.finishResult(ctx, res, status, err)
 }
 
 // process is Process with an optional in-transaction settle hook (TxAcker).
@@ -216,12 +217,12 @@ func (c *Consumer[TTx]) process(ctx context.Context, msg Message, settle func(ct
 	if !ok {
 		return res
 	}
-	var status ClaimStatus
+	var status idemstore.ClaimStatus
 	err := c.store.InTx(ctx, func(ctx context.Context, tx TTx) (err error) {
 		status, _, err = c.applyTx(ctx, tx, msg, res, now, settle, false)
 		return err
 	})
-	if ig, ok := ignoredOf(err); ok && status == ClaimNew {
+	if ig, ok := ignoredOf(err); ok && status == idemstore.ClaimNew {
 		// The handler's effect rolled back with the claim; claim again and record the ignore.
 		return c.commitIgnore(ctx, res, ig.Reason, now, settle)
 	}
@@ -232,14 +233,14 @@ func (c *Consumer[TTx]) process(ctx context.Context, msg Message, settle func(ct
 // set, settles the delivery in tx. It returns the claim's status and the error that must roll
 // tx back. With savepoint (the store must be a BatchStore) the handler runs in a savepoint: an
 // Ignore then rolls back to it, the ignore is recorded in tx and returned, and the error is nil.
-func (c *Consumer[TTx]) applyTx(ctx context.Context, tx TTx, msg Message, res Result, now time.Time, settle func(ctx context.Context, tx TTx) error, savepoint bool) (ClaimStatus, *IgnoredError, error) {
-	cr, err := c.store.ClaimTx(ctx, tx, ClaimParams{Key: res.Key, Fingerprint: res.Fingerprint, Now: now, Bucket: res.bucket})
+func (c *Consumer[TTx]) applyTx(ctx context.Context, tx TTx, msg Message, res Result, now time.Time, settle func(ctx context.Context, tx TTx) error, savepoint bool) (idemstore.ClaimStatus, *IgnoredError, error) {
+	cr, err := c.store.ClaimTx(ctx, tx, idemstore.ClaimParams{Key: res.Key, Fingerprint: res.Fingerprint, Now: now, Bucket: res.bucket})
 	if err != nil {
 		return 0, nil, err // the store's error names the claim
 	}
 	var ignored *IgnoredError
 	switch cr.Status {
-	case ClaimNew:
+	case idemstore.ClaimNew:
 		if !savepoint {
 			if err := c.runHandler(ctx, tx, msg); err != nil {
 				return cr.Status, nil, err
@@ -257,9 +258,9 @@ func (c *Consumer[TTx]) applyTx(ctx context.Context, tx TTx, msg Message, res Re
 			}
 			ignored = ig
 		}
-	case ClaimDuplicate:
+	case idemstore.ClaimDuplicate:
 		// Nothing to apply; the transaction only settles the delivery (if it can).
-	case ClaimConflict:
+	case idemstore.ClaimConflict:
 		return cr.Status, nil, &KeyReuseError{Key: res.Key, Claimed: cr.Existing, Received: res.Fingerprint}
 	default:
 		return cr.Status, nil, fmt.Errorf("idem: claim: store returned invalid status %d", cr.Status)
@@ -273,11 +274,11 @@ func (c *Consumer[TTx]) applyTx(ctx context.Context, tx TTx, msg Message, res Re
 }
 
 // finishResult turns the transaction's outcome into the delivery's result.
-func (c *Consumer[TTx]) finishResult(ctx context.Context, res Result, status ClaimStatus, err error) Result {
+func (c *Consumer[TTx]) finishResult(ctx context.Context, res Result, status idemstore.ClaimStatus, err error) Result {
 	switch {
-	case err == nil && status == ClaimNew:
+	case err == nil && status == idemstore.ClaimNew:
 		res.Outcome = OutcomeProcessed
-	case err == nil && status == ClaimDuplicate:
+	case err == nil && status == idemstore.ClaimDuplicate:
 		res.Outcome = OutcomeDuplicate
 	case errors.Is(err, ErrKeyReuse):
 		res.Outcome, res.Err, res.Class, res.Reason = OutcomeKeyReuse, withEvent(res.Key.EventID, err), ClassPermanent, ReasonKeyReuse
@@ -297,7 +298,7 @@ func (c *Consumer[TTx]) finishResult(ctx context.Context, res Result, status Cla
 // With a HandlerTimeout, the handler's context ends after it, and an error the handler returns
 // after that names the timeout (ErrHandlerTimeout) and is transient.
 func (c *Consumer[TTx]) runHandler(ctx context.Context, tx TTx, msg Message) (err error) {
-	if t := c.cfg.Tracer; t != nil {
+	if t := c.cfg.Observe.Tracer; t != nil {
 		var end func(error)
 		ctx, end = t.StartHandler(ctx, msg)
 		// Deferred first, so it runs after the recover below has turned a panic into err.
@@ -314,7 +315,7 @@ func (c *Consumer[TTx]) runHandler(ctx context.Context, tx TTx, msg Message) (er
 // bounded runs a handler call under HandlerTimeout (when set): an error the call returns after
 // the timeout names it (ErrHandlerTimeout) and is transient.
 func (c *Consumer[TTx]) bounded(ctx context.Context, call func(ctx context.Context) error) error {
-	d := c.cfg.HandlerTimeout
+	d := c.cfg.Failure.HandlerTimeout
 	if d <= 0 {
 		return call(ctx)
 	}
@@ -338,8 +339,8 @@ func (c *Consumer[TTx]) classify(err error) Class {
 	if errors.As(err, &pe) {
 		return ClassPermanent
 	}
-	if c.cfg.Classifier != nil {
-		if cl := c.cfg.Classifier(err); cl != ClassUnknown {
+	if c.cfg.Failure.Classifier != nil {
+		if cl := c.cfg.Failure.Classifier(err); cl != ClassUnknown {
 			return cl
 		}
 	}
@@ -354,7 +355,7 @@ func (c *Consumer[TTx]) classify(err error) Class {
 	if cl := Classify(err); cl != ClassUnknown {
 		return cl
 	}
-	if c.cfg.UnknownIsPermanent {
+	if c.cfg.Failure.UnknownIsPermanent {
 		return ClassPermanent
 	}
 	return ClassTransient

@@ -17,10 +17,6 @@ var (
 	// it is permanent by default because retrying an unmet precondition does not meet it.
 	ErrNoRows = errors.New("idem: business write matched fewer rows than expected")
 
-	// ErrLeaseLost reports that a delivery's lease expired or was taken by another worker; the
-	// handler's transaction is rolled back and the delivery is left to its new owner.
-	ErrLeaseLost = errors.New("idem: lease lost")
-
 	// ErrTooOld reports an event older than the retention horizon: its claim may already be
 	// gone, so applying it could double its effect. It is dead-lettered with reason too_old.
 	ErrTooOld = errors.New("idem: event older than the retention horizon")
@@ -29,20 +25,14 @@ var (
 	// that claims a tenant its channel may not speak for.
 	ErrUnauthenticated = errors.New("idem: message not authenticated")
 
-	// ErrInvalidPayload reports a message that failed validation before its fields were used.
-	ErrInvalidPayload = errors.New("idem: invalid payload")
-
 	// ErrPaused reports that the consumer paused itself: after a handler bug (see PanicPolicy)
 	// or because dead letters could not be written (see
-	// ConsumerConfig.DeadLetterFailuresToPause). Run returns a *PausedError that names the cause.
+	// ConsumerConfig.Failure.DeadLetterFailuresToPause). Run returns a *PausedError that names the cause.
 	ErrPaused = errors.New("idem: consumer paused")
 
-	// ErrHandlerTimeout reports a handler that ran past ConsumerConfig.HandlerTimeout: its
+	// ErrHandlerTimeout reports a handler that ran past ConsumerConfig.Failure.HandlerTimeout: its
 	// context ended, its transaction rolls back, and the delivery is retried (transient).
 	ErrHandlerTimeout = errors.New("idem: handler timed out")
-
-	// ErrNotFound reports an id (dead letter, queue job) that does not exist.
-	ErrNotFound = errors.New("idem: not found")
 )
 
 // PausedError is what Run returns when the consumer paused itself: errors.Is(err, ErrPaused)
@@ -81,29 +71,6 @@ func (e *KeyReuseError) Error() string {
 
 // Is makes errors.Is(err, ErrKeyReuse) true.
 func (e *KeyReuseError) Is(target error) bool { return target == ErrKeyReuse }
-
-// Class says what to do with a failed delivery.
-type Class int
-
-const (
-	// ClassUnknown is returned by classifiers that do not recognise an error.
-	ClassUnknown Class = iota
-	// ClassTransient errors are retried within the retry budget.
-	ClassTransient
-	// ClassPermanent errors go to the dead-letter queue at once.
-	ClassPermanent
-)
-
-func (c Class) String() string {
-	switch c {
-	case ClassTransient:
-		return "transient"
-	case ClassPermanent:
-		return "permanent"
-	default:
-		return "unknown"
-	}
-}
 
 // classified marks an error with a class and an optional retry hint; handlers create it with
 // Permanent, Transient and RetryAfter.

@@ -3,25 +3,10 @@ package idem
 import (
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 
 	"github.com/idemkit/idem/internal/canonjson"
 )
-
-// Fingerprint is the SHA-256 of an event's relevant content. Two deliveries with the same key
-// and the same fingerprint are the same event; the same key with another fingerprint is key
-// reuse.
-type Fingerprint [32]byte
-
-// String returns the fingerprint in hex.
-func (f Fingerprint) String() string { return hex.EncodeToString(f[:]) }
-
-// Short returns the first 12 hex digits, enough to tell fingerprints apart in an error message.
-func (f Fingerprint) Short() string { return hex.EncodeToString(f[:6]) }
-
-// IsZero reports whether f was never computed.
-func (f Fingerprint) IsZero() bool { return f == Fingerprint{} }
 
 // FingerprintFromBytes converts a stored 32-byte value back to a Fingerprint.
 func FingerprintFromBytes(b []byte) (Fingerprint, error) {
@@ -82,7 +67,7 @@ func ComputeFingerprint(msg Message, cfg FingerprintConfig) (Fingerprint, error)
 	if len(cfg.Fields) > 0 {
 		return Fingerprint{}, fmt.Errorf("%w: fingerprint fields %v need a JSON payload", ErrInvalidPayload, cfg.Fields)
 	}
-	return rawFingerprint(msg), nil
+	return RawFingerprint(msg), nil
 }
 
 // hashFields is SHA-256 over a domain tag, the event type and the content, each prefixed with
@@ -103,9 +88,11 @@ func hashFields(tag, typ string, content []byte) Fingerprint {
 	return fp
 }
 
-// rawFingerprint hashes the type and the payload bytes as they are. The runtime also uses it for
+// RawFingerprint hashes the type and the payload bytes as they are: the fingerprint of a raw
+// consumer's non-JSON payload, and (so that package idemdlq can check a replay against it) of a
+// dead letter rejected before its fingerprint was computed. The runtime also uses it for
 // a dead letter rejected before its fingerprint was computed (no event id, too large, not
 // authenticated), so that two different rejected messages never share a pending dead letter.
-func rawFingerprint(msg Message) Fingerprint {
+func RawFingerprint(msg Message) Fingerprint {
 	return hashFields(fpTagRaw, msg.Type, msg.Payload)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/retry"
 )
 
@@ -151,9 +152,9 @@ func TestConsumerConfigValidate(t *testing.T) {
 		{"empty name and handler", idem.ConsumerConfig[struct{}]{}, []string{"Name is empty", "Handler is nil"}},
 		{"bad name", idem.ConsumerConfig[struct{}]{Name: "ledger v1", Handler: h}, []string{`Name "ledger v1"`}},
 		{"two ats", idem.ConsumerConfig[struct{}]{Name: "a@b@c", Handler: h}, []string{"Name"}},
-		{"retention too short", idem.ConsumerConfig[struct{}]{Name: "ledger@v1", Handler: h, Retention: time.Hour, RedeliveryWindow: 2 * time.Hour},
-			[]string{"Retention (1h0m0s)", "RedeliveryWindow (2h0m0s)"}},
-		{"bad retry", idem.ConsumerConfig[struct{}]{Name: "ledger@v1", Handler: h, Retry: retry.Policy{Base: time.Second, Cap: time.Millisecond}}, []string{"Retry", "Cap"}},
+		{"retention too short", idem.ConsumerConfig[struct{}]{Name: "ledger@v1", Handler: h, Claims: idem.ClaimConfig{Retention: time.Hour, RedeliveryWindow: 2 * time.Hour}},
+			[]string{"Claims.Retention (1h0m0s)", "Claims.RedeliveryWindow (2h0m0s)"}},
+		{"bad retry", idem.ConsumerConfig[struct{}]{Name: "ledger@v1", Handler: h, Failure: idem.FailureConfig{Retry: retry.Policy{Base: time.Second, Cap: time.Millisecond}}}, []string{"Retry", "Cap"}},
 		{"negative workers", idem.ConsumerConfig[struct{}]{Name: "ledger@v1", Handler: h, Workers: -1}, []string{"Workers is -1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -191,23 +192,23 @@ func TestConsumerName(t *testing.T) {
 
 func TestOutboxPartitionStable(t *testing.T) {
 	t.Parallel()
-	a := idem.OutboxPartition(idem.Outgoing{EventID: "1", Key: "order-7"}, 16)
-	b := idem.OutboxPartition(idem.Outgoing{EventID: "2", Key: "order-7"}, 16)
+	a := idemstore.OutboxPartition(idem.Outgoing{EventID: "1", Key: "order-7"}, 16)
+	b := idemstore.OutboxPartition(idem.Outgoing{EventID: "2", Key: "order-7"}, 16)
 	require.Equal(t, a, b, "same key, same partition")
 	seen := map[int]bool{}
 	for i := range 200 {
-		p := idem.OutboxPartition(idem.Outgoing{EventID: fmt.Sprint(i)}, 16)
+		p := idemstore.OutboxPartition(idem.Outgoing{EventID: fmt.Sprint(i)}, 16)
 		require.True(t, p >= 0 && p < 16)
 		seen[p] = true
 	}
 	require.Greater(t, len(seen), 12, "keys spread over partitions")
-	require.Equal(t, 0, idem.OutboxPartition(idem.Outgoing{EventID: "x"}, 1))
+	require.Equal(t, 0, idemstore.OutboxPartition(idem.Outgoing{EventID: "x"}, 1))
 	require.True(t, strings.Contains(idem.Outgoing{Topic: "t"}.Validate().Error(), "EventID is empty"))
 }
 
 // bucketedStore is a partitioned store for config checks only (no method of Store is called).
 type bucketedStore struct {
-	idem.Store[struct{}]
+	idemstore.Store[struct{}]
 	bucket, retention time.Duration
 }
 
@@ -220,12 +221,12 @@ func TestConsumerRetentionWithinPartitions(t *testing.T) {
 	day := 24 * time.Hour
 	_, err := idem.NewConsumer[struct{}](bucketedStore{bucket: day, retention: 3 * day}, idem.ConsumerConfig[struct{}]{Name: "ledger@v1", Handler: h})
 	require.ErrorContains(t, err, "Retention (168h0m0s) is longer than the store's partition retention (72h0m0s)")
-	_, err = idem.NewConsumer[struct{}](bucketedStore{bucket: day, retention: 3 * day}, idem.ConsumerConfig[struct{}]{Name: "ledger@v1", Handler: h, Retention: 3 * day})
+	_, err = idem.NewConsumer[struct{}](bucketedStore{bucket: day, retention: 3 * day}, idem.ConsumerConfig[struct{}]{Name: "ledger@v1", Handler: h, Claims: idem.ClaimConfig{Retention: 3 * day}})
 	require.NoError(t, err)
 	_, err = idem.NewConsumer[struct{}](bucketedStore{}, idem.ConsumerConfig[struct{}]{Name: "ledger@v1", Handler: h})
 	require.NoError(t, err, "a plain inbox has no partition retention")
 	_, err = idem.NewConsumer[struct{}](bucketedStore{}, idem.ConsumerConfig[struct{}]{Name: "ledger@v1", Handler: h, Batch: idem.BatchConfig{Enabled: true}})
-	require.ErrorContains(t, err, "does not implement idem.BatchStore")
+	require.ErrorContains(t, err, "does not implement idemstore.BatchStore")
 }
 
 // TestFingerprintIsStable pins the hash layout: stored claims hold these values, so a change
@@ -264,10 +265,11 @@ func TestPayloadMustBeJSONByDefault(t *testing.T) {
 			for _, raw := range []bool{false, true} {
 				store := newMemStore()
 				c := memConsumer(t, store, func(cfg *idem.ConsumerConfig[*memTx]) {
-					cfg.Fingerprint.Raw = raw
+					cfg.Input.Fingerprint.Raw = raw
 					cfg.Handler = func(context.Context, *memTx, idem.Message) error { handled++; return nil }
 				})
-				res, err := c.Process(context.Background(), idem.Message{EventID: "evt-1", Type: "t", Payload: []byte(tc.payload)})
+				res := c.Process(context.Background(), idem.Message{EventID: "evt-1", Type: "t", Payload: []byte(tc.payload)})
+				err := res.Err
 				if raw {
 					require.NoError(t, err, "Raw takes any payload")
 					require.Equal(t, idem.OutcomeProcessed, res.Outcome)

@@ -21,7 +21,9 @@ func memConsumer(t *testing.T, store *memStore, mod func(*idem.ConsumerConfig[*m
 	cfg := idem.ConsumerConfig[*memTx]{
 		Name:    "ledger@v1",
 		Handler: func(context.Context, *memTx, idem.Message) error { return nil },
-		Logger:  slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil)),
+		Observe: idem.ObserveConfig{
+			Logger: slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil)),
+		},
 	}
 	if mod != nil {
 		mod(&cfg)
@@ -72,7 +74,8 @@ func TestHostileIdentitiesAreInvalidPayload(t *testing.T) {
 			t.Parallel()
 			err := idem.ValidateIdentity(tc.msg)
 			store := newMemStore()
-			res, perr := memConsumer(t, store, nil).Process(context.Background(), tc.msg)
+			res := memConsumer(t, store, nil).Process(context.Background(), tc.msg)
+			perr := res.Err
 			if tc.field == "" {
 				require.NoError(t, err)
 				require.NoError(t, perr)
@@ -112,7 +115,7 @@ func TestHostileIdentityDeadLetterIsStored(t *testing.T) {
 	store := newMemStore()
 	var logs bytes.Buffer
 	c := memConsumer(t, store, func(cfg *idem.ConsumerConfig[*memTx]) {
-		cfg.Logger = slog.New(slog.NewJSONHandler(&syncWriter{w: &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		cfg.Observe.Logger = slog.New(slog.NewJSONHandler(&syncWriter{w: &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		cfg.Workers = 1 // in order, so dead letter i is message i
 	})
 	src := newMemSource(msgs...)
@@ -202,13 +205,13 @@ func TestErrorShape(t *testing.T) {
 			}
 			return nil
 		}
-		cfg.Validator = idem.ValidatorFunc(func(ctx context.Context, msg idem.Message) error {
+		cfg.Input.Validator = idem.ValidatorFunc(func(ctx context.Context, msg idem.Message) error {
 			if msg.Type == "invalid" {
 				return errors.New("schema: amount is required")
 			}
 			return nil
 		})
-		cfg.Authenticator = idem.AuthenticatorFunc(func(ctx context.Context, msg *idem.Message) error {
+		cfg.Input.Authenticator = idem.AuthenticatorFunc(func(ctx context.Context, msg *idem.Message) error {
 			if msg.Type == "forged" {
 				return errors.New("bad signature")
 			}
@@ -219,7 +222,7 @@ func TestErrorShape(t *testing.T) {
 	msg := func(id, typ, payload string) idem.Message {
 		return idem.Message{EventID: id, Tenant: "acme", Type: typ, Payload: []byte(payload)}
 	}
-	_, err := c.Process(ctx, msg("evt-k", "ok", `{"a":1}`))
+	err := c.Process(ctx, msg("evt-k", "ok", `{"a":1}`)).Err
 	require.NoError(t, err)
 	long := strings.Repeat("L", idem.MaxEventIDBytes)
 	for _, tc := range []struct {
@@ -241,7 +244,8 @@ func TestErrorShape(t *testing.T) {
 		{"12 KB id", msg(strings.Repeat("x", 12<<10), "ok", `{}`), idem.ErrInvalidPayload},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res, err := c.Process(ctx, tc.msg)
+			res := c.Process(ctx, tc.msg)
+			err := res.Err
 			require.Error(t, err)
 			require.Equal(t, err, res.Err)
 			if tc.is != nil {

@@ -8,6 +8,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 // ErrIgnored is matched (errors.Is) by the error Ignore returns.
@@ -69,22 +71,6 @@ func normaliseIgnoreReason(reason string) string {
 // is the consumer's name and its dead-letter id is 0.
 const AuditActionIgnore = "ignore"
 
-// IgnoreStore is a Store that records ignored events in its audit trail. The three stores
-// implement it; with a store that does not, an ignored event keeps its claim and is logged
-// and observed, but leaves no audit row.
-type IgnoreStore[TTx any] interface {
-	// RecordIgnoreTx writes the audit row of an ignored event inside tx, the transaction that
-	// holds the event's claim, so both commit together.
-	RecordIgnoreTx(ctx context.Context, tx TTx, p RecordIgnoreParams) error
-}
-
-// RecordIgnoreParams is the input of IgnoreStore.RecordIgnoreTx.
-type RecordIgnoreParams struct {
-	Key    Key
-	Reason string
-	Now    time.Time
-}
-
 // ignoredOf returns the handler's Ignore verdict carried by err, if any.
 func ignoredOf(err error) (*IgnoredError, bool) {
 	var ig *IgnoredError
@@ -96,11 +82,11 @@ func ignoredOf(err error) (*IgnoredError, bool) {
 
 // recordIgnore writes the audit row of an ignored event in tx when the store can.
 func (c *Consumer[TTx]) recordIgnore(ctx context.Context, tx TTx, key Key, reason string, now time.Time) error {
-	is, ok := c.store.(IgnoreStore[TTx])
+	is, ok := c.store.(idemstore.IgnoreStore[TTx])
 	if !ok {
 		return nil
 	}
-	if err := is.RecordIgnoreTx(ctx, tx, RecordIgnoreParams{Key: key, Reason: reason, Now: now}); err != nil {
+	if err := is.RecordIgnoreTx(ctx, tx, idemstore.RecordIgnoreParams{Key: key, Reason: reason, Now: now}); err != nil {
 		return fmt.Errorf("idem: record ignore: %w", err)
 	}
 	return nil
@@ -118,20 +104,20 @@ func ignoredResult(res Result, reason string) Result {
 // delivery may have claimed the key in between; the result is then the duplicate (or key
 // reuse) it is.
 func (c *Consumer[TTx]) commitIgnore(ctx context.Context, res Result, reason string, now time.Time, settle func(ctx context.Context, tx TTx) error) Result {
-	var status ClaimStatus
+	var status idemstore.ClaimStatus
 	err := c.store.InTx(ctx, func(ctx context.Context, tx TTx) error {
-		cr, err := c.store.ClaimTx(ctx, tx, ClaimParams{Key: res.Key, Fingerprint: res.Fingerprint, Now: now, Bucket: res.bucket})
+		cr, err := c.store.ClaimTx(ctx, tx, idemstore.ClaimParams{Key: res.Key, Fingerprint: res.Fingerprint, Now: now, Bucket: res.bucket})
 		if err != nil {
 			return err
 		}
 		status = cr.Status
 		switch cr.Status {
-		case ClaimNew:
+		case idemstore.ClaimNew:
 			if err := c.recordIgnore(ctx, tx, res.Key, reason, now); err != nil {
 				return err
 			}
-		case ClaimDuplicate:
-		case ClaimConflict:
+		case idemstore.ClaimDuplicate:
+		case idemstore.ClaimConflict:
 			return &KeyReuseError{Key: res.Key, Claimed: cr.Existing, Received: res.Fingerprint}
 		default:
 			return fmt.Errorf("idem: claim: store returned invalid status %d", cr.Status)
@@ -143,7 +129,7 @@ func (c *Consumer[TTx]) commitIgnore(ctx context.Context, res Result, reason str
 		}
 		return nil
 	})
-	if err == nil && status == ClaimNew {
+	if err == nil && status == idemstore.ClaimNew {
 		return ignoredResult(res, reason)
 	}
 	return c.finishResult(ctx, res, status, err)

@@ -75,15 +75,15 @@ func TestRunCollectsExpiredClaims(t *testing.T) {
 			var logs bytes.Buffer
 			c := memConsumer(t, store, func(cfg *idem.ConsumerConfig[*memTx]) {
 				cfg.Now = clk.now
-				cfg.Rand = &fixedRand{}
-				cfg.Observer = rec
-				cfg.Logger = slog.New(slog.NewJSONHandler(&syncWriter{w: &logs}, nil))
-				cfg.Maintenance = idem.MaintenanceConfig{Interval: 20 * time.Millisecond, Batch: tc.batch}
+				cfg.Failure.Rand = &fixedRand{}
+				cfg.Observe.Observer = rec
+				cfg.Observe.Logger = slog.New(slog.NewJSONHandler(&syncWriter{w: &logs}, nil))
+				cfg.Claims.Maintenance = idem.MaintenanceConfig{Interval: 20 * time.Millisecond, Batch: tc.batch}
 			})
-			retention := c.Config().Retention
+			retention := c.Config().Claims.Retention
 			// Five claims of this consumer made at t0, through the consumer's own path.
 			for _, id := range []string{"e1", "e2", "e3", "e4", "e5"} {
-				_, err := c.Process(context.Background(), idem.Message{EventID: id, Tenant: "acme", Payload: []byte(`{}`)})
+				err := c.Process(context.Background(), idem.Message{EventID: id, Tenant: "acme", Payload: []byte(`{}`)}).Err
 				require.NoError(t, err)
 			}
 			// Another consumer's old claims and this consumer's fresh ones are not this
@@ -125,8 +125,8 @@ func TestRunMaintenanceJittersTheFirstRun(t *testing.T) {
 	store := newMemStore()
 	r := &fixedRand{v: int64(time.Hour)} // the first run as late as the interval allows
 	c := memConsumer(t, store, func(cfg *idem.ConsumerConfig[*memTx]) {
-		cfg.Rand = r
-		cfg.Maintenance = idem.MaintenanceConfig{Interval: time.Hour}
+		cfg.Failure.Rand = r
+		cfg.Claims.Maintenance = idem.MaintenanceConfig{Interval: time.Hour}
 	})
 	src := newMemSource(idem.Message{EventID: "e1", Tenant: "acme", Payload: []byte(`{}`)})
 	stop, _, _ := runFor(t, c, src)
@@ -140,8 +140,8 @@ func TestRunMaintenanceDisabled(t *testing.T) {
 	t.Parallel()
 	store := newMemStore()
 	c := memConsumer(t, store, func(cfg *idem.ConsumerConfig[*memTx]) {
-		cfg.Rand = &fixedRand{}
-		cfg.Maintenance = idem.MaintenanceConfig{Disabled: true, Interval: time.Millisecond}
+		cfg.Failure.Rand = &fixedRand{}
+		cfg.Claims.Maintenance = idem.MaintenanceConfig{Disabled: true, Interval: time.Millisecond}
 	})
 	src := newMemSource(idem.Message{EventID: "e1", Tenant: "acme", Payload: []byte(`{}`)})
 	stop, _, _ := runFor(t, c, src)
@@ -164,10 +164,10 @@ func TestRunMaintenanceFailureIsReportedAndRetried(t *testing.T) {
 	rec := &gcRecorder{}
 	var logs bytes.Buffer
 	c := memConsumer(t, store, func(cfg *idem.ConsumerConfig[*memTx]) {
-		cfg.Rand = &fixedRand{}
-		cfg.Observer = rec
-		cfg.Logger = slog.New(slog.NewJSONHandler(&syncWriter{w: &logs}, nil))
-		cfg.Maintenance = idem.MaintenanceConfig{Interval: 10 * time.Millisecond}
+		cfg.Failure.Rand = &fixedRand{}
+		cfg.Observe.Observer = rec
+		cfg.Observe.Logger = slog.New(slog.NewJSONHandler(&syncWriter{w: &logs}, nil))
+		cfg.Claims.Maintenance = idem.MaintenanceConfig{Interval: 10 * time.Millisecond}
 	})
 	stop, _, _ := runFor(t, c, newMemSource())
 	require.Eventually(t, func() bool { return len(rec.reports()) >= 2 }, 10*time.Second, 5*time.Millisecond)
@@ -194,20 +194,20 @@ func TestMaintenanceConfig(t *testing.T) {
 		{name: "defaults", want: idem.MaintenanceConfig{Interval: idem.MaintenanceIntervalDefault, Batch: idem.GCBatchDefault}},
 		{name: "kept", m: idem.MaintenanceConfig{Interval: time.Minute, Batch: 5}, want: idem.MaintenanceConfig{Interval: time.Minute, Batch: 5}},
 		{name: "disabled keeps defaults", m: idem.MaintenanceConfig{Disabled: true}, want: idem.MaintenanceConfig{Disabled: true, Interval: idem.MaintenanceIntervalDefault, Batch: idem.GCBatchDefault}},
-		{name: "negative interval", m: idem.MaintenanceConfig{Interval: -time.Second}, wantErr: "Maintenance.Interval is -1s"},
-		{name: "negative batch", m: idem.MaintenanceConfig{Batch: -1}, wantErr: "Maintenance.Batch is -1"},
+		{name: "negative interval", m: idem.MaintenanceConfig{Interval: -time.Second}, wantErr: "Claims.Maintenance.Interval is -1s"},
+		{name: "negative batch", m: idem.MaintenanceConfig{Batch: -1}, wantErr: "Claims.Maintenance.Batch is -1"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := idem.ConsumerConfig[*memTx]{Name: "ledger@v1", Handler: func(context.Context, *memTx, idem.Message) error { return nil }, Maintenance: tc.m}.WithDefaults()
+			cfg := idem.ConsumerConfig[*memTx]{Name: "ledger@v1", Handler: func(context.Context, *memTx, idem.Message) error { return nil }, Claims: idem.ClaimConfig{Maintenance: tc.m}}.WithDefaults()
 			err := cfg.Validate()
 			if tc.wantErr != "" {
 				require.ErrorContains(t, err, tc.wantErr)
 				return
 			}
 			require.NoError(t, err)
-			require.Equal(t, tc.want, cfg.Maintenance)
+			require.Equal(t, tc.want, cfg.Claims.Maintenance)
 		})
 	}
 }

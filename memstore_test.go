@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // memStore is the smallest store the root package's tests need: claims that commit or roll
@@ -33,7 +34,7 @@ type memTx struct {
 	claimedAt map[idem.Key]time.Time
 }
 
-var _ idem.Store[*memTx] = (*memStore)(nil)
+var _ idemstore.Store[*memTx] = (*memStore)(nil)
 
 func newMemStore() *memStore {
 	return &memStore{claims: map[idem.Key]idem.Fingerprint{}, claimedAt: map[idem.Key]time.Time{}}
@@ -55,21 +56,21 @@ func (s *memStore) InTx(ctx context.Context, fn func(ctx context.Context, tx *me
 	return nil
 }
 
-func (s *memStore) ClaimTx(ctx context.Context, tx *memTx, p idem.ClaimParams) (idem.ClaimResult, error) {
+func (s *memStore) ClaimTx(ctx context.Context, tx *memTx, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
 	if err := pgStorable(p.Key.Tenant, p.Key.Consumer, p.Key.EventID); err != nil {
-		return idem.ClaimResult{}, fmt.Errorf("memstore: claim: %w", err)
+		return idemstore.ClaimResult{}, fmt.Errorf("memstore: claim: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if fp, ok := s.claims[p.Key]; ok {
 		if fp == p.Fingerprint {
-			return idem.ClaimResult{Status: idem.ClaimDuplicate, Existing: fp}, nil
+			return idemstore.ClaimResult{Status: idemstore.ClaimDuplicate, Existing: fp}, nil
 		}
-		return idem.ClaimResult{Status: idem.ClaimConflict, Existing: fp}, nil
+		return idemstore.ClaimResult{Status: idemstore.ClaimConflict, Existing: fp}, nil
 	}
 	tx.claims[p.Key] = p.Fingerprint
 	tx.claimedAt[p.Key] = p.Now
-	return idem.ClaimResult{Status: idem.ClaimNew}, nil
+	return idemstore.ClaimResult{Status: idemstore.ClaimNew}, nil
 }
 
 func (s *memStore) claimed(k idem.Key) bool {
@@ -81,7 +82,7 @@ func (s *memStore) claimed(k idem.Key) bool {
 
 // DeleteExpiredClaims deletes up to p.Limit claims of p.Consumer (all when empty) made before
 // p.Before, as the SQL stores do.
-func (s *memStore) DeleteExpiredClaims(_ context.Context, p idem.DeleteExpiredClaimsParams) (int, error) {
+func (s *memStore) DeleteExpiredClaims(_ context.Context, p idemstore.DeleteExpiredClaimsParams) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.gcCalls++
@@ -200,11 +201,11 @@ func (s *memStore) GetDeadLetter(ctx context.Context, id int64) (idem.DeadLetter
 	return idem.DeadLetter{}, fmt.Errorf("memstore: dead letter %d: %w", id, idem.ErrNotFound)
 }
 
-func (s *memStore) ListDeadLetters(ctx context.Context, f idem.DeadLetterFilter) ([]idem.DeadLetter, error) {
+func (s *memStore) ListDeadLetters(ctx context.Context, f idemstore.DeadLetterFilter) ([]idem.DeadLetter, error) {
 	return s.dls(), nil
 }
 
-func (s *memStore) SetDeadLetterStatus(context.Context, idem.SetDeadLetterStatusParams) ([]int64, error) {
+func (s *memStore) SetDeadLetterStatus(context.Context, idemstore.SetDeadLetterStatusParams) ([]int64, error) {
 	return nil, errors.New("memstore: not supported")
 }
 
@@ -212,8 +213,8 @@ func (s *memStore) RecordRecovery(context.Context, idem.Key, int64, time.Time) (
 	return nil, nil
 }
 
-func (s *memStore) ListAudit(context.Context, int) ([]idem.AuditEntry, error) { return nil, nil }
+func (s *memStore) ListAudit(context.Context, int) ([]idemstore.AuditEntry, error) { return nil, nil }
 
-func (s *memStore) DeadLetterStats(context.Context) (idem.DeadLetterStats, error) {
-	return idem.DeadLetterStats{}, nil
+func (s *memStore) DeadLetterStats(context.Context) (idemstore.DeadLetterStats, error) {
+	return idemstore.DeadLetterStats{}, nil
 }

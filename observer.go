@@ -17,7 +17,7 @@ const (
 	// OutcomeKeyReuse: the key was claimed with another fingerprint; nothing applied.
 	OutcomeKeyReuse Outcome = "key_reuse"
 	// OutcomeIgnored: the handler returned Ignore; the claim and an audit row committed, none of
-	// the handler's effect did. Result.Reason and Event.Reason carry the handler's reason.
+	// the handler's effect did. Result.Reason and Observation.Reason carry the handler's reason.
 	OutcomeIgnored Outcome = "ignored"
 	// OutcomeFailed: the handler or the database failed; everything rolled back.
 	OutcomeFailed Outcome = "failed"
@@ -28,15 +28,15 @@ const (
 	// OutcomeAbandoned: left to the broker without a verdict (shutdown, lost lease, pause).
 	OutcomeAbandoned Outcome = "abandoned"
 	// OutcomeDeadLetterFailed is not a verdict: one attempt to write a dead letter failed, the
-	// delivery is kept and the write retried (or, after ConsumerConfig.DeadLetterFailuresToPause
+	// delivery is kept and the write retried (or, after ConsumerConfig.Failure.DeadLetterFailuresToPause
 	// failures in a row, the delivery is given back and the consumer pauses). An alert on it
 	// catches a dead-letter queue that cannot be written.
 	OutcomeDeadLetterFailed Outcome = "dead_letter_failed"
 )
 
-// Event describes one settled delivery (or one failed dead-letter write), for metrics. It
+// Observation describes one settled delivery (or one failed dead-letter write), for metrics. It
 // carries no payload, and its Tenant and EventID are in their bounded form (BoundID).
-type Event struct {
+type Observation struct {
 	Consumer string
 	// Owner is the consumer's ConsumerConfig.Owner ("" when none): a low-cardinality label
 	// alerts route on.
@@ -49,8 +49,9 @@ type Event struct {
 	// Result is what the claim and the handler found before the verdict (Result.Outcome of
 	// Process): processed, duplicate, key_reuse, ignored or failed. Outcome is the verdict on
 	// the delivery that followed (a failure is retried, dead-lettered or abandoned).
-	Result    Outcome
-	ErrorType Class
+	Result Outcome
+	// Class is the classification of the failure (Result.Class), empty on success.
+	Class Class
 	// Reason is set when Outcome is OutcomeDeadLettered or OutcomeDeadLetterFailed, and holds
 	// the handler's reason when Outcome is OutcomeIgnored.
 	Reason Reason
@@ -65,7 +66,7 @@ type Event struct {
 // Observer receives events from a consumer; package idemprom turns them into Prometheus
 // metrics. Implementations must be safe for concurrent use and must not block.
 type Observer interface {
-	Observe(Event)
+	Observe(Observation)
 	// Paused is called when the consumer pauses itself (a handler bug, or dead letters that
 	// cannot be written).
 	Paused(consumer string)
@@ -88,7 +89,7 @@ type MaintenanceObserver interface {
 // Tracer traces deliveries for a tracing system (package idemotel implements it with
 // OpenTelemetry) without the core importing one: a Tracer keeps its spans in the contexts it
 // returns, and reads the producer's trace context from the message's Headers, which every
-// transport carries. Set it as ConsumerConfig.Tracer. Implementations must be safe for
+// transport carries. Set it as ConsumerConfig.Observe.Tracer. Implementations must be safe for
 // concurrent use and must not block.
 type Tracer interface {
 	// StartDelivery is called when Run starts handling one delivery, before its claim. ctx is
@@ -110,16 +111,16 @@ type DeliveryTrace interface {
 	// under it; in a batch, each handler's context (derived from the shared transaction's) gets
 	// it too, so every handler nests under its own delivery.
 	Context(ctx context.Context) context.Context
-	// Observe is called with each Event of the delivery, as Observer.Observe is: failed
+	// Observe is called with each Observation of the delivery, as Observer.Observe is: failed
 	// dead-letter writes (OutcomeDeadLetterFailed) come first, the verdict last; the trace ends
 	// with the verdict.
-	Observe(Event)
+	Observe(Observation)
 }
 
 // deliveryTraceKey keys the DeliveryTrace in the context Run settles a delivery under.
 type deliveryTraceKey struct{}
 
-// withDeliveryTrace returns ctx carrying dt (ctx itself when dt is nil), so that every Event
+// withDeliveryTrace returns ctx carrying dt (ctx itself when dt is nil), so that every Observation
 // of the delivery reaches it however deep the settling goes.
 func withDeliveryTrace(ctx context.Context, dt DeliveryTrace) context.Context {
 	if dt == nil {

@@ -58,8 +58,7 @@ func TestHandlerTimeout(t *testing.T) {
 	t.Parallel()
 	store := newMemStore()
 	c, err := idem.NewConsumer[*memTx](store, idem.ConsumerConfig[*memTx]{
-		Name:           "ledger@v1",
-		HandlerTimeout: 20 * time.Millisecond,
+		Name: "ledger@v1",
 		Handler: func(ctx context.Context, _ *memTx, msg idem.Message) error {
 			if msg.EventID == "slow" {
 				<-ctx.Done() // a handler stuck on a lock until its context ends
@@ -67,10 +66,14 @@ func TestHandlerTimeout(t *testing.T) {
 			}
 			return nil
 		},
+		Failure: idem.FailureConfig{
+			HandlerTimeout: 20 * time.Millisecond,
+		},
 	})
 	require.NoError(t, err)
 	start := time.Now()
-	r, err := c.Process(context.Background(), idem.Message{EventID: "slow", Payload: []byte(`{}`)})
+	r := c.Process(context.Background(), idem.Message{EventID: "slow", Payload: []byte(`{}`)})
+	err = r.Err
 	require.ErrorIs(t, err, idem.ErrHandlerTimeout)
 	require.ErrorContains(t, err, "HandlerTimeout 20ms")
 	require.Less(t, time.Since(start), 5*time.Second)
@@ -78,11 +81,15 @@ func TestHandlerTimeout(t *testing.T) {
 	require.Equal(t, idem.ClassTransient, r.Class)
 	require.Zero(t, store.claimCount(), "the claim rolled back")
 
-	r, err = c.Process(context.Background(), idem.Message{EventID: "fast", Payload: []byte(`{}`)})
+	r = c.Process(context.Background(), idem.Message{EventID: "fast", Payload: []byte(`{}`)})
+	err = r.Err
 	require.NoError(t, err)
 	require.Equal(t, idem.OutcomeProcessed, r.Outcome)
 
-	_, err = idem.NewConsumer[*memTx](store, idem.ConsumerConfig[*memTx]{Name: "ledger@v1", HandlerTimeout: -time.Second,
+	_, err = idem.NewConsumer[*memTx](store, idem.ConsumerConfig[*memTx]{Name: "ledger@v1",
+		Failure: idem.FailureConfig{
+			HandlerTimeout: -time.Second,
+		},
 		Handler: func(context.Context, *memTx, idem.Message) error { return nil }})
-	require.ErrorContains(t, err, "HandlerTimeout is -1s")
+	require.ErrorContains(t, err, "Failure.HandlerTimeout is -1s")
 }

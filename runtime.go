@@ -20,6 +20,16 @@ const (
 	HeaderReplayOf = wire.ReplayOf
 	// HeaderReplayedBy carries the operator who replayed it.
 	HeaderReplayedBy = wire.ReplayedBy
+	// HeaderReplayEventTime carries, on a replay, the time of the original event (RFC 3339): the
+	// earliest of its OccurredAt, its PublishedAt and its first failure. The consumer measures the
+	// retention horizon from it, because a replay's own publish time is new: without it, a replay
+	// of an event without OccurredAt, later than Retention after a copy was applied and its claim
+	// collected, would pass too_old and apply the event again.
+	HeaderReplayEventTime = wire.ReplayEventTime
+
+	// HeaderReplayNewEventOf is set on a replay sent with idemdlq.ReplayParams.AsNewEvent: the event id of the
+	// dead letter whose edited payload goes out under a new event id.
+	HeaderReplayNewEventOf = wire.ReplayNewEventOf
 )
 
 // Run receives deliveries from src and handles up to Workers of them at once until ctx ends
@@ -42,13 +52,13 @@ func (c *Consumer[TTx]) Run(ctx context.Context, src Source) error {
 	if src == nil {
 		return errors.New("idem: Run: source is nil")
 	}
-	if err := CheckRetention(c.cfg.Retention, c.cfg.RedeliveryWindow, c.cfg.Retry, src.Lease()); err != nil {
+	if err := CheckRetention(c.cfg.Claims.Retention, c.cfg.Claims.RedeliveryWindow, c.cfg.Failure.Retry, src.Lease()); err != nil {
 		return fmt.Errorf("idem: consumer %s with source %s: %w", c.cfg.Name, src.Name(), err)
 	}
-	if err := CheckSourceLimits(src, c.cfg.Retry, c.cfg.RedeliveryWindow); err != nil {
+	if err := CheckSourceLimits(src, c.cfg.Failure.Retry, c.cfg.Claims.RedeliveryWindow); err != nil {
 		return fmt.Errorf("idem: consumer %s: %w", c.cfg.Name, err)
 	}
-	if oo, ok := c.cfg.Observer.(OwnerObserver); ok {
+	if oo, ok := c.cfg.Observe.Observer.(OwnerObserver); ok {
 		oo.ConsumerOwner(c.cfg.Name, c.cfg.Owner)
 	}
 	r := &runner[TTx]{c: c, src: src}
@@ -137,8 +147,8 @@ fetch:
 				break
 			}
 			failures++
-			delay := backoff.Backoff(min(failures, 20), cfg.Rand)
-			cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: receive failed",
+			delay := backoff.Backoff(min(failures, 20), cfg.Failure.Rand)
+			cfg.Observe.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: receive failed",
 				slog.String("consumer", cfg.Name), slog.String("queue", r.src.Name()),
 				slog.String("error_type", r.c.classify(err).String()),
 				slog.String("error", r.c.redactor.Text(err.Error())), slog.String("retry_in", delay.String()))
@@ -232,16 +242,16 @@ func (r *runner[TTx]) handleBatch(workCtx context.Context, ds []Delivery, stopFe
 	// Each delivery settles under its own trace; the batch's transaction runs under the batch's.
 	bctx, dctxs := workCtx, make([]context.Context, len(ds))
 	var traces []DeliveryTrace
-	if cfg.Tracer != nil {
+	if cfg.Observe.Tracer != nil {
 		var endBatch func()
-		bctx, endBatch = cfg.Tracer.StartBatch(workCtx, cfg.Name, r.src.Name(), msgs)
+		bctx, endBatch = cfg.Observe.Tracer.StartBatch(workCtx, cfg.Name, r.src.Name(), msgs)
 		defer endBatch()
 		traces = make([]DeliveryTrace, len(ds))
 	}
 	for i := range ds {
 		dctxs[i] = workCtx
 		if traces != nil {
-			traces[i] = cfg.Tracer.StartDelivery(bctx, cfg.Name, r.src.Name(), msgs[i])
+			traces[i] = cfg.Observe.Tracer.StartDelivery(bctx, cfg.Name, r.src.Name(), msgs[i])
 			dctxs[i] = withDeliveryTrace(workCtx, traces[i])
 		}
 	}
@@ -295,7 +305,7 @@ func (r *runner[TTx]) giveBack(ctx context.Context, d Delivery) {
 	nctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := d.Nak(nctx, 0); err != nil {
-		r.c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: nak on shutdown failed",
+		r.c.cfg.Observe.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: nak on shutdown failed",
 			append(logAttrs(r.c.cfg.Name, r.src.Name(), d.Message(), OutcomeAbandoned, 0),
 				slog.String("error", r.c.redactor.Text(err.Error())))...)
 	}
@@ -311,8 +321,8 @@ func (r *runner[TTx]) handle(workCtx context.Context, d Delivery, stopFetch cont
 	}
 	start := cfg.Now()
 	msg, first := r.begin(d, start)
-	if cfg.Tracer != nil {
-		workCtx = withDeliveryTrace(workCtx, cfg.Tracer.StartDelivery(workCtx, cfg.Name, r.src.Name(), msg))
+	if cfg.Observe.Tracer != nil {
+		workCtx = withDeliveryTrace(workCtx, cfg.Observe.Tracer.StartDelivery(workCtx, cfg.Name, r.src.Name(), msg))
 	}
 
 	hctx, cancel := context.WithCancelCause(workCtx)
@@ -338,7 +348,7 @@ func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.Ca
 	if res.Key.Tenant != "" {
 		msg.Tenant = res.Key.Tenant
 	}
-	ev := Event{Consumer: cfg.Name, Owner: cfg.Owner, Queue: r.src.Name(), Tenant: BoundID(msg.Tenant), EventID: BoundID(msg.EventID), Attempt: msg.Attempt, Result: res.Outcome}
+	ev := Observation{Consumer: cfg.Name, Owner: cfg.Owner, Queue: r.src.Name(), Tenant: BoundID(msg.Tenant), EventID: BoundID(msg.EventID), Attempt: msg.Attempt, Result: res.Outcome}
 
 	// Settle with the broker on a context that survives shutdown for a moment.
 	sctx, scancel := context.WithTimeout(context.WithoutCancel(workCtx), 10*time.Second)
@@ -387,24 +397,24 @@ func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.Ca
 	case errors.Is(context.Cause(hctx), ErrLeaseLost) || errors.Is(res.Err, ErrLeaseLost):
 		// Another worker owns the delivery now; settling it would step on that worker.
 		r.noVerdict(d)
-		ev.Outcome, ev.ErrorType = OutcomeAbandoned, ClassTransient
+		ev.Outcome, ev.Class = OutcomeAbandoned, ClassTransient
 		r.finish(sctx, ev, msg, start, slog.LevelWarn, res.Err, "")
 		return
 	case workCtx.Err() != nil:
 		// Shutdown deadline passed while the handler ran: give it back at once.
 		r.noVerdict(d)
 		_ = d.Nak(sctx, 0)
-		ev.Outcome, ev.ErrorType = OutcomeAbandoned, res.Class
+		ev.Outcome, ev.Class = OutcomeAbandoned, res.Class
 		r.finish(sctx, ev, msg, start, slog.LevelWarn, res.Err, "")
 		return
-	case errors.As(res.Err, &pe) && cfg.OnPanic == PanicPause:
+	case errors.As(res.Err, &pe) && cfg.Failure.OnPanic == PanicPause:
 		r.pause(sctx, stopFetch, res.Err, "idem: consumer paused after handler panic",
 			slog.String("event_id", BoundID(msg.EventID)), slog.String("tenant", BoundID(msg.Tenant)),
 			slog.String("panic", r.c.redactor.Text(fmt.Sprint(pe.value))),
 			slog.String("stack", string(pe.stack)))
 		r.noVerdict(d)
 		_ = d.Nak(sctx, 0)
-		ev.Outcome, ev.ErrorType = OutcomeAbandoned, ClassPermanent
+		ev.Outcome, ev.Class = OutcomeAbandoned, ClassPermanent
 		r.finish(sctx, ev, msg, start, slog.LevelError, res.Err, "")
 		return
 	case res.Class == ClassPermanent:
@@ -415,12 +425,12 @@ func (r *runner[TTx]) settle(workCtx, hctx context.Context, stopFetch context.Ca
 	// The budget counts from the first attempt, never from PublishedAt: time spent waiting in
 	// the broker (a consumer that is behind) spends nothing.
 	hint, _ := RetryHint(res.Err)
-	verdict := cfg.Retry.Decide(retry.Input{Attempt: msg.Attempt, FirstAt: first, Now: cfg.Now(), Hint: hint}, cfg.Rand)
+	verdict := cfg.Failure.Retry.Decide(retry.Input{Attempt: msg.Attempt, FirstAt: first, Now: cfg.Now(), Hint: hint}, cfg.Failure.Rand)
 	if !verdict.Retry {
 		r.deadLetter(workCtx, stopFetch, d, msg, res, ReasonRetriesExhausted, ev, start)
 		return
 	}
-	ev.Outcome, ev.ErrorType, ev.Delay = OutcomeRetried, res.Class, verdict.Delay
+	ev.Outcome, ev.Class, ev.Delay = OutcomeRetried, res.Class, verdict.Delay
 	if err := d.Nak(sctx, verdict.Delay); err != nil {
 		// The broker redelivers after the lease anyway; nothing is lost.
 		r.log(sctx, slog.LevelWarn, "idem: nak failed", msg, OutcomeRetried, start, err, ClassTransient)
@@ -438,7 +448,7 @@ var deadLetterBackoff = retry.Policy{Base: 100 * time.Millisecond, Cap: 5 * time
 // observed (OutcomeDeadLetterFailed), and after DeadLetterFailuresToPause failures in a row the
 // delivery is given back without a verdict and the consumer pauses. A shutdown, a pause or a
 // lost lease meanwhile also ends the retries without a verdict.
-func (r *runner[TTx]) deadLetter(workCtx context.Context, stopFetch context.CancelFunc, d Delivery, msg Message, res Result, reason Reason, ev Event, start time.Time) {
+func (r *runner[TTx]) deadLetter(workCtx context.Context, stopFetch context.CancelFunc, d Delivery, msg Message, res Result, reason Reason, ev Observation, start time.Time) {
 	cfg := r.c.cfg
 	if reason == "" {
 		reason = ReasonPermanentError
@@ -450,7 +460,7 @@ func (r *runner[TTx]) deadLetter(workCtx context.Context, stopFetch context.Canc
 	}
 	fp := res.Fingerprint
 	if fp.IsZero() {
-		fp = rawFingerprint(msg)
+		fp = RawFingerprint(msg)
 	}
 	// A hostile identity is stored in its bounded form, under a fingerprint of the raw one.
 	stored, replaced := storableDeadLetterMessage(msg)
@@ -500,19 +510,19 @@ func (r *runner[TTx]) deadLetter(workCtx context.Context, stopFetch context.Canc
 		failures++
 		werr := withEvent(msg.EventID, fmt.Errorf("idem: write dead letter (failure %d in a row, reason %s): %w", failures, reason, err))
 		fev := ev
-		fev.Outcome, fev.ErrorType, fev.Reason = OutcomeDeadLetterFailed, r.c.classify(err), reason
-		if fev.ErrorType == ClassUnknown {
-			fev.ErrorType = ClassTransient
+		fev.Outcome, fev.Class, fev.Reason = OutcomeDeadLetterFailed, r.c.classify(err), reason
+		if fev.Class == ClassUnknown {
+			fev.Class = ClassTransient
 		}
 		giveBack := ""
 		var delay time.Duration
 		switch {
-		case failures >= cfg.DeadLetterFailuresToPause:
+		case failures >= cfg.Failure.DeadLetterFailuresToPause:
 			giveBack = "pause"
 		case r.paused.Load() || r.fetchCtx.Err() != nil:
 			giveBack = "stopping"
 		default:
-			delay = deadLetterBackoff.Backoff(failures, cfg.Rand)
+			delay = deadLetterBackoff.Backoff(failures, cfg.Failure.Rand)
 			fev.Delay = delay
 		}
 		r.finish(workCtx, fev, msg, start, slog.LevelError, werr, reason)
@@ -533,7 +543,7 @@ func (r *runner[TTx]) deadLetter(workCtx context.Context, stopFetch context.Canc
 				if errors.Is(context.Cause(lctx), ErrLeaseLost) {
 					// Another worker owns the delivery now; it will try the dead letter again.
 					r.noVerdict(d)
-					ev.Outcome, ev.ErrorType = OutcomeAbandoned, ClassTransient
+					ev.Outcome, ev.Class = OutcomeAbandoned, ClassTransient
 					r.finish(workCtx, ev, msg, start, slog.LevelWarn, werr, "")
 					return
 				}
@@ -555,7 +565,7 @@ func (r *runner[TTx]) deadLetter(workCtx context.Context, stopFetch context.Canc
 			r.log(sctx, slog.LevelWarn, "idem: give back after failed dead letter failed", msg, OutcomeAbandoned, start, nerr, ClassTransient)
 		}
 		scancel()
-		ev.Outcome, ev.ErrorType = OutcomeAbandoned, fev.ErrorType
+		ev.Outcome, ev.Class = OutcomeAbandoned, fev.Class
 		r.finish(workCtx, ev, msg, start, slog.LevelError, werr, "")
 		return
 	}
@@ -570,9 +580,9 @@ func (r *runner[TTx]) deadLetter(workCtx context.Context, stopFetch context.Canc
 		// The dead letter is written; a redelivery updates the same pending row.
 		r.log(sctx, slog.LevelWarn, "idem: terminate after dead letter failed", msg, OutcomeDeadLettered, start, err, ClassTransient)
 	}
-	ev.Outcome, ev.ErrorType, ev.Reason = OutcomeDeadLettered, res.Class, reason
-	if ev.ErrorType == ClassUnknown {
-		ev.ErrorType = ClassPermanent
+	ev.Outcome, ev.Class, ev.Reason = OutcomeDeadLettered, res.Class, reason
+	if ev.Class == ClassUnknown {
+		ev.Class = ClassPermanent
 	}
 	r.finish(sctx, ev, msg, start, slog.LevelWarn, res.Err, reason)
 }
@@ -586,9 +596,9 @@ func (r *runner[TTx]) pause(ctx context.Context, stopFetch context.CancelFunc, c
 		stopFetch()
 		attrs = append([]slog.Attr{slog.String("consumer", r.c.cfg.Name), slog.String("queue", r.src.Name()),
 			slog.String("error", r.c.redactor.Text(cause.Error()))}, attrs...)
-		r.c.cfg.Logger.LogAttrs(ctx, slog.LevelError, text, attrs...)
-		if r.c.cfg.Observer != nil {
-			r.c.cfg.Observer.Paused(r.c.cfg.Name)
+		r.c.cfg.Observe.Logger.LogAttrs(ctx, slog.LevelError, text, attrs...)
+		if r.c.cfg.Observe.Observer != nil {
+			r.c.cfg.Observe.Observer.Paused(r.c.cfg.Name)
 		}
 	})
 }
@@ -630,20 +640,20 @@ func (r *runner[TTx]) extendLease(ctx context.Context, cancel context.CancelCaus
 }
 
 // finish logs the settled delivery and tells the observer.
-func (r *runner[TTx]) finish(ctx context.Context, ev Event, msg Message, start time.Time, level slog.Level, err error, reason Reason) {
+func (r *runner[TTx]) finish(ctx context.Context, ev Observation, msg Message, start time.Time, level slog.Level, err error, reason Reason) {
 	ev.Duration = r.c.cfg.Now().Sub(start)
-	if r.c.cfg.Observer != nil {
-		r.c.cfg.Observer.Observe(ev)
+	if r.c.cfg.Observe.Observer != nil {
+		r.c.cfg.Observe.Observer.Observe(ev)
 	}
 	if dt := deliveryTraceFrom(ctx); dt != nil {
 		dt.Observe(ev)
 	}
-	if !r.c.cfg.Logger.Enabled(ctx, level) {
+	if !r.c.cfg.Observe.Logger.Enabled(ctx, level) {
 		return
 	}
 	attrs := logAttrs(r.c.cfg.Name, r.src.Name(), msg, ev.Outcome, ev.Duration)
 	if err != nil {
-		attrs = append(attrs, slog.String("error_type", ev.ErrorType.String()), slog.String("error", r.c.redactor.Text(err.Error())))
+		attrs = append(attrs, slog.String("error_type", ev.Class.String()), slog.String("error", r.c.redactor.Text(err.Error())))
 	}
 	if reason != "" {
 		attrs = append(attrs, slog.String("reason", string(reason)))
@@ -651,12 +661,12 @@ func (r *runner[TTx]) finish(ctx context.Context, ev Event, msg Message, start t
 	if ev.Delay > 0 {
 		attrs = append(attrs, slog.String("retry_in", ev.Delay.String()))
 	}
-	r.c.cfg.Logger.LogAttrs(ctx, level, "idem: delivery "+string(ev.Outcome), attrs...)
+	r.c.cfg.Observe.Logger.LogAttrs(ctx, level, "idem: delivery "+string(ev.Outcome), attrs...)
 }
 
 // log writes one runtime line with the stable fields.
 func (r *runner[TTx]) log(ctx context.Context, level slog.Level, text string, msg Message, outcome Outcome, start time.Time, err error, class Class) {
 	attrs := logAttrs(r.c.cfg.Name, r.src.Name(), msg, outcome, r.c.cfg.Now().Sub(start))
 	attrs = append(attrs, slog.String("error_type", class.String()), slog.String("error", r.c.redactor.Text(err.Error())))
-	r.c.cfg.Logger.LogAttrs(ctx, level, text, attrs...)
+	r.c.cfg.Observe.Logger.LogAttrs(ctx, level, text, attrs...)
 }

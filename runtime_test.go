@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemdlq"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/retry"
 )
@@ -23,11 +24,11 @@ import (
 // recorder is an idem.Observer that keeps every event.
 type recorder struct {
 	mu     sync.Mutex
-	events []idem.Event
+	events []idem.Observation
 	paused int
 }
 
-func (r *recorder) Observe(ev idem.Event) {
+func (r *recorder) Observe(ev idem.Observation) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, ev)
@@ -86,9 +87,9 @@ func TestDeadLetterWriteFailureKeepsMessageAndPauses(t *testing.T) {
 	var logs bytes.Buffer
 	c := memConsumer(t, store, func(cfg *idem.ConsumerConfig[*memTx]) {
 		cfg.Handler = func(context.Context, *memTx, idem.Message) error { return idem.Permanent(errors.New("card declined")) }
-		cfg.DeadLetterFailuresToPause = 3
-		cfg.Observer = rec
-		cfg.Logger = slog.New(slog.NewJSONHandler(&syncWriter{w: &logs}, nil))
+		cfg.Failure.DeadLetterFailuresToPause = 3
+		cfg.Observe.Observer = rec
+		cfg.Observe.Logger = slog.New(slog.NewJSONHandler(&syncWriter{w: &logs}, nil))
 	})
 	src := newMemSource(idem.Message{EventID: "evt-1", Tenant: "acme", Payload: []byte(`{}`)})
 	_, done, runErr := runFor(t, c, src)
@@ -131,7 +132,7 @@ func TestDeadLetterWriteRecoversWithinTheRetries(t *testing.T) {
 	rec := &recorder{}
 	c := memConsumer(t, store, func(cfg *idem.ConsumerConfig[*memTx]) {
 		cfg.Handler = func(context.Context, *memTx, idem.Message) error { return idem.Permanent(errors.New("card declined")) }
-		cfg.Observer = rec
+		cfg.Observe.Observer = rec
 	})
 	src := newMemSource(idem.Message{EventID: "evt-1", Tenant: "acme", Payload: []byte(`{}`)})
 	stop, _, _ := runFor(t, c, src)
@@ -152,8 +153,8 @@ func TestRetryBudgetCountsFromTheFirstAttempt(t *testing.T) {
 	rec := &recorder{}
 	var calls sync.Map
 	c := memConsumer(t, store, func(cfg *idem.ConsumerConfig[*memTx]) {
-		cfg.Retry = retry.Policy{MaxAttempts: 3, MaxElapsed: time.Minute, Base: time.Millisecond, Cap: 5 * time.Millisecond}
-		cfg.Observer = rec
+		cfg.Failure.Retry = retry.Policy{MaxAttempts: 3, MaxElapsed: time.Minute, Base: time.Millisecond, Cap: 5 * time.Millisecond}
+		cfg.Observe.Observer = rec
 		cfg.Handler = func(ctx context.Context, tx *memTx, msg idem.Message) error {
 			n, _ := calls.LoadOrStore(msg.EventID, new(atomic.Int64))
 			if n.(*atomic.Int64).Add(1) == 1 {
@@ -192,9 +193,9 @@ func TestDeliveriesWithoutVerdictDoNotSpendTheBudget(t *testing.T) {
 	var calls atomic.Int64
 	started := make(chan struct{}, 4)
 	c := memConsumer(t, store, func(cfg *idem.ConsumerConfig[*memTx]) {
-		cfg.Retry = retry.Policy{MaxAttempts: 2, MaxElapsed: time.Minute, Base: time.Millisecond, Cap: 5 * time.Millisecond}
+		cfg.Failure.Retry = retry.Policy{MaxAttempts: 2, MaxElapsed: time.Minute, Base: time.Millisecond, Cap: 5 * time.Millisecond}
 		cfg.ShutdownTimeout = 20 * time.Millisecond
-		cfg.Observer = rec
+		cfg.Observe.Observer = rec
 		cfg.Handler = func(ctx context.Context, tx *memTx, msg idem.Message) error {
 			switch calls.Add(1) {
 			case 1, 2: // cut off by the shutdown deadline: no verdict
@@ -234,17 +235,17 @@ func TestRunChecksSourceLimits(t *testing.T) {
 		{name: "unlimited, within the window", limit: 0, window: time.Hour},
 		{name: "limit with the margin", limit: 8 + idem.DeliveryLimitMargin, window: time.Hour},
 		{name: "limit without the margin", limit: 8 + idem.DeliveryLimitMargin - 1,
-			want: []string{"source mem", "delivery limit is 12", "at least 13", "Retry.MaxAttempts 8", "DeliveryLimitMargin 5"}},
+			want: []string{"source mem", "delivery limit is 12", "at least 13", "Failure.Retry.MaxAttempts 8", "DeliveryLimitMargin 5"}},
 		{name: "the broker default of 1", limit: 1, want: []string{"delivery limit is 1"}},
 		{name: "window longer than RedeliveryWindow", window: 25 * time.Hour,
-			want: []string{"up to 25h0m0s after publishing", "RedeliveryWindow (24h0m0s)"}},
+			want: []string{"up to 25h0m0s after publishing", "Claims.RedeliveryWindow (24h0m0s)"}},
 		{name: "both", limit: 3, window: 100 * 365 * 24 * time.Hour, want: []string{"delivery limit is 3", "RedeliveryWindow"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			c := memConsumer(t, newMemStore(), func(cfg *idem.ConsumerConfig[*memTx]) {
-				cfg.Retry = policy
-				cfg.RedeliveryWindow = 24 * time.Hour
+				cfg.Failure.Retry = policy
+				cfg.Claims.RedeliveryWindow = 24 * time.Hour
 			})
 			src := idemtest.NewSource(idemtest.SourceConfig{Name: "mem", DeliveryLimit: tc.limit, RedeliveryWindow: tc.window})
 			require.Equal(t, len(tc.want) == 0, idem.CheckSourceLimits(src, policy, 24*time.Hour) == nil)
@@ -271,7 +272,7 @@ func TestUnauthenticatedInputIsStoredAsSuch(t *testing.T) {
 	store := newMemStore()
 	c := memConsumer(t, store, func(cfg *idem.ConsumerConfig[*memTx]) {
 		cfg.Handler = func(context.Context, *memTx, idem.Message) error { return idem.Permanent(errors.New("card declined")) }
-		cfg.Authenticator = idem.AuthenticatorFunc(func(_ context.Context, msg *idem.Message) error {
+		cfg.Input.Authenticator = idem.AuthenticatorFunc(func(_ context.Context, msg *idem.Message) error {
 			if msg.Header("Sig") != "ok" {
 				return fmt.Errorf("%w: no signature", idem.ErrUnauthenticated)
 			}
@@ -298,8 +299,8 @@ func TestUnauthenticatedInputIsStoredAsSuch(t *testing.T) {
 	require.NotEqual(t, dls[0].Fingerprint, dls[1].Fingerprint)
 
 	// An operator cannot replay it as if it were acme's.
-	_, err := idem.NewReplayer(store, discardSink{}).Replay(context.Background(), idem.ReplayParams{
-		Selection: idem.Selection{IDs: []int64{dls[1].ID}, Actor: "ops", Limit: 1}, Topic: "payments"})
+	_, err := idemdlq.NewReplayer(store, discardSink{}, idemdlq.ReplayerConfig{}).Replay(context.Background(), idemdlq.ReplayParams{
+		Selection: idemdlq.Selection{IDs: []int64{dls[1].ID}, Actor: "ops", Limit: 1}, Topic: "payments"})
 	require.ErrorContains(t, err, "failed authentication")
 }
 
@@ -317,8 +318,8 @@ func TestRetryLogIsReadableJSON(t *testing.T) {
 	store := newMemStore()
 	var calls atomic.Int64
 	c := memConsumer(t, store, func(cfg *idem.ConsumerConfig[*memTx]) {
-		cfg.Logger = slog.New(slog.NewJSONHandler(&buf, nil))
-		cfg.Retry = retry.Policy{MaxAttempts: 3, MaxElapsed: time.Minute, Base: 2 * time.Millisecond, Cap: 2 * time.Millisecond}
+		cfg.Observe.Logger = slog.New(slog.NewJSONHandler(&buf, nil))
+		cfg.Failure.Retry = retry.Policy{MaxAttempts: 3, MaxElapsed: time.Minute, Base: 2 * time.Millisecond, Cap: 2 * time.Millisecond}
 		cfg.Handler = func(context.Context, *memTx, idem.Message) error {
 			if calls.Add(1) == 1 {
 				return idem.Transient(errors.New("upstream 503"))

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 // SetHandler applies the effects of a batch's new events at once, inside tx, the transaction
@@ -54,7 +56,7 @@ func (c *Consumer[TTx]) processSet(ctx context.Context, msgs []Message, settles 
 					// Its effect rolled back with the set; its claim and audit row commit alone.
 					b.results[it.i] = c.commitIgnore(ctx, b.results[it.i], ig.Reason, b.params[one.j].Now, settleAt(settles, it.i))
 				} else {
-					b.results[it.i] = c.finishResult(ctx, b.results[it.i], ClaimNew, one.err)
+					b.results[it.i] = c.finishResult(ctx, b.results[it.i], idemstore.ClaimNew, one.err)
 				}
 				its := append(b.items[:one.j:one.j], b.items[one.j+1:]...)
 				ps := append(b.params[:one.j:one.j], b.params[one.j+1:]...)
@@ -65,7 +67,7 @@ func (c *Consumer[TTx]) processSet(ctx context.Context, msgs []Message, settles 
 					b.results[it.i] = c.finishResult(ctx, b.results[it.i], 0, err)
 				}
 			default:
-				c.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "idem: set failed, applying its events one by one",
+				c.cfg.Observe.Logger.LogAttrs(ctx, slog.LevelDebug, "idem: set failed, applying its events one by one",
 					slog.String("consumer", c.cfg.Name), slog.Int("events", len(b.items)),
 					slog.String("error", c.redactor.Text(err.Error())))
 				c.applyEach(ctx, bs, b.items, b.params, b.results, settles, traces)
@@ -80,9 +82,9 @@ func (c *Consumer[TTx]) processSet(ctx context.Context, msgs []Message, settles 
 // with the newly claimed events, the in-transaction settles, and the commit. On success it
 // writes each item's result and returns nil; on any failure everything rolled back, it writes
 // no result and returns the error.
-func (c *Consumer[TTx]) applySet(ctx context.Context, bs BatchStore[TTx], items []batchItem, params []ClaimParams, results []Result, settles []func(context.Context, TTx) error) error {
-	checker, _ := bs.(TxEndChecker[TTx])
-	var claims []ClaimResult
+func (c *Consumer[TTx]) applySet(ctx context.Context, bs idemstore.BatchStore[TTx], items []batchItem, params []idemstore.ClaimParams, results []Result, settles []func(context.Context, TTx) error) error {
+	checker, _ := bs.(idemstore.TxEndChecker[TTx])
+	var claims []idemstore.ClaimResult
 	set := make([]Message, 0, len(items))
 	err := c.store.InTx(ctx, func(ctx context.Context, tx TTx) error {
 		set, claims = set[:0], nil
@@ -95,9 +97,9 @@ func (c *Consumer[TTx]) applySet(ctx context.Context, bs BatchStore[TTx], items 
 		}
 		for j, cr := range crs {
 			switch cr.Status {
-			case ClaimNew:
+			case idemstore.ClaimNew:
 				set = append(set, items[j].msg)
-			case ClaimDuplicate, ClaimConflict:
+			case idemstore.ClaimDuplicate, idemstore.ClaimConflict:
 			default:
 				return fmt.Errorf("idem: claim %s: store returned invalid status %d", params[j].Key, cr.Status)
 			}
@@ -110,7 +112,7 @@ func (c *Consumer[TTx]) applySet(ctx context.Context, bs BatchStore[TTx], items 
 			}
 			if err != nil && len(set) == 1 {
 				for j, cr := range crs {
-					if cr.Status == ClaimNew {
+					if cr.Status == idemstore.ClaimNew {
 						return &errSetOfOne{j: j, err: err}
 					}
 				}
@@ -121,7 +123,7 @@ func (c *Consumer[TTx]) applySet(ctx context.Context, bs BatchStore[TTx], items 
 		}
 		for j, it := range items {
 			settle := settleAt(settles, it.i)
-			if settle == nil || crs[j].Status == ClaimConflict {
+			if settle == nil || crs[j].Status == idemstore.ClaimConflict {
 				continue
 			}
 			if err := settle(ctx, tx); err != nil {
@@ -135,7 +137,7 @@ func (c *Consumer[TTx]) applySet(ctx context.Context, bs BatchStore[TTx], items 
 	}
 	for j, it := range items {
 		var failure error
-		if cr := claims[j]; cr.Status == ClaimConflict {
+		if cr := claims[j]; cr.Status == idemstore.ClaimConflict {
 			failure = &KeyReuseError{Key: params[j].Key, Claimed: cr.Existing, Received: params[j].Fingerprint}
 		}
 		results[it.i] = c.finishResult(ctx, results[it.i], claims[j].Status, failure)

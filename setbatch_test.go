@@ -92,9 +92,8 @@ func TestSetPath(t *testing.T) {
 				timeout = 20 * time.Millisecond
 			}
 			c, err := NewConsumer[*memTx](memChecker{mem}, ConsumerConfig[*memTx]{
-				Name:           "ledger@v1",
-				Batch:          BatchConfig{Enabled: true},
-				HandlerTimeout: timeout,
+				Name:  "ledger@v1",
+				Batch: BatchConfig{Enabled: true},
 				SetHandler: func(ctx context.Context, tx *memTx, msgs []Message) error {
 					ids := make([]string, len(msgs))
 					for i, m := range msgs {
@@ -128,11 +127,14 @@ func TestSetPath(t *testing.T) {
 					}
 					return nil
 				},
+				Failure: FailureConfig{
+					HandlerTimeout: timeout,
+				},
 			})
 			require.NoError(t, err)
 			ctx := context.Background()
 			for _, m := range tc.before {
-				_, err := c.Process(ctx, m)
+				err := c.Process(ctx, m).Err
 				require.NoError(t, err)
 			}
 			before := maps.Clone(mem.effects)
@@ -215,7 +217,8 @@ func TestSetHandlerAlone(t *testing.T) {
 		},
 	})
 	require.NoError(t, err)
-	r, err := c.Process(context.Background(), setMsg("a"))
+	r := c.Process(context.Background(), setMsg("a"))
+	err = r.Err
 	require.NoError(t, err)
 	require.Equal(t, OutcomeProcessed, r.Outcome)
 	rs := c.ProcessSet(context.Background(), []Message{setMsg("a"), setMsg("b"), setMsg("c")})
@@ -300,7 +303,7 @@ func ExampleConsumer_ProcessSet() {
 	msg := func(id string) Message {
 		return Message{EventID: id, Tenant: "shop", Type: "payment.captured", Payload: []byte(`{"order":"` + id + `"}`)}
 	}
-	_, _ = consumer.Process(ctx, msg("pay-1"))
+	_ = consumer.Process(ctx, msg("pay-1"))
 	for i, r := range consumer.ProcessSet(ctx, []Message{msg("pay-1"), msg("pay-2"), msg("pay-3")}) {
 		fmt.Println(i, r.Outcome)
 	}

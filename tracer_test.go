@@ -71,7 +71,7 @@ type fakeDelivery struct {
 
 func (d *fakeDelivery) Context(ctx context.Context) context.Context { return with(ctx, d.name) }
 
-func (d *fakeDelivery) Observe(ev idem.Event) {
+func (d *fakeDelivery) Observe(ev idem.Observation) {
 	d.f.mu.Lock()
 	defer d.f.mu.Unlock()
 	d.f.events[d.id] = append(d.f.events[d.id], ev.Outcome)
@@ -88,8 +88,8 @@ func TestTracerSeesEveryDelivery(t *testing.T) {
 	boom := errors.New("upstream 503")
 	var calls sync.Map
 	c := memConsumer(t, store, func(cfg *idem.ConsumerConfig[*memTx]) {
-		cfg.Tracer = tr
-		cfg.Retry = retry.Policy{MaxAttempts: 3, MaxElapsed: time.Minute, Base: time.Millisecond, Cap: 2 * time.Millisecond}
+		cfg.Observe.Tracer = tr
+		cfg.Failure.Retry = retry.Policy{MaxAttempts: 3, MaxElapsed: time.Minute, Base: time.Millisecond, Cap: 2 * time.Millisecond}
 		cfg.Handler = func(ctx context.Context, tx *memTx, msg idem.Message) error {
 			n, _ := calls.LoadOrStore(msg.EventID, new(int))
 			*n.(*int)++

@@ -80,4 +80,13 @@ CLIENT_PKGS=(github.com/prometheus/client_golang/prometheus); check idemprom git
 # The SDK (in-memory exporters, the manual metric reader) is in the family: idemotel's tests run on it.
 CLIENT_PKGS=(go.opentelemetry.io/otel go.opentelemetry.io/otel/sdk/trace go.opentelemetry.io/otel/sdk/trace/tracetest go.opentelemetry.io/otel/sdk/metric); check idemotel go.opentelemetry.io/otel go.opentelemetry.io/otel/sdk go.opentelemetry.io/otel/sdk/metric
 CLIENT_PKGS=(github.com/santhosh-tekuri/jsonschema/v6 golang.org/x/text/message); check idemschema github.com/santhosh-tekuri/jsonschema/v6 golang.org/x/text
+# The tools (cmd/idem, and cmd/idem/riverbench, the River side-by-side benchmark) are not
+# libraries and are not checked above; but River, which only riverbench needs, may be required
+# by no other module of the workspace.
+for gomod in $(cd "$root" && git ls-files '*go.mod'); do
+  case "$gomod" in cmd/idem/riverbench/go.mod) continue ;; esac
+  if grep -q 'github.com/riverqueue/' "$root/$gomod"; then
+    echo "modules: $gomod requires River, which only cmd/idem/riverbench may" >&2; fail=1
+  fi
+done
 exit $fail

@@ -21,6 +21,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemdlq"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/retry"
 	"github.com/idemkit/idem/storetest"
 	"github.com/idemkit/idem/transporttest"
@@ -33,22 +35,22 @@ type Setup[TTx any] func(tb testing.TB) (storetest.Bundle[TTx], transporttest.Ha
 // Recorder is an idem.Observer that keeps every event, for assertions.
 type Recorder struct {
 	mu     sync.Mutex
-	events []idem.Event
+	events []idem.Observation
 	paused atomic.Int64
 }
 
 // Observe records ev.
-func (r *Recorder) Observe(ev idem.Event) {
+func (r *Recorder) Observe(ev idem.Observation) {
 	r.mu.Lock()
 	r.events = append(r.events, ev)
 	r.mu.Unlock()
 }
 
 // Events returns the recorded events of eventID, in order.
-func (r *Recorder) Events(eventID string) []idem.Event {
+func (r *Recorder) Events(eventID string) []idem.Observation {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []idem.Event
+	var out []idem.Observation
 	for _, ev := range r.events {
 		if ev.EventID == eventID {
 			out = append(out, ev)
@@ -143,20 +145,26 @@ func (e *env[TTx]) config(name string, h idem.Handler[TTx]) idem.ConsumerConfig[
 		}
 	}
 	return idem.ConsumerConfig[TTx]{
-		Batch:      batch,
-		Name:       name,
-		Owner:      "payments",
-		Handler:    h,
-		SetHandler: set,
-		Retry:      fastRetry,
-		Retention:  48 * time.Hour,
-		// A day covers the harnesses' bounded redelivery windows (a stream's MaxAge; RabbitMQ's
-		// message TTL + longest delay tier + consumer_timeout), which Run checks.
-		RedeliveryWindow: 24 * time.Hour,
-		Workers:          4,
-		ShutdownTimeout:  5 * time.Second,
-		Observer:         e.rec,
-		Logger:           slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Batch:           batch,
+		Name:            name,
+		Owner:           "payments",
+		Handler:         h,
+		SetHandler:      set,
+		Workers:         4,
+		ShutdownTimeout: 5 * time.Second,
+		Failure: idem.FailureConfig{
+			Retry: fastRetry,
+		},
+		Claims: idem.ClaimConfig{
+			Retention: 48 * time.Hour,
+			// A day covers the harnesses' bounded redelivery windows (a stream's MaxAge; RabbitMQ's
+			// message TTL + longest delay tier + consumer_timeout), which Run checks.
+			RedeliveryWindow: 24 * time.Hour,
+		},
+		Observe: idem.ObserveConfig{
+			Observer: e.rec,
+			Logger:   slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		},
 	}
 }
 
@@ -193,7 +201,14 @@ func (e *env[TTx]) eventually(timeout time.Duration, what string, cond func() bo
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			e.t.Fatalf("consumertest: timed out after %v waiting for %s", timeout, what)
+			e.rec.mu.Lock()
+			seen := slices.Clone(e.rec.events)
+			e.rec.mu.Unlock()
+			logs := e.logs.String()
+			if len(logs) > 4000 {
+				logs = "…" + logs[len(logs)-4000:]
+			}
+			e.t.Fatalf("consumertest: timed out after %v waiting for %s; outcomes so far: %+v; runtime log: %s", timeout, what, seen, logs)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -206,7 +221,7 @@ func (e *env[TTx]) ledger(id string) int64 {
 }
 
 func (e *env[TTx]) deadLetters(eventID string) []idem.DeadLetter {
-	all, err := e.b.Store.ListDeadLetters(e.ctx, idem.DeadLetterFilter{Limit: 1000})
+	all, err := e.b.Store.ListDeadLetters(e.ctx, idemstore.DeadLetterFilter{Limit: 1000})
 	require.NoError(e.t, err)
 	var out []idem.DeadLetter
 	for _, dl := range all {
@@ -217,11 +232,18 @@ func (e *env[TTx]) deadLetters(eventID string) []idem.DeadLetter {
 	return out
 }
 
+// suiteLease is the lease of the checks' sources. A check that counts outcomes exactly breaks
+// when a delivery outlives its lease (it ends abandoned, and comes again): on a loaded machine —
+// the race detector, every package at once — a 1.5 s lease ran out once, so it is long enough
+// that only a stall of seconds can do that, and short enough that the checks which wait out a
+// lease stay brief.
+const suiteLease = 3 * time.Second
+
 // newEnv opens one check's store, topic and sink, with wallet w1.
 func newEnv[TTx any](t *testing.T, setup Setup[TTx], o options) *env[TTx] {
 	t.Helper()
 	b, h := setup(t)
-	e := &env[TTx]{logs: &syncBuffer{}, opts: o, t: t, ctx: context.Background(), b: b, h: h, rec: &Recorder{}, lease: 1500 * time.Millisecond}
+	e := &env[TTx]{logs: &syncBuffer{}, opts: o, t: t, ctx: context.Background(), b: b, h: h, rec: &Recorder{}, lease: suiteLease}
 	e.topic = h.NewTopic(t)
 	e.sink = h.Sink(t)
 	e.source = func(name string) idem.Source { return h.Source(t, e.topic, name, e.lease) }
@@ -376,7 +398,7 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 		require.NoError(e.t, err)
 		require.EqualValues(e.t, 1, n, "the claim is kept")
 		require.Empty(e.t, e.deadLetters("evt-gone"))
-		if _, ok := e.b.Store.(idem.IgnoreStore[TTx]); ok {
+		if _, ok := e.b.Store.(idemstore.IgnoreStore[TTx]); ok {
 			audit, err := e.b.Store.ListAudit(e.ctx, 100)
 			require.NoError(e.t, err)
 			var ignores int
@@ -448,7 +470,7 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 			calls.Add(1)
 			return errors.New("still down")
 		})
-		cfg.Retry.MaxAttempts = 3
+		cfg.Failure.Retry.MaxAttempts = 3
 		c, err := idem.NewConsumer(e.b.Store, cfg)
 		require.NoError(e.t, err)
 		stop := e.run(c, e.source("ledger"))
@@ -546,7 +568,7 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 		cfg := e.config("ledger@v1", func(ctx context.Context, tx TTx, msg idem.Message) error {
 			panic("nil map in handler")
 		})
-		cfg.OnPanic = idem.PanicPause
+		cfg.Failure.OnPanic = idem.PanicPause
 		c, err := idem.NewConsumer(e.b.Store, cfg)
 		require.NoError(e.t, err)
 		ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
@@ -603,7 +625,10 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 
 	run("RetryBudgetCountsFromTheFirstAttempt", func(e *env[TTx]) {
 		// The event waits in the broker longer than the whole elapsed budget (a deploy, an
-		// outage): none of it is spent, so its first transient failure is retried.
+		// outage): none of it is spent, so its first transient failure is retried. The lease is
+		// long so that a loaded machine cannot end the first delivery without a verdict (an
+		// abandoned delivery spends no attempt, but the elapsed budget runs on from it).
+		e.lease = 15 * time.Second
 		var calls atomic.Int64
 		credit := storetest.CreditHandler(e.b)
 		cfg := e.config("ledger@v1", func(ctx context.Context, tx TTx, msg idem.Message) error {
@@ -612,15 +637,15 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 			}
 			return credit(ctx, tx, msg)
 		})
-		cfg.Retry = retry.Policy{MaxAttempts: 5, MaxElapsed: time.Second, Base: 20 * time.Millisecond, Cap: 100 * time.Millisecond}
+		cfg.Failure.Retry = retry.Policy{MaxAttempts: 5, MaxElapsed: 2 * time.Second, Base: 20 * time.Millisecond, Cap: 100 * time.Millisecond}
 		c, err := idem.NewConsumer(e.b.Store, cfg)
 		require.NoError(e.t, err)
 		e.publish(storetest.PaymentMessage("acme", "evt-late", storetest.Payment{Wallet: "w1", Amount: 5}))
-		time.Sleep(cfg.Retry.MaxElapsed + 500*time.Millisecond)
+		time.Sleep(cfg.Failure.Retry.MaxElapsed + 500*time.Millisecond)
 		stop := e.run(c, e.source("ledger"))
 		e.eventually(20*time.Second, "processed after one retry", func() bool { return e.rec.Count(idem.OutcomeProcessed, "evt-late") == 1 })
 		require.NoError(e.t, stop())
-		require.Equal(e.t, 1, e.rec.Count(idem.OutcomeRetried, "evt-late"), "retried, not retries_exhausted")
+		require.Equal(e.t, 1, e.rec.Count(idem.OutcomeRetried, "evt-late"), "retried, not retries_exhausted: %+v", e.rec.Events("evt-late"))
 		require.Empty(e.t, e.deadLetters("evt-late"))
 		require.EqualValues(e.t, 1, e.ledger("evt-late"))
 	})
@@ -646,7 +671,7 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 			}
 			return credit(ctx, tx, msg)
 		})
-		cfg.Retry.MaxAttempts = 2
+		cfg.Failure.Retry.MaxAttempts = 2
 		cfg.ShutdownTimeout = 300 * time.Millisecond
 		c, err := idem.NewConsumer(e.b.Store, cfg)
 		require.NoError(e.t, err)
@@ -703,7 +728,7 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 			}
 			return idem.ExpectRows(n, 1)
 		})
-		cfg.Fingerprint.Raw = true
+		cfg.Input.Fingerprint.Raw = true
 		raw, err := idem.NewConsumer(e.b.Store, cfg)
 		require.NoError(e.t, err)
 		stop = e.run(raw, e.source("ledger"))
@@ -725,7 +750,7 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 			return credit(ctx, tx, msg)
 		}
 		cfg := e.config("ledger@v1", handler)
-		cfg.DeadLetterFailuresToPause = 3
+		cfg.Failure.DeadLetterFailuresToPause = 3
 		c, err := idem.NewConsumer(store, cfg)
 		require.NoError(e.t, err)
 		ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
@@ -811,7 +836,7 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 		store.Cut(true)
 		e.publish(perm, notJSON, reuse, storetest.PaymentMessage("acme", "evt-pz-ok", storetest.Payment{Wallet: "w1", Amount: 7}))
 		cfg := e.config("ledger@v1", handler)
-		cfg.DeadLetterFailuresToPause = 3
+		cfg.Failure.DeadLetterFailuresToPause = 3
 		paused, err := idem.NewConsumer(store, cfg)
 		require.NoError(e.t, err)
 		ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
@@ -822,7 +847,7 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 		require.ErrorIs(e.t, err, idem.ErrPaused, "the consumer pauses over dead letters it cannot write")
 
 		// Still cut: a consumer that would retry for ever is shut down in the middle of it.
-		cfg.DeadLetterFailuresToPause = 1 << 20
+		cfg.Failure.DeadLetterFailuresToPause = 1 << 20
 		cfg.ShutdownTimeout = 500 * time.Millisecond
 		patient, err := idem.NewConsumer(store, cfg)
 		require.NoError(e.t, err)
@@ -885,7 +910,7 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 		e.eventually(20*time.Second, "dead letter", func() bool { return len(e.deadLetters("evt-r")) == 1 })
 		fail.Store(false)
 		dl := e.deadLetters("evt-r")[0]
-		replay, err := idem.NewReplayer(e.b.Store, e.sink).Replay(e.ctx, idem.ReplayParams{Selection: idem.Selection{IDs: []int64{dl.ID}, Actor: "test", Limit: 1}, Topic: e.topic})
+		replay, err := idemdlq.NewReplayer(e.b.Store, e.sink, idemdlq.ReplayerConfig{}).Replay(e.ctx, idemdlq.ReplayParams{Selection: idemdlq.Selection{IDs: []int64{dl.ID}, Actor: "test", Limit: 1}, Topic: e.topic})
 		require.NoError(e.t, err)
 		require.Equal(e.t, []int64{dl.ID}, replay.Replayed)
 		e.eventually(20*time.Second, "replay processed", func() bool { return e.rec.Count(idem.OutcomeProcessed, "evt-r") == 1 })
@@ -961,24 +986,24 @@ var errCut = errors.New("consumertest: dead-letter store cut")
 // CutStore wraps a store so that InsertDeadLetter fails on demand, as in a database outage that
 // hits the dead-letter write. Everything else passes through.
 type CutStore[TTx any] struct {
-	idem.Store[TTx]
+	idemstore.Store[TTx]
 	cut      atomic.Bool
 	failures atomic.Int64
 }
 
 // DeadLetterCutter is a store whose dead-letter writes can be cut (see CutDeadLetters).
 type DeadLetterCutter[TTx any] interface {
-	idem.Store[TTx]
+	idemstore.Store[TTx]
 	// Cut makes InsertDeadLetter fail (true) or pass through again (false).
 	Cut(bool)
 	// Failures counts the writes refused while cut.
 	Failures() int64
 }
 
-// CutDeadLetters wraps store; the result is an idem.BatchStore when store is one.
-func CutDeadLetters[TTx any](store idem.Store[TTx]) DeadLetterCutter[TTx] {
+// CutDeadLetters wraps store; the result is an idemstore.BatchStore when store is one.
+func CutDeadLetters[TTx any](store idemstore.Store[TTx]) DeadLetterCutter[TTx] {
 	cs := &CutStore[TTx]{Store: store}
-	if bs, ok := store.(idem.BatchStore[TTx]); ok {
+	if bs, ok := store.(idemstore.BatchStore[TTx]); ok {
 		return &cutBatchStore[TTx]{CutStore: cs, bs: bs}
 	}
 	return cs
@@ -1001,10 +1026,10 @@ func (s *CutStore[TTx]) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter
 
 type cutBatchStore[TTx any] struct {
 	*CutStore[TTx]
-	bs idem.BatchStore[TTx]
+	bs idemstore.BatchStore[TTx]
 }
 
-func (s *cutBatchStore[TTx]) ClaimBatchTx(ctx context.Context, tx TTx, ps []idem.ClaimParams) ([]idem.ClaimResult, error) {
+func (s *cutBatchStore[TTx]) ClaimBatchTx(ctx context.Context, tx TTx, ps []idemstore.ClaimParams) ([]idemstore.ClaimResult, error) {
 	return s.bs.ClaimBatchTx(ctx, tx, ps)
 }
 
@@ -1016,27 +1041,27 @@ func (s *cutBatchStore[TTx]) ReleaseClaimTx(ctx context.Context, tx TTx, key ide
 	return s.bs.ReleaseClaimTx(ctx, tx, key)
 }
 
-// ClaimBucket passes the wrapped store's idem.BucketedStore through (0, not partitioned, when
+// ClaimBucket passes the wrapped store's idemstore.BucketedStore through (0, not partitioned, when
 // it is none), so that the consumer claims in the same buckets as over the bare store.
 func (s *CutStore[TTx]) ClaimBucket() time.Duration {
-	if b, ok := s.Store.(idem.BucketedStore); ok {
+	if b, ok := s.Store.(idemstore.BucketedStore); ok {
 		return b.ClaimBucket()
 	}
 	return 0
 }
 
-// ClaimRetention passes the wrapped store's idem.BucketedStore through (0 when it is none).
+// ClaimRetention passes the wrapped store's idemstore.BucketedStore through (0 when it is none).
 func (s *CutStore[TTx]) ClaimRetention() time.Duration {
-	if b, ok := s.Store.(idem.BucketedStore); ok {
+	if b, ok := s.Store.(idemstore.BucketedStore); ok {
 		return b.ClaimRetention()
 	}
 	return 0
 }
 
-// TxEnded passes the wrapped store's idem.TxEndChecker through; without one it reports false,
+// TxEnded passes the wrapped store's idemstore.TxEndChecker through; without one it reports false,
 // which the batch path takes as it takes a store that cannot tell.
 func (s *cutBatchStore[TTx]) TxEnded(tx TTx) bool {
-	if c, ok := s.bs.(idem.TxEndChecker[TTx]); ok {
+	if c, ok := s.bs.(idemstore.TxEndChecker[TTx]); ok {
 		return c.TxEnded(tx)
 	}
 	return false

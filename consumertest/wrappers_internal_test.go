@@ -8,12 +8,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/retry"
 )
 
 // partitionedStore is a batch store with a partitioned inbox that can tell an ended
 // transaction (tx 1); only those methods are called here.
-type partitionedStore struct{ idem.BatchStore[int] }
+type partitionedStore struct{ idemstore.BatchStore[int] }
 
 func (partitionedStore) ClaimBucket() time.Duration    { return time.Hour }
 func (partitionedStore) ClaimRetention() time.Duration { return 48 * time.Hour }
@@ -37,11 +38,11 @@ func (limitedSource) Receive(context.Context, int) ([]idem.Delivery, error) { re
 func TestWrappersKeepOptionalInterfaces(t *testing.T) {
 	t.Parallel()
 	cut := CutDeadLetters[int](partitionedStore{})
-	b, ok := cut.(idem.BucketedStore)
+	b, ok := cut.(idemstore.BucketedStore)
 	require.True(t, ok)
 	require.Equal(t, time.Hour, b.ClaimBucket())
 	require.Equal(t, 48*time.Hour, b.ClaimRetention())
-	c, ok := cut.(idem.TxEndChecker[int])
+	c, ok := cut.(idemstore.TxEndChecker[int])
 	require.True(t, ok)
 	require.True(t, c.TxEnded(1))
 	require.False(t, c.TxEnded(2))
@@ -51,9 +52,9 @@ func TestWrappersKeepOptionalInterfaces(t *testing.T) {
 	require.ErrorContains(t, err, "partition retention")
 
 	// A store that is neither answers as one: not partitioned, cannot tell.
-	plain := CutDeadLetters[int](struct{ idem.BatchStore[int] }{})
-	require.Zero(t, plain.(idem.BucketedStore).ClaimBucket())
-	require.False(t, plain.(idem.TxEndChecker[int]).TxEnded(1))
+	plain := CutDeadLetters[int](struct{ idemstore.BatchStore[int] }{})
+	require.Zero(t, plain.(idemstore.BucketedStore).ClaimBucket())
+	require.False(t, plain.(idemstore.TxEndChecker[int]).TxEnded(1))
 
 	// The source's limits reach CheckSourceLimits through SettleWatch.
 	policy := retry.Policy{MaxAttempts: 5}

@@ -62,17 +62,17 @@ func Example_consumer() {
 		EventID: "pay_01HV3", Tenant: "shop-eu", Type: "payment.captured",
 		Payload: []byte(`{"order_id":"order-7","amount_cents":4200}`),
 	}
-	r, _ := consumer.Process(ctx, msg)
+	r := consumer.Process(ctx, msg)
 	fmt.Println("first delivery:", r.Outcome)
 
 	// The broker redelivers after a lost ack, with the keys in another order.
 	msg.Payload = []byte(`{"amount_cents":4200, "order_id":"order-7"}`)
-	r, _ = consumer.Process(ctx, msg)
+	r = consumer.Process(ctx, msg)
 	fmt.Println("redelivery:", r.Outcome)
 
 	// A buggy producer reuses the event id for another amount.
 	msg.Payload = []byte(`{"order_id":"order-7","amount_cents":9900}`)
-	_, err = consumer.Process(ctx, msg)
+	err = consumer.Process(ctx, msg).Err
 	fmt.Println("reused id refused:", errors.Is(err, idem.ErrKeyReuse))
 
 	var status string

@@ -53,12 +53,13 @@ func Example_ignore() {
 	msg := idem.Message{EventID: "pay_01HV9", Tenant: "shop-eu", Type: "payment.captured",
 		Payload: []byte(`{"order_id":"order-404","amount_cents":100}`)}
 
-	r, err := consumer.Process(ctx, msg)
+	r := consumer.Process(ctx, msg)
+	err = r.Err
 	fmt.Println(r.Outcome, r.Reason, err)
 	var n int
 	_ = db.QueryRowContext(ctx, `SELECT count(*) FROM orders WHERE id = 'audit-order-404'`).Scan(&n)
 	fmt.Println("rows the handler wrote that committed:", n)
-	r, _ = consumer.Process(ctx, msg)
+	r = consumer.Process(ctx, msg)
 	fmt.Println("redelivery:", r.Outcome)
 	audit, _ := store.ListAudit(ctx, 1)
 	fmt.Println("audit:", audit[0].Action, audit[0].Actor, audit[0].EventID, audit[0].Reason)

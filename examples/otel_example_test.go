@@ -57,7 +57,7 @@ func Example_openTelemetry() {
 	}
 
 	// Relay: its sink starts the publish span and hands the trace to the broker.
-	relay, err := idemrelay.New(store, store, tel.Sink(idemqueue.NewSink(store)), idemrelay.Config{Observer: tel}) // ← line 2
+	relay, err := idemrelay.New(store, tel.Sink(idemqueue.NewSink(store)), idemrelay.Config{Observer: tel}) // ← line 2
 	if err != nil {
 		panic(err)
 	}
@@ -74,7 +74,7 @@ func Example_openTelemetry() {
 			defer close(done)
 			return nil // the handler's own spans (its SQL) nest under ctx's
 		},
-		Observer: tel, Tracer: tel, // ← line 3
+		Observe: idem.ObserveConfig{Observer: tel, Tracer: tel}, // ← line 3
 	})
 	if err != nil {
 		panic(err)

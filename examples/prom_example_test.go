@@ -29,9 +29,9 @@ func Example_metrics() {
 	// Here two settled deliveries stand in for it.
 	var _ idem.Observer = metrics
 	// Owner (ConsumerConfig.Owner) is the label alerts route on.
-	metrics.Observe(idem.Event{Consumer: "ledger@v1", Owner: "payments", Queue: "orders", EventID: "evt-1",
+	metrics.Observe(idem.Observation{Consumer: "ledger@v1", Owner: "payments", Queue: "orders", EventID: "evt-1",
 		Outcome: idem.OutcomeProcessed, Duration: 4 * time.Millisecond})
-	metrics.Observe(idem.Event{Consumer: "ledger@v1", Owner: "payments", Queue: "orders", EventID: "evt-1",
+	metrics.Observe(idem.Observation{Consumer: "ledger@v1", Owner: "payments", Queue: "orders", EventID: "evt-1",
 		Outcome: idem.OutcomeDuplicate, Duration: time.Millisecond})
 
 	mux := http.NewServeMux()

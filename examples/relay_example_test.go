@@ -54,7 +54,7 @@ func Example_relay() {
 		panic(err)
 	}
 
-	relay, err := idemrelay.New(store, store, printSink{}, idemrelay.Config{})
+	relay, err := idemrelay.New(store, printSink{}, idemrelay.Config{})
 	if err != nil {
 		panic(err)
 	}

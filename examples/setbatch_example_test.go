@@ -61,7 +61,7 @@ func Example_setBatch() {
 		body := fmt.Sprintf(`{"event_id":%q,"order_id":%q,"amount_cents":%d}`, id, order, cents)
 		return idem.Message{EventID: id, Tenant: "shop-eu", Type: "payment.captured", Payload: []byte(body)}
 	}
-	_, _ = consumer.Process(ctx, pay("pay_1", "order-1", 1200)) // a set of one
+	_ = consumer.Process(ctx, pay("pay_1", "order-1", 1200)) // a set of one
 	results := consumer.ProcessSet(ctx, []idem.Message{
 		pay("pay_1", "order-1", 1200), // redelivered: a duplicate
 		pay("pay_2", "order-2", 4200),

@@ -73,7 +73,8 @@ func Example_handlerTest() {
 	}
 
 	err = idemtest.Rollback(ctx, store, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := consumer.ProcessTx(ctx, tx, msg)
+		res := consumer.ProcessTx(ctx, tx, msg)
+		err := res.Err
 		if err != nil {
 			return err
 		}
@@ -91,7 +92,7 @@ func Example_handlerTest() {
 	var status string
 	_ = db.QueryRowContext(ctx, `SELECT status FROM orders WHERE id = 'order-7'`).Scan(&status)
 	fmt.Println("after rollback:", status)
-	r, _ := consumer.Process(ctx, msg)
+	r := consumer.Process(ctx, msg)
 	fmt.Println("the event applies again:", r.Outcome)
 	// Output:
 	// inside: processed paid

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemwebhook"
 )
 
@@ -39,8 +40,7 @@ func Example_webhook() {
 		INSERT INTO orders (id, status) VALUES ('order-7', 'pending')`)
 
 	consumer, err := idem.NewConsumer(store, idem.ConsumerConfig[*sql.Tx]{
-		Name:   "orders@v1",
-		Logger: slog.New(slog.DiscardHandler),
+		Name: "orders@v1",
 		Handler: func(ctx context.Context, tx *sql.Tx, msg idem.Message) error {
 			var ev struct {
 				Data struct {
@@ -59,6 +59,9 @@ func Example_webhook() {
 				return err
 			}
 			return idem.ExpectResult(res, 1)
+		},
+		Observe: idem.ObserveConfig{
+			Logger: slog.New(slog.DiscardHandler),
 		},
 	})
 	if err != nil {
@@ -100,7 +103,7 @@ func Example_webhook() {
 	var paid int64
 	_ = db.QueryRow(`SELECT status, paid_cents FROM orders WHERE id = 'order-7'`).Scan(&status, &paid)
 	fmt.Println("order:", status, paid)
-	dls, _ := store.ListDeadLetters(ctx, idem.DeadLetterFilter{})
+	dls, _ := store.ListDeadLetters(ctx, idemstore.DeadLetterFilter{})
 	for _, dl := range dls {
 		fmt.Printf("dead letter: %s, event %s, tenant %q, from %s\n", dl.Reason, dl.Message.EventID, dl.Message.Tenant, dl.Source)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemauth"
+	"github.com/idemkit/idem/idemredact"
 )
 
 var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
@@ -363,7 +364,7 @@ func TestAuthenticate(t *testing.T) {
 				require.NotContains(t, err.Error(), mac[:16], "the MAC is never repeated")
 			}
 			// Redaction must not eat the reason: dead letters show redacted errors.
-			require.Contains(t, idem.NewRedactor(idem.RedactConfig{}).Text(err.Error()), tt.wantText)
+			require.Contains(t, idemredact.New(idemredact.Config{}).Text(err.Error()), tt.wantText)
 		})
 	}
 }

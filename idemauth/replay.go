@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemdlq"
 	"github.com/idemkit/idem/wire"
 )
 
@@ -71,14 +72,14 @@ func (k ReplayKey) allows(tenant string) bool {
 	return tenant != "" && (len(k.Tenants) == 0 || slices.Contains(k.Tenants, tenant))
 }
 
-// ReplaySigner signs the messages an idem.Replayer republishes with an operator's ReplayKey. It
-// implements idem.ReplaySigner.
+// ReplaySigner signs the messages an idemdlq.Replayer republishes with an operator's ReplayKey. It
+// implements idemdlq.ReplaySigner.
 type ReplaySigner struct {
 	key ReplayKey
 	now func() time.Time
 }
 
-var _ idem.ReplaySigner = (*ReplaySigner)(nil)
+var _ idemdlq.ReplaySigner = (*ReplaySigner)(nil)
 
 // NewReplaySigner returns a signer with key; now is the clock (nil means time.Now).
 func NewReplaySigner(key ReplayKey, now func() time.Time) (*ReplaySigner, error) {

@@ -19,7 +19,7 @@ import (
 // lost a race simply finds the row changed.
 type Store[TTx any] interface {
 	// InTx runs fn in a new transaction and commits it when fn returns nil; any error or panic
-	// rolls it back (idem.Store's InTx).
+	// rolls it back (idemstore.Store's InTx).
 	InTx(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error
 
 	// InsertIdempotencyKeyTx inserts r inside tx unless a row with r.ID exists (INSERT … ON

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // claimChunk bounds one multi-row INSERT (5 placeholders a row, far below the 65535 a prepared
@@ -21,7 +22,7 @@ const claimChunk = 500
 // statement, which InnoDB rolls back alone (the transaction and its locks stay), and the chunk's
 // keys are then claimed one by one with ClaimTx, which tells new, duplicate and conflict apart.
 // Results come back in the order of ps.
-func (s *Store) ClaimBatchTx(ctx context.Context, tx *sql.Tx, ps []idem.ClaimParams) ([]idem.ClaimResult, error) {
+func (s *Store) ClaimBatchTx(ctx context.Context, tx *sql.Tx, ps []idemstore.ClaimParams) ([]idemstore.ClaimResult, error) {
 	n := len(ps)
 	if n == 0 {
 		return nil, nil
@@ -39,7 +40,7 @@ func (s *Store) ClaimBatchTx(ctx context.Context, tx *sql.Tx, ps []idem.ClaimPar
 			return nil, fmt.Errorf("idemmysql: claim batch: key %s appears twice", ps[i].Key)
 		}
 	}
-	results := make([]idem.ClaimResult, n)
+	results := make([]idemstore.ClaimResult, n)
 	table := s.cfg.Prefix + "claims"
 	for start := 0; start < n; start += claimChunk {
 		chunk := order[start:min(start+claimChunk, n)]
@@ -62,7 +63,7 @@ func (s *Store) ClaimBatchTx(ctx context.Context, tx *sql.Tx, ps []idem.ClaimPar
 		_, err := tx.ExecContext(ctx, b.String(), args...)
 		if err == nil {
 			for _, i := range chunk {
-				results[i].Status = idem.ClaimNew
+				results[i].Status = idemstore.ClaimNew
 			}
 			continue
 		}
@@ -133,12 +134,12 @@ func (s *Store) ReleaseClaimTx(ctx context.Context, tx *sql.Tx, key idem.Key) er
 	return nil
 }
 
-var _ idem.TxEndChecker[*sql.Tx] = (*Store)(nil)
+var _ idemstore.TxEndChecker[*sql.Tx] = (*Store)(nil)
 
 // txEndTimeout bounds the round trip of TxEnded.
 const txEndTimeout = 5 * time.Second
 
-// TxEnded implements idem.TxEndChecker. MySQL ends a transaction behind the client's back on a
+// TxEnded implements idemstore.TxEndChecker. MySQL ends a transaction behind the client's back on a
 // deadlock (1213), and a handler may run ROLLBACK or COMMIT itself; the statements after that
 // commit one by one. The client cannot see it, so TxEnded asks the server (@@in_transaction):
 // one round trip per handler of a batch, the price of never committing a batch whose claims are

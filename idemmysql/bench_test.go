@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemmysql"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/storetest"
 )
 
@@ -16,7 +17,7 @@ import (
 // (the INSERT commits a row) and for a duplicate (the INSERT collides, the locking read reads
 // the claim), at each isolation level the tests use.
 func BenchmarkClaim(b *testing.B) {
-	claim := func(b *testing.B, s *idemmysql.Store, p idem.ClaimParams, want idem.ClaimStatus) {
+	claim := func(b *testing.B, s *idemmysql.Store, p idemstore.ClaimParams, want idemstore.ClaimStatus) {
 		err := s.InTx(context.Background(), func(ctx context.Context, tx *sql.Tx) error {
 			res, err := s.ClaimTx(ctx, tx, p)
 			if err == nil && res.Status != want {
@@ -39,17 +40,17 @@ func BenchmarkClaim(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
-				claim(b, tb.store, idem.ClaimParams{Key: keys[i], Fingerprint: fp(1), Now: at}, idem.ClaimNew)
+				claim(b, tb.store, idemstore.ClaimParams{Key: keys[i], Fingerprint: fp(1), Now: at}, idemstore.ClaimNew)
 			}
 		})
 		b.Run(iso.name+"/duplicate", func(b *testing.B) {
 			tb := setup(b, idemmysql.Config{Isolation: iso.level})
-			p := idem.ClaimParams{Key: idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-dup"}, Fingerprint: fp(1), Now: time.Now()}
-			claim(b, tb.store, p, idem.ClaimNew)
+			p := idemstore.ClaimParams{Key: idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-dup"}, Fingerprint: fp(1), Now: time.Now()}
+			claim(b, tb.store, p, idemstore.ClaimNew)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
-				claim(b, tb.store, p, idem.ClaimDuplicate)
+				claim(b, tb.store, p, idemstore.ClaimDuplicate)
 			}
 		})
 	}

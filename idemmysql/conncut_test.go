@@ -51,7 +51,8 @@ func TestConnectionKilledMidTransaction(t *testing.T) {
 			require.NoError(t, err)
 			msg := storetest.PaymentMessage("acme", "evt-cut", storetest.Payment{Wallet: "w1", Amount: 5})
 
-			r, err := c.Process(ctx, msg)
+			r := c.Process(ctx, msg)
+			err = r.Err
 			require.Error(t, err)
 			require.Equal(t, idem.OutcomeFailed, r.Outcome)
 			require.Equal(t, idem.ClassTransient, r.Class, "%v", err)
@@ -67,10 +68,12 @@ func TestConnectionKilledMidTransaction(t *testing.T) {
 
 			kill.Store(false)
 			msg.Attempt = 2
-			r, err = c.Process(ctx, msg)
+			r = c.Process(ctx, msg)
+			err = r.Err
 			require.NoError(t, err)
 			require.Equal(t, idem.OutcomeProcessed, r.Outcome)
-			r, err = c.Process(ctx, msg)
+			r = c.Process(ctx, msg)
+			err = r.Err
 			require.NoError(t, err)
 			require.Equal(t, idem.OutcomeDuplicate, r.Outcome)
 			n, err := bundle.LedgerRows(ctx, "evt-cut")

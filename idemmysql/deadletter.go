@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // listLimitDefault bounds ListDeadLetters and ListAudit when the caller gives no limit.
@@ -98,7 +99,7 @@ func (s *Store) GetDeadLetter(ctx context.Context, id int64) (idem.DeadLetter, e
 
 // ListDeadLetters returns the dead letters matching every set field of f, by id (oldest
 // first), at most f.Limit (100 when it is 0).
-func (s *Store) ListDeadLetters(ctx context.Context, f idem.DeadLetterFilter) ([]idem.DeadLetter, error) {
+func (s *Store) ListDeadLetters(ctx context.Context, f idemstore.DeadLetterFilter) ([]idem.DeadLetter, error) {
 	limit := f.Limit
 	if limit <= 0 {
 		limit = listLimitDefault
@@ -167,7 +168,7 @@ func (s *Store) ListDeadLetters(ctx context.Context, f idem.DeadLetterFilter) ([
 // discarded) and writes one audit row for each, all in one transaction: it locks the pending
 // rows (SELECT … FOR UPDATE), updates them and writes the audit. Ids that are not pending
 // (unknown, already replayed or discarded) are skipped; it returns the changed ids in order.
-func (s *Store) SetDeadLetterStatus(ctx context.Context, p idem.SetDeadLetterStatusParams) ([]int64, error) {
+func (s *Store) SetDeadLetterStatus(ctx context.Context, p idemstore.SetDeadLetterStatusParams) ([]int64, error) {
 	action, ok := p.Status.AuditAction()
 	if !ok {
 		return nil, fmt.Errorf("idemmysql: set dead letter status: Status %q is not %q or %q",
@@ -272,7 +273,7 @@ func (s *Store) RecordRecovery(ctx context.Context, key idem.Key, deadLetterID i
 }
 
 // ListAudit returns the newest audit rows first, at most limit (100 when it is 0).
-func (s *Store) ListAudit(ctx context.Context, limit int) ([]idem.AuditEntry, error) {
+func (s *Store) ListAudit(ctx context.Context, limit int) ([]idemstore.AuditEntry, error) {
 	if limit <= 0 {
 		limit = listLimitDefault
 	}
@@ -281,10 +282,10 @@ func (s *Store) ListAudit(ctx context.Context, limit int) ([]idem.AuditEntry, er
 		return nil, fmt.Errorf("idemmysql: list audit: %w", err)
 	}
 	defer rows.Close()
-	var out []idem.AuditEntry
+	var out []idemstore.AuditEntry
 	for rows.Next() {
 		var (
-			a  idem.AuditEntry
+			a  idemstore.AuditEntry
 			at int64
 		)
 		if err := rows.Scan(&a.ID, &at, &a.Actor, &a.Action, &a.DeadLetterID, &a.EventID, &a.Reason, &a.Destination); err != nil {
@@ -301,8 +302,8 @@ func (s *Store) ListAudit(ctx context.Context, limit int) ([]idem.AuditEntry, er
 
 // DeadLetterStats counts the pending dead letters, in total and per reason, and finds the first
 // failure of the oldest.
-func (s *Store) DeadLetterStats(ctx context.Context) (idem.DeadLetterStats, error) {
-	st := idem.DeadLetterStats{ByReason: map[idem.Reason]int64{}}
+func (s *Store) DeadLetterStats(ctx context.Context) (idemstore.DeadLetterStats, error) {
+	st := idemstore.DeadLetterStats{ByReason: map[idem.Reason]int64{}}
 	rows, err := s.db.QueryContext(ctx, s.q.dlStats)
 	if err != nil {
 		return st, fmt.Errorf("idemmysql: dead letter stats: %w", err)
@@ -368,11 +369,11 @@ func scanDeadLetter(r scanner) (idem.DeadLetter, error) {
 	return dl, nil
 }
 
-var _ idem.IgnoreStore[*sql.Tx] = (*Store)(nil)
+var _ idemstore.IgnoreStore[*sql.Tx] = (*Store)(nil)
 
 // RecordIgnoreTx writes the audit row of an event its handler ignored (idem.Ignore) inside tx,
 // the transaction that holds its claim: action "ignore", the consumer as actor, no dead letter.
-func (s *Store) RecordIgnoreTx(ctx context.Context, tx *sql.Tx, p idem.RecordIgnoreParams) error {
+func (s *Store) RecordIgnoreTx(ctx context.Context, tx *sql.Tx, p idemstore.RecordIgnoreParams) error {
 	now := p.Now
 	if now.IsZero() {
 		now = time.Now()

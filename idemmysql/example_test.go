@@ -55,8 +55,9 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	r, err := consumer.Process(ctx, idem.Message{EventID: "pay_01HV3", Tenant: "shop-eu", Type: "payment.captured",
+	r := consumer.Process(ctx, idem.Message{EventID: "pay_01HV3", Tenant: "shop-eu", Type: "payment.captured",
 		Payload: []byte(`{"order_id":"order-7","amount_cents":4200}`)})
+	err = r.Err
 	fmt.Println(r.Outcome, err)
 
 	// Producer side: the outgoing event commits or rolls back with the business write.

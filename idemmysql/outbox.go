@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // outboxFetchLimitDefault bounds OutboxFetch when the caller gives no limit.
@@ -37,7 +38,7 @@ func (s *Store) EnqueueTx(ctx context.Context, tx *sql.Tx, msgs ...idem.Outgoing
 		if occurred.IsZero() {
 			occurred = now
 		}
-		part := idem.OutboxPartition(o, s.cfg.OutboxPartitions)
+		part := idemstore.OutboxPartition(o, s.cfg.OutboxPartitions)
 		if _, err := tx.ExecContext(ctx, s.q.outboxInsert, part, []byte(o.EventID), []byte(o.Tenant), []byte(o.Topic),
 			[]byte(o.Key), []byte(o.Type), nonNil(o.Payload), headers, occurred.UnixMicro(), nowUS, nowUS); err != nil {
 			return fmt.Errorf("idemmysql: enqueue event %s to topic %q: %w", o.EventID, o.Topic, err)
@@ -53,7 +54,7 @@ func (s *Store) OutboxPartitions() int { return s.cfg.OutboxPartitions }
 // OutboxFetch returns up to p.Limit (100 when 0) unpublished rows of p.Partitions in enqueue
 // order, due or not: the relay holds a key back behind a row that is not yet due, and behind a
 // dead row with a dead letter until that is replayed or discarded.
-func (s *Store) OutboxFetch(ctx context.Context, p idem.OutboxFetchParams) ([]idem.OutboxRow, error) {
+func (s *Store) OutboxFetch(ctx context.Context, p idemstore.OutboxFetchParams) ([]idemstore.OutboxRow, error) {
 	if len(p.Partitions) == 0 {
 		return nil, nil
 	}
@@ -71,10 +72,10 @@ func (s *Store) OutboxFetch(ctx context.Context, p idem.OutboxFetchParams) ([]id
 		return nil, fmt.Errorf("idemmysql: fetch outbox partitions %v: %w", p.Partitions, err)
 	}
 	defer rows.Close()
-	var out []idem.OutboxRow
+	var out []idemstore.OutboxRow
 	for rows.Next() {
 		var (
-			r                 idem.OutboxRow
+			r                 idemstore.OutboxRow
 			o                 = &r.Outgoing
 			headers           string
 			occurred, first   sql.NullInt64
@@ -116,7 +117,7 @@ func (s *Store) OutboxMarkPublished(ctx context.Context, ids []int64, at time.Ti
 // OutboxMarkFailed records a failed publish of row p.ID: attempts, last error, next and first
 // attempt times, and whether it is dead (holding its key while it has a dead letter). An unknown
 // id is an error wrapping idem.ErrNotFound.
-func (s *Store) OutboxMarkFailed(ctx context.Context, p idem.OutboxFailParams) error {
+func (s *Store) OutboxMarkFailed(ctx context.Context, p idemstore.OutboxFailParams) error {
 	var first sql.NullInt64
 	if !p.FirstAttemptAt.IsZero() {
 		first = sql.NullInt64{Int64: p.FirstAttemptAt.UnixMicro(), Valid: true}
@@ -159,9 +160,9 @@ func (s *Store) OutboxDeletePublished(ctx context.Context, before time.Time, lim
 
 // OutboxStats reports the rows waiting to be published (dead rows excluded: they wait for an
 // operator, not for the relay) and the creation time of the oldest.
-func (s *Store) OutboxStats(ctx context.Context) (idem.QueueStats, error) {
+func (s *Store) OutboxStats(ctx context.Context) (idemstore.QueueStats, error) {
 	var (
-		st     idem.QueueStats
+		st     idemstore.QueueStats
 		oldest sql.NullInt64
 	)
 	if err := s.db.QueryRowContext(ctx, s.q.outboxStats).Scan(&st.Backlog, &oldest); err != nil {
@@ -181,7 +182,7 @@ func (s *Store) OutboxWait(ctx context.Context, max time.Duration) error {
 // or already p.Owner's (a renewal), in one upsert, and reads the row back in the same
 // transaction. The token grows by one each time the lease changes owner and stays the same on
 // renewal; ok is false when someone else holds it.
-func (s *Store) LeaseAcquire(ctx context.Context, p idem.LeaseParams) (int64, bool, error) {
+func (s *Store) LeaseAcquire(ctx context.Context, p idemstore.LeaseParams) (int64, bool, error) {
 	if p.Name == "" || p.Owner == "" {
 		return 0, false, fmt.Errorf("idemmysql: acquire lease %q for %q: name and owner are required", p.Name, p.Owner)
 	}
@@ -225,7 +226,7 @@ func (s *Store) LeaseRelease(ctx context.Context, name, owner string) error {
 }
 
 // LeaseList returns the leases whose names start with prefix and that are held at now, by name.
-func (s *Store) LeaseList(ctx context.Context, prefix string, now time.Time) ([]idem.Lease, error) {
+func (s *Store) LeaseList(ctx context.Context, prefix string, now time.Time) ([]idemstore.Lease, error) {
 	if now.IsZero() {
 		now = time.Now()
 	}
@@ -234,10 +235,10 @@ func (s *Store) LeaseList(ctx context.Context, prefix string, now time.Time) ([]
 		return nil, fmt.Errorf("idemmysql: list leases %q*: %w", prefix, err)
 	}
 	defer rows.Close()
-	var out []idem.Lease
+	var out []idemstore.Lease
 	for rows.Next() {
 		var (
-			l     idem.Lease
+			l     idemstore.Lease
 			until int64
 		)
 		if err := rows.Scan(&l.Name, &l.Owner, &l.Token, &until); err != nil {

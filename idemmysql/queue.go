@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // QueuePublish inserts msgs into queue in a transaction of its own (READ COMMITTED, run again
@@ -65,7 +66,7 @@ func (s *Store) QueuePublishTx(ctx context.Context, tx *sql.Tx, queue string, ms
 // locks the rows (concurrent fetchers skip them instead of
 // waiting), an UPDATE sets lease_until = p.Now+p.Lease, increments token and attempts and records
 // p.Now as the first fetch unless one is recorded, and a SELECT reads them back.
-func (s *Store) QueueFetch(ctx context.Context, p idem.QueueFetchParams) ([]idem.QueueJob, error) {
+func (s *Store) QueueFetch(ctx context.Context, p idemstore.QueueFetchParams) ([]idemstore.QueueJob, error) {
 	if p.Max <= 0 {
 		return nil, nil
 	}
@@ -76,7 +77,7 @@ func (s *Store) QueueFetch(ctx context.Context, p idem.QueueFetchParams) ([]idem
 	if now.IsZero() {
 		now = time.Now()
 	}
-	var jobs []idem.QueueJob
+	var jobs []idemstore.QueueJob
 	err := s.ownTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		jobs = jobs[:0]
 		rows, err := tx.QueryContext(ctx, s.q.queueLock, []byte(p.Queue), now.UnixMicro(), now.UnixMicro(), p.Max)
@@ -109,7 +110,7 @@ func (s *Store) QueueFetch(ctx context.Context, p idem.QueueFetchParams) ([]idem
 		defer rows.Close()
 		for rows.Next() {
 			var (
-				j        idem.QueueJob
+				j        idemstore.QueueJob
 				headers  string
 				occurred sql.NullInt64
 				enqueued int64
@@ -164,7 +165,7 @@ func (s *Store) ack(ctx context.Context, db execer, id, token int64) error {
 
 // QueueNak releases job p.ID for another attempt at p.Now+p.Delay, recording p.Error, if p.Token
 // is still its lease token; else it returns an error wrapping idem.ErrLeaseLost.
-func (s *Store) QueueNak(ctx context.Context, p idem.QueueNakParams) error {
+func (s *Store) QueueNak(ctx context.Context, p idemstore.QueueNakParams) error {
 	now := p.Now
 	if now.IsZero() {
 		now = time.Now()
@@ -244,9 +245,9 @@ func (s *Store) QueueWait(ctx context.Context, queue string, max time.Duration) 
 }
 
 // QueueStats reports how many jobs of queue are not yet acked and when the oldest was enqueued.
-func (s *Store) QueueStats(ctx context.Context, queue string) (idem.QueueStats, error) {
+func (s *Store) QueueStats(ctx context.Context, queue string) (idemstore.QueueStats, error) {
 	var (
-		st     idem.QueueStats
+		st     idemstore.QueueStats
 		oldest sql.NullInt64
 	)
 	if err := s.db.QueryRowContext(ctx, s.q.queueStats, []byte(queue)).Scan(&st.Backlog, &oldest); err != nil {

@@ -28,6 +28,7 @@ func queueFactory(tb testing.TB, cfg storetest.QueueConfig) storetest.QueueBundl
 			}
 			return tx, tx.Commit, nil
 		},
+		RawIdentities: true,
 	}
 }
 

@@ -13,15 +13,16 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // The Store implements these interfaces; the compiler checks it here.
 var (
-	_ idem.Store[*sql.Tx]        = (*Store)(nil)
-	_ idem.BatchStore[*sql.Tx]   = (*Store)(nil)
-	_ idem.QueueTxStore[*sql.Tx] = (*Store)(nil)
-	_ idem.OutboxStore[*sql.Tx]  = (*Store)(nil)
-	_ idem.Migrator              = (*Store)(nil)
+	_ idemstore.Store[*sql.Tx]        = (*Store)(nil)
+	_ idemstore.BatchStore[*sql.Tx]   = (*Store)(nil)
+	_ idemstore.QueueTxStore[*sql.Tx] = (*Store)(nil)
+	_ idemstore.OutboxStore[*sql.Tx]  = (*Store)(nil)
+	_ idemstore.Migrator              = (*Store)(nil)
 )
 
 // Defaults for Config.
@@ -81,7 +82,7 @@ type Config struct {
 	// digits or underscores. The tables live in the connection's current database (the DSN's).
 	Prefix string
 	// OutboxPartitions is the number of partitions outbox rows are hashed into (default
-	// idem.OutboxPartitionsDefault). It is fixed per database: changing it re-hashes ordering
+	// idemstore.OutboxPartitionsDefault). It is fixed per database: changing it re-hashes ordering
 	// keys and breaks per-key order for rows already enqueued.
 	OutboxPartitions int
 	// PollInterval bounds one QueueWait or OutboxWait (default PollIntervalDefault). Work
@@ -102,7 +103,7 @@ func (c Config) WithDefaults() Config {
 		c.Prefix = PrefixDefault
 	}
 	if c.OutboxPartitions == 0 {
-		c.OutboxPartitions = idem.OutboxPartitionsDefault
+		c.OutboxPartitions = idemstore.OutboxPartitionsDefault
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = PollIntervalDefault
@@ -148,8 +149,8 @@ func validPrefix(p string) bool {
 	return true
 }
 
-// Store is idem's MySQL and MariaDB store: it implements idem.Store, idem.BatchStore,
-// idem.QueueTxStore, idem.OutboxStore and idem.Migrator over *sql.Tx. It is safe for concurrent
+// Store is idem's MySQL and MariaDB store: it implements idemstore.Store, idemstore.BatchStore,
+// idemstore.QueueTxStore, idemstore.OutboxStore and idemstore.Migrator over *sql.Tx. It is safe for concurrent
 // use.
 type Store struct {
 	db  *sql.DB
@@ -346,9 +347,9 @@ func checkKey(k idem.Key) error {
 // INSERT IGNORE is not used: it turns every error of the row (truncation, bad values) into a
 // warning, and a claim must fail loudly. Nor is INSERT … ON DUPLICATE KEY UPDATE: it takes an
 // exclusive lock on the existing claim, so concurrent duplicates would queue behind each other.
-func (s *Store) ClaimTx(ctx context.Context, tx *sql.Tx, p idem.ClaimParams) (idem.ClaimResult, error) {
+func (s *Store) ClaimTx(ctx context.Context, tx *sql.Tx, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
 	if err := checkKey(p.Key); err != nil {
-		return idem.ClaimResult{}, fmt.Errorf("idemmysql: claim %s: %w", p.Key, err)
+		return idemstore.ClaimResult{}, fmt.Errorf("idemmysql: claim %s: %w", p.Key, err)
 	}
 	now := p.Now
 	if now.IsZero() {
@@ -367,10 +368,10 @@ func (s *Store) ClaimTx(ctx context.Context, tx *sql.Tx, p idem.ClaimParams) (id
 			_, err = tx.ExecContext(ctx, s.q.claimInsert, p.Key.Tenant, p.Key.Consumer, p.Key.EventID, fp[:], now.UnixMicro())
 		}
 		if err == nil {
-			return idem.ClaimResult{Status: idem.ClaimNew}, nil
+			return idemstore.ClaimResult{Status: idemstore.ClaimNew}, nil
 		}
 		if !isMySQLError(err, errDupEntry) {
-			return idem.ClaimResult{}, fmt.Errorf("idemmysql: claim: %w", err)
+			return idemstore.ClaimResult{}, fmt.Errorf("idemmysql: claim: %w", err)
 		}
 		var row *sql.Row
 		if read != nil {
@@ -387,23 +388,23 @@ func (s *Store) ClaimTx(ctx context.Context, tx *sql.Tx, p idem.ClaimParams) (id
 			continue // garbage-collected since the INSERT collided with it: claim anew
 		}
 		if err != nil {
-			return idem.ClaimResult{}, fmt.Errorf("idemmysql: read claim: %w", err)
+			return idemstore.ClaimResult{}, fmt.Errorf("idemmysql: read claim: %w", err)
 		}
 		return claimFound(p, stored, createdAt)
 	}
-	return idem.ClaimResult{}, fmt.Errorf("idemmysql: claim: the existing claim vanished %d times in a row",
+	return idemstore.ClaimResult{}, fmt.Errorf("idemmysql: claim: the existing claim vanished %d times in a row",
 		claimAttempts)
 }
 
 // claimFound reports an existing claim as a duplicate or, with another fingerprint, a conflict.
-func claimFound(p idem.ClaimParams, stored []byte, createdAt int64) (idem.ClaimResult, error) {
+func claimFound(p idemstore.ClaimParams, stored []byte, createdAt int64) (idemstore.ClaimResult, error) {
 	existing, err := idem.FingerprintFromBytes(stored)
 	if err != nil {
-		return idem.ClaimResult{}, fmt.Errorf("idemmysql: claim: %w", err)
+		return idemstore.ClaimResult{}, fmt.Errorf("idemmysql: claim: %w", err)
 	}
-	res := idem.ClaimResult{Status: idem.ClaimDuplicate, Existing: existing, ClaimedAt: fromMicros(createdAt)}
+	res := idemstore.ClaimResult{Status: idemstore.ClaimDuplicate, Existing: existing, ClaimedAt: fromMicros(createdAt)}
 	if existing != p.Fingerprint {
-		res.Status = idem.ClaimConflict
+		res.Status = idemstore.ClaimConflict
 	}
 	return res, nil
 }
@@ -411,7 +412,7 @@ func claimFound(p idem.ClaimParams, stored []byte, createdAt int64) (idem.ClaimR
 // DeleteExpiredClaims deletes up to p.Limit claims created before p.Before (of p.Consumer, or of
 // every consumer when it is empty), oldest first, in one autocommitted statement, and reports
 // how many it deleted.
-func (s *Store) DeleteExpiredClaims(ctx context.Context, p idem.DeleteExpiredClaimsParams) (int, error) {
+func (s *Store) DeleteExpiredClaims(ctx context.Context, p idemstore.DeleteExpiredClaimsParams) (int, error) {
 	if p.Limit <= 0 {
 		return 0, fmt.Errorf("idemmysql: delete expired claims: Limit is %d, want more than 0", p.Limit)
 	}

@@ -15,16 +15,17 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemmysql"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/testenv"
 )
 
 // claimIn runs one ClaimTx in a transaction of its own.
-func claimIn(t *testing.T, b *testBundle, k idem.Key, f idem.Fingerprint, at time.Time) (idem.ClaimResult, error) {
+func claimIn(t *testing.T, b *testBundle, k idem.Key, f idem.Fingerprint, at time.Time) (idemstore.ClaimResult, error) {
 	t.Helper()
-	var res idem.ClaimResult
+	var res idemstore.ClaimResult
 	err := b.store.InTx(b.ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var err error
-		res, err = b.store.ClaimTx(ctx, tx, idem.ClaimParams{Key: k, Fingerprint: f, Now: at})
+		res, err = b.store.ClaimTx(ctx, tx, idemstore.ClaimParams{Key: k, Fingerprint: f, Now: at})
 		return err
 	})
 	return res, err
@@ -36,36 +37,36 @@ func TestClaim(t *testing.T) {
 	key := idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-1"}
 	first := now().Add(-time.Hour)
 
-	claim := func(k idem.Key, f idem.Fingerprint, at time.Time) idem.ClaimResult {
+	claim := func(k idem.Key, f idem.Fingerprint, at time.Time) idemstore.ClaimResult {
 		t.Helper()
 		res, err := claimIn(t, b, k, f, at)
 		require.NoError(t, err)
 		return res
 	}
-	require.Equal(t, idem.ClaimResult{Status: idem.ClaimNew}, claim(key, fp(1), first))
+	require.Equal(t, idemstore.ClaimResult{Status: idemstore.ClaimNew}, claim(key, fp(1), first))
 
 	tests := []struct {
 		name string
 		key  idem.Key
 		fp   idem.Fingerprint
-		want idem.ClaimResult
+		want idemstore.ClaimResult
 	}{
-		{"duplicate", key, fp(1), idem.ClaimResult{Status: idem.ClaimDuplicate, Existing: fp(1), ClaimedAt: first}},
-		{"conflict", key, fp(2), idem.ClaimResult{Status: idem.ClaimConflict, Existing: fp(1), ClaimedAt: first}},
-		{"other consumer", idem.Key{Tenant: "acme", Consumer: "ledger@v2", EventID: "evt-1"}, fp(1), idem.ClaimResult{Status: idem.ClaimNew}},
-		{"other tenant", idem.Key{Tenant: "globex", Consumer: "ledger@v1", EventID: "evt-1"}, fp(1), idem.ClaimResult{Status: idem.ClaimNew}},
+		{"duplicate", key, fp(1), idemstore.ClaimResult{Status: idemstore.ClaimDuplicate, Existing: fp(1), ClaimedAt: first}},
+		{"conflict", key, fp(2), idemstore.ClaimResult{Status: idemstore.ClaimConflict, Existing: fp(1), ClaimedAt: first}},
+		{"other consumer", idem.Key{Tenant: "acme", Consumer: "ledger@v2", EventID: "evt-1"}, fp(1), idemstore.ClaimResult{Status: idemstore.ClaimNew}},
+		{"other tenant", idem.Key{Tenant: "globex", Consumer: "ledger@v1", EventID: "evt-1"}, fp(1), idemstore.ClaimResult{Status: idemstore.ClaimNew}},
 		// Binary columns: no collation folds case, trailing spaces or accents into one key.
-		{"other case", idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "EVT-1"}, fp(1), idem.ClaimResult{Status: idem.ClaimNew}},
-		{"trailing space", idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-1 "}, fp(1), idem.ClaimResult{Status: idem.ClaimNew}},
-		{"accent", idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "évt-1"}, fp(1), idem.ClaimResult{Status: idem.ClaimNew}},
-		{"tenant case", idem.Key{Tenant: "ACME", Consumer: "ledger@v1", EventID: "evt-1"}, fp(1), idem.ClaimResult{Status: idem.ClaimNew}},
-		{"invalid UTF-8 id", idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-\xff"}, fp(1), idem.ClaimResult{Status: idem.ClaimNew}},
+		{"other case", idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "EVT-1"}, fp(1), idemstore.ClaimResult{Status: idemstore.ClaimNew}},
+		{"trailing space", idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-1 "}, fp(1), idemstore.ClaimResult{Status: idemstore.ClaimNew}},
+		{"accent", idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "évt-1"}, fp(1), idemstore.ClaimResult{Status: idemstore.ClaimNew}},
+		{"tenant case", idem.Key{Tenant: "ACME", Consumer: "ledger@v1", EventID: "evt-1"}, fp(1), idemstore.ClaimResult{Status: idemstore.ClaimNew}},
+		{"invalid UTF-8 id", idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-\xff"}, fp(1), idemstore.ClaimResult{Status: idemstore.ClaimNew}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			require.Equal(t, tt.want, claim(tt.key, tt.fp, now()))
-			if tt.want.Status == idem.ClaimNew {
-				require.Equal(t, idem.ClaimDuplicate, claim(tt.key, tt.fp, now()).Status, "stored byte for byte")
+			if tt.want.Status == idemstore.ClaimNew {
+				require.Equal(t, idemstore.ClaimDuplicate, claim(tt.key, tt.fp, now()).Status, "stored byte for byte")
 			}
 		})
 	}
@@ -74,20 +75,20 @@ func TestClaim(t *testing.T) {
 		k := idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-rolled-back"}
 		errHandler := errors.New("handler failed")
 		err := b.store.InTx(b.ctx, func(ctx context.Context, tx *sql.Tx) error {
-			res, err := b.store.ClaimTx(ctx, tx, idem.ClaimParams{Key: k, Fingerprint: fp(3), Now: now()})
+			res, err := b.store.ClaimTx(ctx, tx, idemstore.ClaimParams{Key: k, Fingerprint: fp(3), Now: now()})
 			require.NoError(t, err)
-			require.Equal(t, idem.ClaimNew, res.Status)
+			require.Equal(t, idemstore.ClaimNew, res.Status)
 			return errHandler
 		})
 		require.ErrorIs(t, err, errHandler)
-		require.Equal(t, idem.ClaimNew, claim(k, fp(3), now()).Status)
+		require.Equal(t, idemstore.ClaimNew, claim(k, fp(3), now()).Status)
 	})
 
 	t.Run("plain SQL after Close", func(t *testing.T) {
 		require.NoError(t, b.store.Close())
-		require.Equal(t, idem.ClaimDuplicate, claim(key, fp(1), now()).Status)
-		require.Equal(t, idem.ClaimConflict, claim(key, fp(9), now()).Status)
-		require.Equal(t, idem.ClaimNew, claim(idem.Key{EventID: "after-close"}, fp(1), now()).Status)
+		require.Equal(t, idemstore.ClaimDuplicate, claim(key, fp(1), now()).Status)
+		require.Equal(t, idemstore.ClaimConflict, claim(key, fp(9), now()).Status)
+		require.Equal(t, idemstore.ClaimNew, claim(idem.Key{EventID: "after-close"}, fp(1), now()).Status)
 		require.NoError(t, b.store.Close(), "Close twice")
 	})
 
@@ -95,11 +96,11 @@ func TestClaim(t *testing.T) {
 		tx, err := b.db.BeginTx(b.ctx, nil)
 		require.NoError(t, err)
 		k := idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-own-tx"}
-		res, err := b.store.ClaimTx(b.ctx, tx, idem.ClaimParams{Key: k, Fingerprint: fp(1), Now: first})
+		res, err := b.store.ClaimTx(b.ctx, tx, idemstore.ClaimParams{Key: k, Fingerprint: fp(1), Now: first})
 		require.NoError(t, err)
-		require.Equal(t, idem.ClaimNew, res.Status)
+		require.Equal(t, idemstore.ClaimNew, res.Status)
 		require.NoError(t, tx.Commit())
-		require.Equal(t, idem.ClaimResult{Status: idem.ClaimDuplicate, Existing: fp(1), ClaimedAt: first}, claim(k, fp(1), time.Time{}))
+		require.Equal(t, idemstore.ClaimResult{Status: idemstore.ClaimDuplicate, Existing: fp(1), ClaimedAt: first}, claim(k, fp(1), time.Time{}))
 	})
 }
 
@@ -114,17 +115,17 @@ func TestClaimIdentityBounds(t *testing.T) {
 		EventID: long(idemmysql.MaxEventIDBytes, "e")}
 	res, err := claimIn(t, b, max, fp(1), now())
 	require.NoError(t, err)
-	require.Equal(t, idem.ClaimNew, res.Status)
+	require.Equal(t, idemstore.ClaimNew, res.Status)
 	res, err = claimIn(t, b, max, fp(1), now())
 	require.NoError(t, err)
-	require.Equal(t, idem.ClaimDuplicate, res.Status)
+	require.Equal(t, idemstore.ClaimDuplicate, res.Status)
 
 	// Two ids that differ only in their last byte, at the bound: two keys.
 	other := max
 	other.EventID = long(idemmysql.MaxEventIDBytes-1, "e") + "f"
 	res, err = claimIn(t, b, other, fp(1), now())
 	require.NoError(t, err)
-	require.Equal(t, idem.ClaimNew, res.Status)
+	require.Equal(t, idemstore.ClaimNew, res.Status)
 
 	// Multi-byte characters count in bytes: 256 × "é" is 512 bytes.
 	for _, tc := range []struct {
@@ -148,7 +149,7 @@ func TestClaimIdentityBounds(t *testing.T) {
 
 	// The batch path checks the same bounds.
 	err = b.store.InTx(b.ctx, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := b.store.ClaimBatchTx(ctx, tx, []idem.ClaimParams{{Key: idem.Key{EventID: long(idemmysql.MaxEventIDBytes+1, "e")}}})
+		_, err := b.store.ClaimBatchTx(ctx, tx, []idemstore.ClaimParams{{Key: idem.Key{EventID: long(idemmysql.MaxEventIDBytes+1, "e")}}})
 		return err
 	})
 	require.ErrorIs(t, err, idem.ErrInvalidPayload)
@@ -165,11 +166,11 @@ func TestClaimWaitsForConcurrentClaimer(t *testing.T) {
 			name       string
 			secondFP   idem.Fingerprint
 			firstEnds  error // nil commits, an error rolls back
-			wantStatus idem.ClaimStatus
+			wantStatus idemstore.ClaimStatus
 		}{
-			{"commit then duplicate", fpA, nil, idem.ClaimDuplicate},
-			{"commit then conflict", fpB, nil, idem.ClaimConflict},
-			{"rollback then new", fpA, errors.New("first handler failed"), idem.ClaimNew},
+			{"commit then duplicate", fpA, nil, idemstore.ClaimDuplicate},
+			{"commit then conflict", fpB, nil, idemstore.ClaimConflict},
+			{"rollback then new", fpA, errors.New("first handler failed"), idemstore.ClaimNew},
 		} {
 			t.Run(iso.name+"/"+tc.name, func(t *testing.T) {
 				t.Parallel()
@@ -181,11 +182,11 @@ func TestClaimWaitsForConcurrentClaimer(t *testing.T) {
 				firstDone := make(chan error, 1)
 				go func() {
 					firstDone <- b.store.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-						res, err := b.store.ClaimTx(ctx, tx, idem.ClaimParams{Key: key, Fingerprint: fpA})
+						res, err := b.store.ClaimTx(ctx, tx, idemstore.ClaimParams{Key: key, Fingerprint: fpA})
 						if err != nil {
 							return err
 						}
-						if res.Status != idem.ClaimNew {
+						if res.Status != idemstore.ClaimNew {
 							return fmt.Errorf("first claim: %s", res.Status)
 						}
 						close(firstClaimed)
@@ -195,7 +196,7 @@ func TestClaimWaitsForConcurrentClaimer(t *testing.T) {
 				}()
 				<-firstClaimed
 
-				secondDone := make(chan idem.ClaimResult, 1)
+				secondDone := make(chan idemstore.ClaimResult, 1)
 				secondErr := make(chan error, 1)
 				go func() {
 					secondErr <- b.store.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -209,7 +210,7 @@ func TestClaimWaitsForConcurrentClaimer(t *testing.T) {
 								return err
 							}
 						}
-						res, err := b.store.ClaimTx(ctx, tx, idem.ClaimParams{Key: key, Fingerprint: tc.secondFP})
+						res, err := b.store.ClaimTx(ctx, tx, idemstore.ClaimParams{Key: key, Fingerprint: tc.secondFP})
 						secondDone <- res
 						return err
 					})
@@ -220,7 +221,7 @@ func TestClaimWaitsForConcurrentClaimer(t *testing.T) {
 				require.NoError(t, <-secondErr)
 				res := <-secondDone
 				require.Equal(t, tc.wantStatus, res.Status)
-				if tc.wantStatus != idem.ClaimNew {
+				if tc.wantStatus != idemstore.ClaimNew {
 					require.Equal(t, fpA, res.Existing)
 					require.False(t, res.ClaimedAt.IsZero())
 				}
@@ -328,7 +329,7 @@ func TestMigrate(t *testing.T) {
 		require.Equal(t, 9, n)
 		res, err := claimIn(t, &testBundle{ctx: ctx, db: db, store: store}, idem.Key{EventID: "e"}, fp(1), now())
 		require.NoError(t, err)
-		require.Equal(t, idem.ClaimNew, res.Status)
+		require.Equal(t, idemstore.ClaimNew, res.Status)
 	})
 
 	t.Run("NoDatabase", func(t *testing.T) {
@@ -492,7 +493,7 @@ func TestDeleteExpiredClaims(t *testing.T) {
 	// One consumer, in batches of 2: 2, 2, 1.
 	var got []int
 	for {
-		n, err := b.store.DeleteExpiredClaims(b.ctx, idem.DeleteExpiredClaimsParams{Consumer: "a@v1", Before: cutoff, Limit: 2})
+		n, err := b.store.DeleteExpiredClaims(b.ctx, idemstore.DeleteExpiredClaimsParams{Consumer: "a@v1", Before: cutoff, Limit: 2})
 		require.NoError(t, err)
 		got = append(got, n)
 		if n < 2 {
@@ -508,6 +509,6 @@ func TestDeleteExpiredClaims(t *testing.T) {
 	require.Equal(t, 5, n)
 	require.Equal(t, 4, remaining(), "recent claims stay")
 
-	_, err = b.store.DeleteExpiredClaims(b.ctx, idem.DeleteExpiredClaimsParams{Before: cutoff})
+	_, err = b.store.DeleteExpiredClaims(b.ctx, idemstore.DeleteExpiredClaimsParams{Before: cutoff})
 	require.ErrorContains(t, err, "Limit is 0")
 }

@@ -15,6 +15,12 @@ import (
 // harness runs the shared suite over js: a memory stream per topic, a durable pull consumer per
 // source name.
 func harness(js jetstream.JetStream) transporttest.Harness {
+	return harnessWith(js, idemnats.SourceConfig{})
+}
+
+// harnessWith is harness whose sources take cfg's options (Stream, Subject, Durable and AckWait
+// are the suite's).
+func harnessWith(js jetstream.JetStream, cfg idemnats.SourceConfig) transporttest.Harness {
 	return transporttest.Harness{
 		Features: transporttest.Features{BrokerDedup: true, DelayedNak: true, Persistent: true, FanOut: true},
 		NewTopic: func(tb testing.TB) string {
@@ -22,12 +28,9 @@ func harness(js jetstream.JetStream) transporttest.Harness {
 			return subject
 		},
 		Source: func(tb testing.TB, topic, name string, lease time.Duration) idem.Source {
-			src, err := idemnats.NewSource(ctxT(tb, 10*time.Second), js, idemnats.SourceConfig{
-				Stream:  streamOf(tb, topic),
-				Subject: topic,
-				Durable: name,
-				AckWait: lease,
-			})
+			c := cfg
+			c.Stream, c.Subject, c.Durable, c.AckWait = streamOf(tb, topic), topic, name, lease
+			src, err := idemnats.NewSource(ctxT(tb, 10*time.Second), js, c)
 			require.NoError(tb, err)
 			tb.Cleanup(func() { _ = src.Close() })
 			return src
@@ -44,6 +47,13 @@ func harness(js jetstream.JetStream) transporttest.Harness {
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	transporttest.Exercise(t, harness(connect(t)))
+}
+
+// TestConformanceAsyncAck runs the suite with AsyncAck, which idem bench's JetStream pipelines
+// use: an ack not waited for must still settle the message exactly as a confirmed one does.
+func TestConformanceAsyncAck(t *testing.T) {
+	t.Parallel()
+	transporttest.Exercise(t, harnessWith(connect(t), idemnats.SourceConfig{AsyncAck: true}))
 }
 
 func BenchmarkPublishReceive(b *testing.B) {

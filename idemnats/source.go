@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -34,6 +35,9 @@ const (
 	MaxWaitDefault = 5 * time.Second
 	// MaxWaitMin keeps an idle Receive from spinning on fetches that expire at once.
 	MaxWaitMin = 10 * time.Millisecond
+	// PrefetchDefault is how many messages a pull request asks for beyond what its Receive
+	// asked for when SourceConfig.Prefetch is zero: none (see Prefetch for the trade-off).
+	PrefetchDefault = 0
 	// TermReason is sent with a terminating ack to servers from 2.10.4 on and appears in the
 	// server's advisory, so an operator looking at JetStream sees where the message went.
 	TermReason = "idem: dead-lettered by the consumer"
@@ -67,6 +71,23 @@ type SourceConfig struct {
 	// MaxWait bounds one long-poll fetch (default MaxWaitDefault); Receive repeats fetches
 	// until a message arrives or its context ends, so this only sets how often it re-asks.
 	MaxWait time.Duration
+	// Prefetch is how many messages a pull request asks for beyond what Receive asked for
+	// (default PrefetchDefault, none; negative: none), so that a consumer whose workers free
+	// one at a time does not pay a pull request per message. The Source holds them for the
+	// next Receives, for at most a third of AckWait (the consumer extends a lease at a third,
+	// so a message handed out still has two thirds of it); what is not handed out by then, or
+	// at Close, is nak'ed. This Source does not count such a delivery as an attempt, but
+	// JetStream does: a message given back at Close reaches the next Source with one more
+	// attempt than it was handled (transporttest's PersistentResume), which is why it is off
+	// unless asked for.
+	Prefetch int
+	// AsyncAck makes Delivery.Ack send the ack without waiting for the server to confirm it.
+	// It saves each worker a round trip per message after its commit. The ack is still sent
+	// only after the commit; one lost on the way redelivers the message after AckWait, which
+	// the consumer's claim finds a duplicate and acks again. Off (the default), Ack waits for
+	// the confirmation, so that a lost ack is an error there (and logged) rather than a silent
+	// redelivery later.
+	AsyncAck bool
 	// Tenant, when set, is the tenant of every message from this source: the stream is bound to
 	// one tenant by its credentials. A different tenant claimed in the Idem-Tenant header is kept
 	// in Headers under that name, so an Authenticator can refuse the mismatch.
@@ -83,6 +104,9 @@ func (c SourceConfig) WithDefaults() SourceConfig {
 	}
 	if c.MaxWait == 0 {
 		c.MaxWait = MaxWaitDefault
+	}
+	if c.Prefetch == 0 {
+		c.Prefetch = PrefetchDefault
 	}
 	return c
 }
@@ -130,6 +154,14 @@ type Source struct {
 	// closed is cancelled by Close (with cause ErrClosed) and ends in-flight Receives.
 	closed context.Context
 	close  context.CancelCauseFunc
+
+	// ahead holds deliveries pulled beyond what a Receive asked for (Prefetch), in order,
+	// until a later Receive takes them or aheadTimer gives them back; aheadGen tells a timer
+	// whether the deliveries it was set for are still the ones held.
+	aheadMu    sync.Mutex
+	ahead      []idem.Delivery
+	aheadGen   uint64
+	aheadTimer *time.Timer
 }
 
 var (
@@ -204,14 +236,75 @@ func (s *Source) RedeliveryWindow() time.Duration { return s.window }
 // and those left unsettled come back after AckWait.
 func (s *Source) Close() error {
 	s.close(ErrClosed)
+	s.giveBack(s.dropAhead(0), nil)
 	return nil
 }
 
+// prefetch is SourceConfig.Prefetch, 0 when negative.
+func (s *Source) prefetch() int { return max(s.cfg.Prefetch, 0) }
+
+// takeAhead takes up to max of the deliveries pulled ahead, oldest first.
+func (s *Source) takeAhead(max int) []idem.Delivery {
+	s.aheadMu.Lock()
+	defer s.aheadMu.Unlock()
+	n := min(max, len(s.ahead))
+	if n == 0 {
+		return nil
+	}
+	ds := slices.Clone(s.ahead[:n])
+	s.ahead = s.ahead[n:]
+	if len(s.ahead) == 0 {
+		s.ahead = nil
+		s.stopAheadTimer()
+	}
+	return ds
+}
+
+// keepAhead splits ds at max: it holds the rest for later Receives, for at most a third of
+// AckWait, and returns the first max.
+func (s *Source) keepAhead(ds []idem.Delivery, max int) []idem.Delivery {
+	if len(ds) <= max {
+		return ds
+	}
+	s.aheadMu.Lock()
+	defer s.aheadMu.Unlock()
+	s.ahead = append(s.ahead, ds[max:]...)
+	if s.aheadTimer == nil {
+		s.aheadGen++
+		gen := s.aheadGen
+		s.aheadTimer = time.AfterFunc(s.cfg.AckWait/3, func() { s.giveBack(s.dropAhead(gen), nil) })
+	}
+	return ds[:max]
+}
+
+// dropAhead takes every delivery pulled ahead, when gen is 0 or still the generation held.
+func (s *Source) dropAhead(gen uint64) []idem.Delivery {
+	s.aheadMu.Lock()
+	defer s.aheadMu.Unlock()
+	if gen != 0 && gen != s.aheadGen {
+		return nil
+	}
+	ds := s.ahead
+	s.ahead = nil
+	s.stopAheadTimer()
+	return ds
+}
+
+// stopAheadTimer stops the give-back timer of the deliveries held ahead; aheadMu is held.
+func (s *Source) stopAheadTimer() {
+	if s.aheadTimer != nil {
+		s.aheadTimer.Stop()
+		s.aheadTimer = nil
+	}
+	s.aheadGen++
+}
+
 // Receive returns between 1 and max deliveries, waiting until one is available or ctx ends
-// (then it returns ctx.Err()). It first takes what is ready without waiting, else long-polls
-// for a single message and tops the batch up with what is ready then, so a trickle of messages
-// is never held back waiting for a full batch. Messages that arrive as ctx ends are nak'ed,
-// so they come back at once instead of after AckWait.
+// (then it returns ctx.Err()). It first takes what an earlier pull brought ahead (Prefetch),
+// then what is ready without waiting, else long-polls for a single message and tops the batch
+// up with what is ready then, so a trickle of messages is never held back waiting for a full
+// batch. Messages that arrive as ctx ends are nak'ed, so they come back at once instead of
+// after AckWait.
 func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) {
 	if max < 1 {
 		return nil, fmt.Errorf("idemnats: receive from %s: max is %d, want at least 1", s.name, max)
@@ -225,10 +318,20 @@ func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) 
 		if ctx.Err() != nil {
 			return nil, s.ctxErr(ctx)
 		}
+		held := s.takeAhead(max)
+		if len(held) == max {
+			return held, nil
+		}
 		// What is ready now: one round trip when there is a backlog.
-		ds, err := s.fetch(ctx, ctx, max, false)
+		ds, err := s.fetch(ctx, ctx, max-len(held)+s.prefetch(), false)
+		if len(held) > 0 {
+			if err != nil {
+				return held, nil // the pull is retried by a later Receive
+			}
+			return s.keepAhead(append(held, ds...), max), nil
+		}
 		if err != nil || len(ds) > 0 {
-			return ds, err
+			return s.keepAhead(ds, max), err
 		}
 		// Nothing ready: long-poll for the first message.
 		wait := s.cfg.MaxWait
@@ -242,23 +345,36 @@ func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) 
 				wait = left
 			}
 		}
-		pollCtx, pollCancel := context.WithTimeout(ctx, wait)
+		// The poll does not end with ctx: nats.go drops what the server already sent to a pull
+		// whose context ends, and those messages would wait out AckWait. When ctx ends first,
+		// fetch gives back what still arrives until the poll runs out or the Source closes.
+		pollCtx, pollCancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
+		stopOnClose := context.AfterFunc(s.closed, pollCancel)
 		ds, err = s.fetch(ctx, pollCtx, 1, true)
-		pollCancel()
+		if ctx.Err() == nil {
+			stopOnClose()
+			pollCancel()
+		} else {
+			go func() {
+				<-pollCtx.Done()
+				stopOnClose()
+				pollCancel()
+			}()
+		}
 		if err != nil {
 			return nil, err
 		}
 		if len(ds) == 0 {
 			continue
 		}
-		if max > 1 {
-			more, err := s.fetch(ctx, ctx, max-1, false)
+		if max > 1 || s.prefetch() > 0 {
+			more, err := s.fetch(ctx, ctx, max-1+s.prefetch(), false)
 			if err == nil {
 				ds = append(ds, more...)
 			}
 			// A failed top-up does not lose the message in hand.
 		}
-		return ds, nil
+		return s.keepAhead(ds, max), nil
 	}
 }
 
@@ -401,7 +517,7 @@ func (s *Source) delivery(m jetstream.Msg) *Delivery {
 		}
 		msg.Tenant = s.cfg.Tenant
 	}
-	return &Delivery{msg: m, m: msg, js: s.js, givenBack: givenBack}
+	return &Delivery{msg: m, m: msg, js: s.js, givenBack: givenBack, async: s.cfg.AsyncAck}
 }
 
 // Delivery is one message received from JetStream and the handle to settle it.
@@ -412,6 +528,8 @@ type Delivery struct {
 	// givenBack is how many earlier deliveries of this message the source gave back unseen
 	// (taken off Source.givenBack when this delivery was made).
 	givenBack int
+	// async is SourceConfig.AsyncAck.
+	async bool
 }
 
 var _ idem.Delivery = (*Delivery)(nil)
@@ -430,9 +548,18 @@ var _ idem.TopicReporter = (*Delivery)(nil)
 func (d *Delivery) Msg() jetstream.Msg { return d.msg }
 
 // Ack acknowledges the message and waits for the server to confirm it, so that a lost ack is
-// an error here rather than a silent redelivery later.
+// an error here rather than a silent redelivery later; with SourceConfig.AsyncAck it only
+// sends the ack.
 func (d *Delivery) Ack(ctx context.Context) error {
-	if err := d.msg.DoubleAck(ctx); err != nil {
+	var err error
+	if d.async {
+		if err = ctx.Err(); err == nil {
+			err = d.msg.Ack()
+		}
+	} else {
+		err = d.msg.DoubleAck(ctx)
+	}
+	if err != nil {
 		return d.wrap("ack", err)
 	}
 	return nil

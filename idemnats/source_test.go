@@ -216,3 +216,47 @@ func TestDeliverySettleErrorsNameTheEvent(t *testing.T) {
 	require.True(t, errors.Is(d.Extend(cancelled), context.Canceled))
 	require.Same(t, d.(*idemnats.Delivery).Msg(), d.(*idemnats.Delivery).Msg())
 }
+
+// TestSourcePrefetch: a Receive for one message pulls Prefetch more, which the next Receives
+// hand out without asking the server; Close gives back what is still held (nak'ed), so it comes
+// back at once to a new Source, and not as an extra attempt. With AsyncAck the acks of the
+// handed-out messages still reach the server.
+func TestSourcePrefetch(t *testing.T) {
+	t.Parallel()
+	b := setupSource(t, idemnats.SourceConfig{Prefetch: 4, AsyncAck: true})
+	ctx := ctxT(t, 20*time.Second)
+	var msgs []idem.Message
+	for _, id := range []string{"p1", "p2", "p3", "p4", "p5", "p6"} {
+		msgs = append(msgs, idem.Message{EventID: id})
+	}
+	require.NoError(t, b.sink.Publish(ctx, b.subject, msgs...))
+	cons, err := b.js.Consumer(ctx, b.stream, "test")
+	require.NoError(t, err)
+
+	var got []string
+	for range 3 {
+		d := receiveOne(t, b.src)
+		got = append(got, d.Message().EventID)
+		require.NoError(t, d.Ack(ctx))
+	}
+	require.Equal(t, []string{"p1", "p2", "p3"}, got, "held messages go out in order")
+	info, err := cons.Info(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 5, info.Delivered.Consumer, "one pull of 1+4 served the three receives")
+
+	require.NoError(t, b.src.Close())
+	again, err := idemnats.NewSource(ctx, b.js, idemnats.SourceConfig{Stream: b.stream, Subject: b.subject, Durable: "test"})
+	require.NoError(t, err)
+	defer again.Close()
+	got = nil
+	for range 3 {
+		d := receiveOne(t, again)
+		got = append(got, d.Message().EventID)
+		require.NoError(t, d.Ack(ctx))
+	}
+	require.ElementsMatch(t, []string{"p4", "p5", "p6"}, got, "the held messages came back, the acked ones did not")
+	require.Eventually(t, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	}, 5*time.Second, 10*time.Millisecond, "every message acked")
+}

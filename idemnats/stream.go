@@ -20,7 +20,7 @@ const RedeliveryWindowUnbounded = 100 * 365 * 24 * time.Hour
 // fields bound what idem must remember: Duplicates is the window in which JetStream drops a
 // republished Nats-Msg-Id (server default 2 minutes), and MaxAge is how long the stream can
 // deliver an event at all. Pass the result's info to RedeliveryWindow to get the
-// ConsumerConfig.RedeliveryWindow that covers both.
+// ConsumerConfig.Claims.RedeliveryWindow that covers both.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	if js == nil {
 		return nil, errors.New("idemnats: EnsureStream: JetStream is nil")

@@ -25,7 +25,7 @@ func BenchmarkDeliveryTrace(b *testing.B) {
 	pctx, span := tp.Tracer("bench").Start(context.Background(), "producer")
 	span.End()
 	msg := idem.Message{EventID: "evt-1", Type: "payment.captured", Headers: tel.Inject(pctx, nil)}
-	ev := idem.Event{Consumer: "ledger@v1", Queue: "payments", Outcome: idem.OutcomeProcessed, Result: idem.OutcomeProcessed, Attempt: 1}
+	ev := idem.Observation{Consumer: "ledger@v1", Queue: "payments", Outcome: idem.OutcomeProcessed, Result: idem.OutcomeProcessed, Attempt: 1}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		dt := tel.StartDelivery(context.Background(), "ledger@v1", "payments", msg)

@@ -81,10 +81,10 @@ func (d *delivery) Context(ctx context.Context) context.Context {
 // attributes (idem.outcome, and idem.result for what the claim and handler found), a retry
 // also as an event, after which the span ends. Outcomes other than
 // processed and duplicate set the span's status to error.
-func (d *delivery) Observe(ev idem.Event) {
+func (d *delivery) Observe(ev idem.Observation) {
 	if ev.Outcome == idem.OutcomeDeadLetterFailed {
 		d.span.AddEvent(eventDLWriteFail, trace.WithAttributes(
-			attribute.String(attrErrorType, ev.ErrorType.String()),
+			attribute.String(attrErrorType, ev.Class.String()),
 			attribute.String(attrReason, string(ev.Reason)),
 			attribute.Int64(attrRetryDelay, ev.Delay.Milliseconds())))
 		return
@@ -99,13 +99,13 @@ func (d *delivery) Observe(ev idem.Event) {
 	switch ev.Outcome {
 	case idem.OutcomeProcessed, idem.OutcomeDuplicate, idem.OutcomeIgnored:
 	default:
-		d.span.SetAttributes(attribute.String(attrErrorType, ev.ErrorType.String()))
+		d.span.SetAttributes(attribute.String(attrErrorType, ev.Class.String()))
 		d.span.SetStatus(codes.Error, string(ev.Outcome))
 	}
 	if ev.Outcome == idem.OutcomeRetried {
 		d.span.AddEvent(eventRetry, trace.WithAttributes(
 			attribute.Int(attrAttempt, ev.Attempt),
-			attribute.String(attrErrorType, ev.ErrorType.String()),
+			attribute.String(attrErrorType, ev.Class.String()),
 			attribute.Int64(attrRetryDelay, ev.Delay.Milliseconds())))
 	}
 	d.span.End()

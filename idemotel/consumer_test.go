@@ -21,22 +21,22 @@ func TestDeliverySpan(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name       string
-		events     []idem.Event
+		events     []idem.Observation
 		outcome    string
 		result     string
 		reason     string
 		status     codes.Code
 		spanEvents []string
 	}{
-		{"processed", []idem.Event{{Outcome: idem.OutcomeProcessed, Result: idem.OutcomeProcessed}}, "processed", "processed", "", codes.Unset, nil},
-		{"duplicate", []idem.Event{{Outcome: idem.OutcomeDuplicate, Result: idem.OutcomeDuplicate}}, "duplicate", "duplicate", "", codes.Unset, nil},
-		{"retried", []idem.Event{{Outcome: idem.OutcomeRetried, Result: idem.OutcomeFailed, ErrorType: idem.ClassTransient, Delay: 2 * time.Second}},
+		{"processed", []idem.Observation{{Outcome: idem.OutcomeProcessed, Result: idem.OutcomeProcessed}}, "processed", "processed", "", codes.Unset, nil},
+		{"duplicate", []idem.Observation{{Outcome: idem.OutcomeDuplicate, Result: idem.OutcomeDuplicate}}, "duplicate", "duplicate", "", codes.Unset, nil},
+		{"retried", []idem.Observation{{Outcome: idem.OutcomeRetried, Result: idem.OutcomeFailed, Class: idem.ClassTransient, Delay: 2 * time.Second}},
 			"retried", "failed", "", codes.Error, []string{"retry"}},
-		{"key reuse", []idem.Event{{Outcome: idem.OutcomeDeadLettered, Result: idem.OutcomeKeyReuse, ErrorType: idem.ClassPermanent, Reason: idem.ReasonKeyReuse}},
+		{"key reuse", []idem.Observation{{Outcome: idem.OutcomeDeadLettered, Result: idem.OutcomeKeyReuse, Class: idem.ClassPermanent, Reason: idem.ReasonKeyReuse}},
 			"dead_lettered", "key_reuse", "key_reuse", codes.Error, nil},
-		{"dead letter written at the second try", []idem.Event{
-			{Outcome: idem.OutcomeDeadLetterFailed, Result: idem.OutcomeFailed, ErrorType: idem.ClassTransient, Reason: idem.ReasonPermanentError, Delay: time.Second},
-			{Outcome: idem.OutcomeDeadLettered, Result: idem.OutcomeFailed, ErrorType: idem.ClassPermanent, Reason: idem.ReasonPermanentError},
+		{"dead letter written at the second try", []idem.Observation{
+			{Outcome: idem.OutcomeDeadLetterFailed, Result: idem.OutcomeFailed, Class: idem.ClassTransient, Reason: idem.ReasonPermanentError, Delay: time.Second},
+			{Outcome: idem.OutcomeDeadLettered, Result: idem.OutcomeFailed, Class: idem.ClassPermanent, Reason: idem.ReasonPermanentError},
 		}, "dead_lettered", "failed", "permanent_error", codes.Error, []string{"dead_letter_write_failed"}},
 	}
 	for _, tt := range tests {
@@ -82,7 +82,7 @@ func TestDeliverySpanIdentitiesAreOptIn(t *testing.T) {
 	b := setup(t, idemotel.Config{RecordIdentities: true})
 	long := "evt-" + strings.Repeat("x", 300)
 	dt := b.tel.StartDelivery(context.Background(), "ledger@v1", "payments", idem.Message{EventID: long, Tenant: "acme"})
-	dt.Observe(idem.Event{Outcome: idem.OutcomeProcessed})
+	dt.Observe(idem.Observation{Outcome: idem.OutcomeProcessed})
 	process := b.span(t, "process payments")
 	require.Equal(t, idem.BoundID(long), attr(process, "messaging.message.id"))
 	require.Equal(t, "acme", attr(process, "idem.tenant"))
@@ -105,7 +105,7 @@ func TestBatchSpanLinksProducers(t *testing.T) {
 	msgs = append(msgs, idem.Message{EventID: "untraced"})
 	bctx, endBatch := b.tel.StartBatch(context.Background(), "ledger@v1", "payments", msgs)
 	for _, m := range msgs {
-		b.tel.StartDelivery(bctx, "ledger@v1", "payments", m).Observe(idem.Event{Outcome: idem.OutcomeProcessed})
+		b.tel.StartDelivery(bctx, "ledger@v1", "payments", m).Observe(idem.Observation{Outcome: idem.OutcomeProcessed})
 	}
 	endBatch()
 	batch := b.span(t, "process batch payments")

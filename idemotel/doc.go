@@ -7,7 +7,7 @@
 //
 //	tel, err := idemotel.New(idemotel.Config{})        // the global providers, W3C propagation
 //	outbox := idemotel.Outbox(tel, store)               // producer: outbox.EnqueueTx(ctx, tx, out)
-//	relay, err := idemrelay.New(store, store, tel.Sink(sink), idemrelay.Config{Observer: tel})
+//	relay, err := idemrelay.New(store, tel.Sink(sink), idemrelay.Config{Observer: tel})
 //	consumer, err := idem.NewConsumer(store, idem.ConsumerConfig[*sql.Tx]{…, Observer: tel, Tracer: tel})
 //
 // # Propagation

@@ -23,7 +23,7 @@ type instruments struct {
 	handling, recovery, publishLag                                           metric.Float64Histogram
 	paused                                                                   metric.Int64Gauge
 
-	// owners maps a consumer to its owner (idem.Event.Owner, or ConsumerOwner), for Paused and
+	// owners maps a consumer to its owner (idem.Observation.Owner, or ConsumerOwner), for Paused and
 	// Resumed, which name only the consumer.
 	owners sync.Map
 	// seen holds the consumer/owner/queue triples whose counters were created at zero, as idemprom
@@ -128,7 +128,7 @@ func (t *Telemetry) ConsumerOwner(consumer, owner string) {
 // Observe records one settled delivery as idemprom's Metrics.Observe does (idem.Observer).
 // Only the consumer, queue, outcome, error class and reason become attributes: the event id
 // and tenant never do.
-func (t *Telemetry) Observe(ev idem.Event) {
+func (t *Telemetry) Observe(ev idem.Observation) {
 	in, ctx := t.metrics, context.Background()
 	in.init(ctx, ev.Consumer, ev.Owner, ev.Queue)
 	cq := []attribute.KeyValue{attribute.String(labelConsumer, ev.Consumer), attribute.String(labelOwner, ev.Owner), attribute.String(labelQueue, ev.Queue)}
@@ -143,7 +143,7 @@ func (t *Telemetry) Observe(ev idem.Event) {
 	in.messages.Add(ctx, 1, with(outcome))
 	in.handling.Record(ctx, seconds(ev.Duration), with(outcome))
 	if ev.Outcome != idem.OutcomeProcessed && ev.Outcome != idem.OutcomeDuplicate && ev.Outcome != idem.OutcomeIgnored {
-		in.errors.Add(ctx, 1, with(attribute.String(labelClass, ev.ErrorType.String())))
+		in.errors.Add(ctx, 1, with(attribute.String(labelClass, ev.Class.String())))
 	}
 	switch ev.Outcome {
 	case idem.OutcomeRetried:

@@ -72,25 +72,28 @@ func TestMetricsMatchIdemprom(t *testing.T) {
 	tel, err := idemotel.New(idemotel.Config{MeterProvider: mp})
 	require.NoError(t, err)
 
-	base := idem.Event{Consumer: "ledger@v1", Owner: "payments", Queue: "payments", Tenant: "acme", EventID: "evt-1", Attempt: 1, Duration: 3 * time.Millisecond}
-	events := []func(idem.Event) idem.Event{
-		func(e idem.Event) idem.Event {
+	base := idem.Observation{Consumer: "ledger@v1", Owner: "payments", Queue: "payments", Tenant: "acme", EventID: "evt-1", Attempt: 1, Duration: 3 * time.Millisecond}
+	events := []func(idem.Observation) idem.Observation{
+		func(e idem.Observation) idem.Observation {
 			e.Outcome = idem.OutcomeProcessed
 			e.Recovered = []time.Duration{time.Hour}
 			return e
 		},
-		func(e idem.Event) idem.Event { e.Outcome = idem.OutcomeDuplicate; return e },
-		func(e idem.Event) idem.Event { e.Outcome, e.Reason = idem.OutcomeIgnored, "order_deleted"; return e },
-		func(e idem.Event) idem.Event {
-			e.Outcome, e.ErrorType, e.Delay = idem.OutcomeRetried, idem.ClassTransient, time.Second
+		func(e idem.Observation) idem.Observation { e.Outcome = idem.OutcomeDuplicate; return e },
+		func(e idem.Observation) idem.Observation {
+			e.Outcome, e.Reason = idem.OutcomeIgnored, "order_deleted"
 			return e
 		},
-		func(e idem.Event) idem.Event {
-			e.Outcome, e.ErrorType, e.Reason = idem.OutcomeDeadLettered, idem.ClassPermanent, idem.ReasonKeyReuse
+		func(e idem.Observation) idem.Observation {
+			e.Outcome, e.Class, e.Delay = idem.OutcomeRetried, idem.ClassTransient, time.Second
 			return e
 		},
-		func(e idem.Event) idem.Event {
-			e.Outcome, e.ErrorType, e.Reason = idem.OutcomeDeadLetterFailed, idem.ClassTransient, idem.ReasonPermanentError
+		func(e idem.Observation) idem.Observation {
+			e.Outcome, e.Class, e.Reason = idem.OutcomeDeadLettered, idem.ClassPermanent, idem.ReasonKeyReuse
+			return e
+		},
+		func(e idem.Observation) idem.Observation {
+			e.Outcome, e.Class, e.Reason = idem.OutcomeDeadLetterFailed, idem.ClassTransient, idem.ReasonPermanentError
 			return e
 		},
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemotel"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 )
 
@@ -57,10 +58,10 @@ func attr(s sdktrace.ReadOnlySpan, key string) string {
 	return ""
 }
 
-// fakeOutbox is an idem.OutboxStore whose EnqueueTx records what it got; its other methods are
+// fakeOutbox is an idemstore.OutboxStore whose EnqueueTx records what it got; its other methods are
 // not used by these tests (the nil embedded interface would panic).
 type fakeOutbox struct {
-	idem.OutboxStore[int]
+	idemstore.OutboxStore[int]
 	got []idem.Outgoing
 	err error
 }

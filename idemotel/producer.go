@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // Span and attribute names. The messaging.* ones follow OpenTelemetry's messaging semantic
@@ -54,17 +55,17 @@ func (t *Telemetry) endSpan(span trace.Span, err error) {
 	span.End()
 }
 
-// OutboxStore is an idem.OutboxStore whose EnqueueTx traces the enqueue and stores the trace
+// OutboxStore is an idemstore.OutboxStore whose EnqueueTx traces the enqueue and stores the trace
 // context in each event's headers. Every other method is the wrapped store's.
 type OutboxStore[TTx any] struct {
-	idem.OutboxStore[TTx]
+	idemstore.OutboxStore[TTx]
 	t *Telemetry
 }
 
 // Outbox wraps a producer's outbox store (idempg, idemsqlite, idemmysql) so that each event it
 // enqueues carries the producer's trace. A function rather than a method because Go methods
 // cannot take type parameters.
-func Outbox[TTx any](t *Telemetry, store idem.OutboxStore[TTx]) *OutboxStore[TTx] {
+func Outbox[TTx any](t *Telemetry, store idemstore.OutboxStore[TTx]) *OutboxStore[TTx] {
 	return &OutboxStore[TTx]{OutboxStore: store, t: t}
 }
 

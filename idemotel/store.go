@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemrelay"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // StoreTimeoutDefault bounds the store queries of one collection unless
@@ -25,14 +26,14 @@ const StoreTimeoutDefault = 5 * time.Second
 type StoreGaugesConfig struct {
 	// DeadLetters, when set, yields idem_dead_letters_pending{reason} and
 	// idem_dead_letters_oldest_age_seconds.
-	DeadLetters idem.DeadLetterStore
+	DeadLetters idemstore.DeadLetterStore
 	// Queue, when set, yields idem_queue_backlog{queue} and idem_queue_oldest_age_seconds{queue}
 	// for each of Queues (the store cannot list them; naming them keeps the attribute bounded).
-	Queue  idem.QueueStore
+	Queue  idemstore.QueueStore
 	Queues []string
 	// Outbox, when set, yields idem_outbox_backlog, idem_outbox_oldest_age_seconds and
 	// idem_relay_members.
-	Outbox idem.OutboxRelayStore
+	Outbox idemstore.OutboxRelayStore
 	// Timeout bounds the store queries of one collection (default StoreTimeoutDefault); they run
 	// concurrently, each within it.
 	Timeout time.Duration
@@ -42,9 +43,9 @@ type StoreGaugesConfig struct {
 
 // storeFigures is what one collection read from the stores.
 type storeFigures struct {
-	dl       *idem.DeadLetterStats
-	queues   map[string]idem.QueueStats
-	outbox   *idem.QueueStats
+	dl       *idemstore.DeadLetterStats
+	queues   map[string]idemstore.QueueStats
+	outbox   *idemstore.QueueStats
 	members  *int
 	success  map[[2]string]bool // (figure, queue) → whether its query succeeded
 	mu       sync.Mutex
@@ -152,7 +153,7 @@ func (t *Telemetry) ObserveStores(cfg StoreGaugesConfig) (metric.Registration, e
 
 // readStores queries every configured store concurrently.
 func (t *Telemetry) readStores(ctx context.Context, cfg StoreGaugesConfig, queues []string, now time.Time) *storeFigures {
-	f := &storeFigures{queues: map[string]idem.QueueStats{}, success: map[[2]string]bool{}}
+	f := &storeFigures{queues: map[string]idemstore.QueueStats{}, success: map[[2]string]bool{}}
 	var wg sync.WaitGroup
 	if cfg.DeadLetters != nil {
 		wg.Go(func() {

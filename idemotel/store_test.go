@@ -11,35 +11,36 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemotel"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // fakeStores answers the stats queries with fixed figures; a queue named "broken" fails. Their
 // other methods are not used (the nil embedded interfaces would panic).
 type fakeStores struct {
-	idem.DeadLetterStore
-	idem.QueueStore
-	idem.OutboxRelayStore
+	idemstore.DeadLetterStore
+	idemstore.QueueStore
+	idemstore.OutboxRelayStore
 	now time.Time
 }
 
-func (f *fakeStores) DeadLetterStats(context.Context) (idem.DeadLetterStats, error) {
-	return idem.DeadLetterStats{Pending: 3, OldestPending: f.now.Add(-time.Minute),
+func (f *fakeStores) DeadLetterStats(context.Context) (idemstore.DeadLetterStats, error) {
+	return idemstore.DeadLetterStats{Pending: 3, OldestPending: f.now.Add(-time.Minute),
 		ByReason: map[idem.Reason]int64{idem.ReasonKeyReuse: 2, "from_a_newer_version": 1}}, nil
 }
 
-func (f *fakeStores) QueueStats(_ context.Context, queue string) (idem.QueueStats, error) {
+func (f *fakeStores) QueueStats(_ context.Context, queue string) (idemstore.QueueStats, error) {
 	if queue == "broken" {
-		return idem.QueueStats{}, errors.New("no such table")
+		return idemstore.QueueStats{}, errors.New("no such table")
 	}
-	return idem.QueueStats{Backlog: 5, Oldest: f.now.Add(-10 * time.Second)}, nil
+	return idemstore.QueueStats{Backlog: 5, Oldest: f.now.Add(-10 * time.Second)}, nil
 }
 
-func (f *fakeStores) OutboxStats(context.Context) (idem.QueueStats, error) {
-	return idem.QueueStats{}, nil
+func (f *fakeStores) OutboxStats(context.Context) (idemstore.QueueStats, error) {
+	return idemstore.QueueStats{}, nil
 }
 
-func (f *fakeStores) LeaseList(context.Context, string, time.Time) ([]idem.Lease, error) {
-	return []idem.Lease{{Name: "relay/member/a"}, {Name: "relay/member/b"}}, nil
+func (f *fakeStores) LeaseList(context.Context, string, time.Time) ([]idemstore.Lease, error) {
+	return []idemstore.Lease{{Name: "relay/member/a"}, {Name: "relay/member/b"}}, nil
 }
 
 func TestObserveStores(t *testing.T) {

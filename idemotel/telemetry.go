@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemredact"
 	"github.com/idemkit/idem/idemrelay"
 )
 
@@ -65,7 +66,7 @@ type Config struct {
 	// never become metric attributes.
 	RecordIdentities bool
 	// Redact masks secrets in the error text spans record (idem's defaults when zero).
-	Redact idem.RedactConfig
+	Redact idemredact.Config
 	// Namespace prefixes every metric name (default NamespaceDefault, giving "idem_…").
 	Namespace string
 	// Buckets, RecoveryBuckets and LagBuckets are the bucket bounds, in seconds, of
@@ -134,7 +135,7 @@ type Telemetry struct {
 	cfg        Config
 	tracer     trace.Tracer
 	propagator propagation.TextMapPropagator
-	redactor   *idem.Redactor
+	redactor   *idemredact.Redactor
 	metrics    *instruments
 	meter      metric.Meter
 }
@@ -162,7 +163,7 @@ func New(cfg Config) (*Telemetry, error) {
 		cfg:        cfg,
 		tracer:     cfg.TracerProvider.Tracer(ScopeName),
 		propagator: cfg.Propagator,
-		redactor:   idem.NewRedactor(cfg.Redact),
+		redactor:   idemredact.New(cfg.Redact),
 		metrics:    m,
 		meter:      meter,
 	}, nil

@@ -10,9 +10,10 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
-var _ idem.BatchStore[pgx.Tx] = (*Store)(nil)
+var _ idemstore.BatchStore[pgx.Tx] = (*Store)(nil)
 
 // ClaimBatchTx claims every key inside tx with one multi-row INSERT … ON CONFLICT DO NOTHING
 // RETURNING, then reads the claims it did not insert in one more statement (a new snapshot, so
@@ -25,7 +26,7 @@ var _ idem.BatchStore[pgx.Tx] = (*Store)(nil)
 // advisory locks (in the order of their lock keys, so overlapping batches do not deadlock),
 // then looks the keys up in every partition and inserts the missing ones in the partition of
 // their creation time, in one pipelined round trip. p.Bucket is ignored.
-func (s *Store) ClaimBatchTx(ctx context.Context, tx pgx.Tx, ps []idem.ClaimParams) ([]idem.ClaimResult, error) {
+func (s *Store) ClaimBatchTx(ctx context.Context, tx pgx.Tx, ps []idemstore.ClaimParams) ([]idemstore.ClaimResult, error) {
 	n := len(ps)
 	if n == 0 {
 		return nil, nil
@@ -64,7 +65,7 @@ func (s *Store) ClaimBatchTx(ctx context.Context, tx pgx.Tx, ps []idem.ClaimPara
 	for i, p := range ps {
 		index[p.Key] = i
 	}
-	results := make([]idem.ClaimResult, n)
+	results := make([]idemstore.ClaimResult, n)
 	var err error
 	if buckets != nil {
 		slices.Sort(locks)
@@ -82,8 +83,8 @@ func (s *Store) ClaimBatchTx(ctx context.Context, tx pgx.Tx, ps []idem.ClaimPara
 			if results[i], err = s.ClaimTx(ctx, tx, ps[i]); err != nil {
 				return nil, err
 			}
-		case results[i].Status == idem.ClaimDuplicate && results[i].Existing != ps[i].Fingerprint:
-			results[i].Status = idem.ClaimConflict
+		case results[i].Status == idemstore.ClaimDuplicate && results[i].Existing != ps[i].Fingerprint:
+			results[i].Status = idemstore.ClaimConflict
 		}
 	}
 	return results, nil
@@ -91,7 +92,7 @@ func (s *Store) ClaimBatchTx(ctx context.Context, tx pgx.Tx, ps []idem.ClaimPara
 
 // claimBatchPlain inserts the keys into the plain claims table and reads the existing claims of
 // those it did not insert; it fills results by index.
-func (s *Store) claimBatchPlain(ctx context.Context, tx pgx.Tx, index map[idem.Key]int, results []idem.ClaimResult,
+func (s *Store) claimBatchPlain(ctx context.Context, tx pgx.Tx, index map[idem.Key]int, results []idemstore.ClaimResult,
 	tenants, consumers, ids []string, fps [][]byte, nows []time.Time) error {
 	n := len(results)
 	rows, err := tx.Query(ctx, s.q.claimBatch, tenants, consumers, ids, fps, nows)
@@ -107,7 +108,7 @@ func (s *Store) claimBatchPlain(ctx context.Context, tx pgx.Tx, index map[idem.K
 			return fmt.Errorf("idempg: claim batch of %d: scan: %w", n, err)
 		}
 		if i, ok := index[k]; ok {
-			results[i].Status = idem.ClaimNew
+			results[i].Status = idemstore.ClaimNew
 			inserted++
 		}
 	}
@@ -129,7 +130,7 @@ func (s *Store) claimBatchPlain(ctx context.Context, tx pgx.Tx, index map[idem.K
 			return fmt.Errorf("idempg: read existing claims: scan: %w", err)
 		}
 		i, ok := index[k]
-		if !ok || results[i].Status == idem.ClaimNew {
+		if !ok || results[i].Status == idemstore.ClaimNew {
 			continue
 		}
 		if err := setFound(&results[i], k, fp, at); err != nil {
@@ -145,7 +146,7 @@ func (s *Store) claimBatchPlain(ctx context.Context, tx pgx.Tx, index map[idem.K
 
 // claimBatchPartitioned takes the keys' locks (sorted, distinct lock keys) and then looks up
 // and inserts every key, in one pipelined round trip; it fills results by index.
-func (s *Store) claimBatchPartitioned(ctx context.Context, tx pgx.Tx, index map[idem.Key]int, results []idem.ClaimResult,
+func (s *Store) claimBatchPartitioned(ctx context.Context, tx pgx.Tx, index map[idem.Key]int, results []idemstore.ClaimResult,
 	locks []int64, tenants, consumers, ids []string, buckets []time.Time, fps [][]byte, nows []time.Time) error {
 	n := len(results)
 	var isolation string
@@ -170,7 +171,7 @@ func (s *Store) claimBatchPartitioned(ctx context.Context, tx pgx.Tx, index map[
 				continue
 			}
 			if inserted {
-				results[i] = idem.ClaimResult{Status: idem.ClaimNew}
+				results[i] = idemstore.ClaimResult{Status: idemstore.ClaimNew}
 				continue
 			}
 			if err := setFound(&results[i], k, fp, timeOf(at)); err != nil {
@@ -191,12 +192,12 @@ func (s *Store) claimBatchPartitioned(ctx context.Context, tx pgx.Tx, index map[
 
 // setFound records an existing claim of k as a duplicate; ClaimBatchTx then turns it into a
 // conflict when the fingerprints differ.
-func setFound(r *idem.ClaimResult, k idem.Key, fp []byte, at time.Time) error {
+func setFound(r *idemstore.ClaimResult, k idem.Key, fp []byte, at time.Time) error {
 	existing, err := idem.FingerprintFromBytes(fp)
 	if err != nil {
 		return fmt.Errorf("idempg: claim: %w", err)
 	}
-	*r = idem.ClaimResult{Status: idem.ClaimDuplicate, Existing: existing, ClaimedAt: at}
+	*r = idemstore.ClaimResult{Status: idemstore.ClaimDuplicate, Existing: existing, ClaimedAt: at}
 	return nil
 }
 
@@ -265,9 +266,9 @@ func (s *Store) SavepointTx(ctx context.Context, tx pgx.Tx, fn func(ctx context.
 	return nil
 }
 
-var _ idem.TxEndChecker[pgx.Tx] = (*Store)(nil)
+var _ idemstore.TxEndChecker[pgx.Tx] = (*Store)(nil)
 
-// TxEnded implements idem.TxEndChecker: it reports whether tx's connection says no transaction
+// TxEnded implements idemstore.TxEndChecker: it reports whether tx's connection says no transaction
 // is open (a statement ended it behind pgx's back), from the status of its last message, so
 // without a round trip.
 func (s *Store) TxEnded(tx pgx.Tx) bool {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/storetest"
 )
 
@@ -44,7 +45,7 @@ func benchmarkClaims(b *testing.B, store *idempg.Store) {
 	if w := store.ClaimBucket(); w > 0 {
 		bucket = now.Truncate(w)
 	}
-	claim := func(b *testing.B, p idem.ClaimParams, want idem.ClaimStatus) {
+	claim := func(b *testing.B, p idemstore.ClaimParams, want idemstore.ClaimStatus) {
 		err := store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 			res, err := store.ClaimTx(ctx, tx, p)
 			if err == nil && res.Status != want {
@@ -56,20 +57,20 @@ func benchmarkClaims(b *testing.B, store *idempg.Store) {
 			b.Fatal(err)
 		}
 	}
-	params := func(eventID string) idem.ClaimParams {
-		return idem.ClaimParams{Key: idem.Key{Tenant: "acme", Consumer: "bench@v1", EventID: eventID}, Fingerprint: fp, Now: now, Bucket: bucket}
+	params := func(eventID string) idemstore.ClaimParams {
+		return idemstore.ClaimParams{Key: idem.Key{Tenant: "acme", Consumer: "bench@v1", EventID: eventID}, Fingerprint: fp, Now: now, Bucket: bucket}
 	}
 
 	b.Run("new", func(b *testing.B) {
 		run := strconv.FormatInt(time.Now().UnixNano(), 36)
-		ps := make([]idem.ClaimParams, b.N)
+		ps := make([]idemstore.ClaimParams, b.N)
 		for i := range ps {
 			ps[i] = params("new-" + strconv.Itoa(i) + "-" + run)
 		}
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := range b.N {
-			claim(b, ps[i], idem.ClaimNew)
+			claim(b, ps[i], idemstore.ClaimNew)
 		}
 	})
 
@@ -85,7 +86,7 @@ func benchmarkClaims(b *testing.B, store *idempg.Store) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for range b.N {
-			claim(b, p, idem.ClaimDuplicate)
+			claim(b, p, idemstore.ClaimDuplicate)
 		}
 	})
 }

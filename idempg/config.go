@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // Defaults for Config.
@@ -41,7 +41,7 @@ type Config struct {
 	// like Schema; an empty Prefix takes the default.
 	Prefix string
 	// OutboxPartitions is the number of partitions outbox rows are hashed into (default
-	// idem.OutboxPartitionsDefault). It is fixed per database: changing it re-hashes ordering
+	// idemstore.OutboxPartitionsDefault). It is fixed per database: changing it re-hashes ordering
 	// keys and breaks per-key order for rows already enqueued.
 	OutboxPartitions int
 	// Partition chooses the partitioned inbox layout; the zero value keeps the plain claims table.
@@ -92,7 +92,7 @@ func (c Config) WithDefaults() Config {
 		c.Prefix = PrefixDefault
 	}
 	if c.OutboxPartitions == 0 {
-		c.OutboxPartitions = idem.OutboxPartitionsDefault
+		c.OutboxPartitions = idemstore.OutboxPartitionsDefault
 	}
 	if p := &c.Partition; p.Bucket != 0 {
 		if p.Ahead == 0 {

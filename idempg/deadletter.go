@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // listLimitDefault bounds ListDeadLetters, ListAudit and OutboxFetch when the caller gives no
@@ -73,7 +74,7 @@ func (s *Store) GetDeadLetter(ctx context.Context, id int64) (idem.DeadLetter, e
 
 // ListDeadLetters returns the dead letters matching every non-zero field of f, ordered by id
 // (oldest first), at most f.Limit of them (listLimitDefault, 100, when it is 0).
-func (s *Store) ListDeadLetters(ctx context.Context, f idem.DeadLetterFilter) ([]idem.DeadLetter, error) {
+func (s *Store) ListDeadLetters(ctx context.Context, f idemstore.DeadLetterFilter) ([]idem.DeadLetter, error) {
 	limit := f.Limit
 	if limit <= 0 {
 		limit = listLimitDefault
@@ -138,7 +139,7 @@ func (s *Store) ListDeadLetters(ctx context.Context, f idem.DeadLetterFilter) ([
 // SetDeadLetterStatus moves pending dead letters to p.Status (replayed or discarded) and writes
 // one audit row per changed dead letter, in one statement and so one transaction. Ids that are
 // not pending (or do not exist) are skipped; it returns the changed ids in ascending order.
-func (s *Store) SetDeadLetterStatus(ctx context.Context, p idem.SetDeadLetterStatusParams) ([]int64, error) {
+func (s *Store) SetDeadLetterStatus(ctx context.Context, p idemstore.SetDeadLetterStatusParams) ([]int64, error) {
 	action, ok := p.Status.AuditAction()
 	if !ok {
 		return nil, fmt.Errorf("idempg: set status of dead letters %v: status %q, want %q or %q",
@@ -184,7 +185,7 @@ func (s *Store) RecordRecovery(ctx context.Context, key idem.Key, deadLetterID i
 
 // ListAudit returns audit rows, newest first, at most limit (listLimitDefault, 100, when it is
 // 0 or less).
-func (s *Store) ListAudit(ctx context.Context, limit int) ([]idem.AuditEntry, error) {
+func (s *Store) ListAudit(ctx context.Context, limit int) ([]idemstore.AuditEntry, error) {
 	if limit <= 0 {
 		limit = listLimitDefault
 	}
@@ -192,8 +193,8 @@ func (s *Store) ListAudit(ctx context.Context, limit int) ([]idem.AuditEntry, er
 	if err != nil {
 		return nil, fmt.Errorf("idempg: list audit: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (idem.AuditEntry, error) {
-		var a idem.AuditEntry
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (idemstore.AuditEntry, error) {
+		var a idemstore.AuditEntry
 		err := r.Scan(&a.ID, &a.At, &a.Actor, &a.Action, &a.DeadLetterID, &a.EventID, &a.Reason, &a.Destination)
 		a.At = a.At.UTC()
 		return a, err
@@ -206,11 +207,11 @@ func (s *Store) ListAudit(ctx context.Context, limit int) ([]idem.AuditEntry, er
 
 // DeadLetterStats counts pending dead letters, in total and per reason, and finds the first
 // failure time of the oldest.
-func (s *Store) DeadLetterStats(ctx context.Context) (idem.DeadLetterStats, error) {
-	st := idem.DeadLetterStats{ByReason: make(map[idem.Reason]int64)}
+func (s *Store) DeadLetterStats(ctx context.Context) (idemstore.DeadLetterStats, error) {
+	st := idemstore.DeadLetterStats{ByReason: make(map[idem.Reason]int64)}
 	rows, err := s.pool.Query(ctx, s.q.dlStats)
 	if err != nil {
-		return idem.DeadLetterStats{}, fmt.Errorf("idempg: dead-letter stats: %w", err)
+		return idemstore.DeadLetterStats{}, fmt.Errorf("idempg: dead-letter stats: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -220,7 +221,7 @@ func (s *Store) DeadLetterStats(ctx context.Context) (idem.DeadLetterStats, erro
 			oldest time.Time
 		)
 		if err := rows.Scan(&reason, &n, &oldest); err != nil {
-			return idem.DeadLetterStats{}, fmt.Errorf("idempg: dead-letter stats: %w", err)
+			return idemstore.DeadLetterStats{}, fmt.Errorf("idempg: dead-letter stats: %w", err)
 		}
 		st.ByReason[idem.Reason(reason)] = n
 		st.Pending += n
@@ -229,7 +230,7 @@ func (s *Store) DeadLetterStats(ctx context.Context) (idem.DeadLetterStats, erro
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return idem.DeadLetterStats{}, fmt.Errorf("idempg: dead-letter stats: %w", err)
+		return idemstore.DeadLetterStats{}, fmt.Errorf("idempg: dead-letter stats: %w", err)
 	}
 	return st, nil
 }
@@ -290,11 +291,11 @@ func decodeHeaders(b []byte) (map[string]string, error) {
 	return h, nil
 }
 
-var _ idem.IgnoreStore[pgx.Tx] = (*Store)(nil)
+var _ idemstore.IgnoreStore[pgx.Tx] = (*Store)(nil)
 
 // RecordIgnoreTx writes the audit row of an event its handler ignored (idem.Ignore) inside tx,
 // the transaction that holds its claim: action "ignore", the consumer as actor, no dead letter.
-func (s *Store) RecordIgnoreTx(ctx context.Context, tx pgx.Tx, p idem.RecordIgnoreParams) error {
+func (s *Store) RecordIgnoreTx(ctx context.Context, tx pgx.Tx, p idemstore.RecordIgnoreParams) error {
 	if _, err := tx.Exec(ctx, s.q.auditInsert, orNow(p.Now), p.Key.Consumer, idem.AuditActionIgnore, p.Key.EventID, p.Reason); err != nil {
 		return fmt.Errorf("idempg: record ignore of %s: %w", p.Key, err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/storetest"
 )
 
@@ -128,12 +129,12 @@ func TestDeadLetterStatusAuditRecovery(t *testing.T) {
 		{"discard the third", []int64{all[2].ID}, idem.DeadLetterDiscarded, []int64{all[2].ID}},
 		{"nothing", nil, idem.DeadLetterDiscarded, nil},
 	} {
-		changed, err := store.SetDeadLetterStatus(ctx, idem.SetDeadLetterStatusParams{IDs: step.ids, Status: step.status,
+		changed, err := store.SetDeadLetterStatus(ctx, idemstore.SetDeadLetterStatusParams{IDs: step.ids, Status: step.status,
 			Actor: "ops@example.com", Reason: step.what, Now: t0.Add(time.Hour)})
 		require.NoError(t, err, step.what)
 		require.Equal(t, step.want, changed, step.what)
 	}
-	_, err := store.SetDeadLetterStatus(ctx, idem.SetDeadLetterStatusParams{IDs: []int64{all[0].ID}, Status: idem.DeadLetterPending})
+	_, err := store.SetDeadLetterStatus(ctx, idemstore.SetDeadLetterStatusParams{IDs: []int64{all[0].ID}, Status: idem.DeadLetterPending})
 	require.ErrorContains(t, err, `status "pending"`)
 
 	for i, want := range []idem.DeadLetterStatus{idem.DeadLetterReplayed, idem.DeadLetterReplayed, idem.DeadLetterDiscarded} {
@@ -184,7 +185,7 @@ func TestListDeadLettersAndStats(t *testing.T) {
 
 	st, err := store.DeadLetterStats(ctx)
 	require.NoError(t, err)
-	require.Equal(t, idem.DeadLetterStats{ByReason: map[idem.Reason]int64{}}, st)
+	require.Equal(t, idemstore.DeadLetterStats{ByReason: map[idem.Reason]int64{}}, st)
 
 	var dls []idem.DeadLetter
 	for _, d := range []idem.DeadLetter{
@@ -197,26 +198,26 @@ func TestListDeadLettersAndStats(t *testing.T) {
 		require.NoError(t, err)
 		dls = append(dls, got)
 	}
-	_, err = store.SetDeadLetterStatus(ctx, idem.SetDeadLetterStatusParams{IDs: []int64{dls[3].ID},
+	_, err = store.SetDeadLetterStatus(ctx, idemstore.SetDeadLetterStatusParams{IDs: []int64{dls[3].ID},
 		Status: idem.DeadLetterDiscarded, Actor: "ops", Reason: "obsolete"})
 	require.NoError(t, err)
 
 	for _, tc := range []struct {
 		name string
-		f    idem.DeadLetterFilter
+		f    idemstore.DeadLetterFilter
 		want []int
 	}{
-		{"all", idem.DeadLetterFilter{}, []int{0, 1, 2, 3}},
-		{"ids", idem.DeadLetterFilter{IDs: []int64{dls[2].ID, dls[0].ID}}, []int{0, 2}},
-		{"consumer", idem.DeadLetterFilter{Consumer: "ledger@v1"}, []int{0, 1}},
-		{"tenant", idem.DeadLetterFilter{Tenant: "acme"}, []int{0, 2, 3}},
-		{"reason", idem.DeadLetterFilter{Reason: idem.ReasonPermanentError}, []int{0, 2}},
-		{"status pending", idem.DeadLetterFilter{Status: idem.DeadLetterPending}, []int{0, 1, 2}},
-		{"status discarded", idem.DeadLetterFilter{Status: idem.DeadLetterDiscarded}, []int{3}},
-		{"older than", idem.DeadLetterFilter{OlderThan: t0.Add(2 * time.Hour)}, []int{0, 1}},
-		{"limit", idem.DeadLetterFilter{Limit: 2}, []int{0, 1}},
-		{"combined", idem.DeadLetterFilter{Tenant: "acme", Reason: idem.ReasonPermanentError, Status: idem.DeadLetterPending, Limit: 1}, []int{0}},
-		{"none", idem.DeadLetterFilter{Consumer: "nobody"}, nil},
+		{"all", idemstore.DeadLetterFilter{}, []int{0, 1, 2, 3}},
+		{"ids", idemstore.DeadLetterFilter{IDs: []int64{dls[2].ID, dls[0].ID}}, []int{0, 2}},
+		{"consumer", idemstore.DeadLetterFilter{Consumer: "ledger@v1"}, []int{0, 1}},
+		{"tenant", idemstore.DeadLetterFilter{Tenant: "acme"}, []int{0, 2, 3}},
+		{"reason", idemstore.DeadLetterFilter{Reason: idem.ReasonPermanentError}, []int{0, 2}},
+		{"status pending", idemstore.DeadLetterFilter{Status: idem.DeadLetterPending}, []int{0, 1, 2}},
+		{"status discarded", idemstore.DeadLetterFilter{Status: idem.DeadLetterDiscarded}, []int{3}},
+		{"older than", idemstore.DeadLetterFilter{OlderThan: t0.Add(2 * time.Hour)}, []int{0, 1}},
+		{"limit", idemstore.DeadLetterFilter{Limit: 2}, []int{0, 1}},
+		{"combined", idemstore.DeadLetterFilter{Tenant: "acme", Reason: idem.ReasonPermanentError, Status: idem.DeadLetterPending, Limit: 1}, []int{0}},
+		{"none", idemstore.DeadLetterFilter{Consumer: "nobody"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -13,7 +13,7 @@
 // time (truncated to an hour or a day), while the key stays (tenant, consumer, event_id) alone:
 // a claim locks its key and finds an earlier claim in any partition. Retention then drops whole
 // partitions (DropExpiredPartitions), partitions are created ahead of time (EnsurePartitions),
-// and the store implements idem.BucketedStore, so consumers require each event's OccurredAt and
+// and the store implements idemstore.BucketedStore, so consumers require each event's OccurredAt and
 // dead-letter as too_old an event older than their retention. See partition.go.
 //
 //	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))

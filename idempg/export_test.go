@@ -4,10 +4,14 @@ package idempg
 // their plans.
 func (s *Store) QueueQueries() map[string]string {
 	return map[string]string{
-		"fetch":  s.q.queueFetch,
-		"ack":    s.q.queueAck,
-		"nak":    s.q.queueNak,
-		"extend": s.q.queueExtend,
-		"stats":  s.q.queueStats,
+		"fetch":    s.q.queueFetch,
+		"ack":      s.q.queueAck,
+		"ackBatch": s.q.queueAckBatch,
+		"nak":      s.q.queueNak,
+		"extend":   s.q.queueExtend,
+		"stats":    s.q.queueStats,
 	}
 }
+
+// OutboxFetchQuery returns the relay's fetch statement, for the test that checks its plan.
+func (s *Store) OutboxFetchQuery() string { return s.q.outboxFetch }

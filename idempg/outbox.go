@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // OutboxPartitions is the fixed number of partitions outbox rows are hashed into
@@ -19,7 +20,7 @@ func (s *Store) OutboxPartitions() int { return s.cfg.OutboxPartitions }
 // EnqueueTx inserts outgoing events inside the caller's transaction, so they commit or roll
 // back with its business write, in one round trip together with a pg_notify on the
 // {prefix}outbox channel that PostgreSQL delivers at commit and wakes the relays. Every event
-// is validated first (idem.Outgoing.Validate); its partition is idem.OutboxPartition of its
+// is validated first (idem.Outgoing.Validate); its partition is idemstore.OutboxPartition of its
 // ordering key, and a zero OccurredAt is the enqueue time.
 func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, msgs ...idem.Outgoing) error {
 	if len(msgs) == 0 {
@@ -41,7 +42,7 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, msgs ...idem.Outgoing)
 		if occurred.IsZero() {
 			occurred = now
 		}
-		b.Queue(s.q.outboxInsert, idem.OutboxPartition(o, s.cfg.OutboxPartitions), o.EventID, o.Tenant,
+		b.Queue(s.q.outboxInsert, idemstore.OutboxPartition(o, s.cfg.OutboxPartitions), o.EventID, o.Tenant,
 			o.Topic, o.Key, o.Type, o.Payload, headers, occurred, now)
 	}
 	b.Queue(s.q.outboxNotify, s.q.outboxChannel)
@@ -55,7 +56,7 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, msgs ...idem.Outgoing)
 // enqueue order, due or not: the relay holds back a key behind a row that is not yet due, and
 // behind a dead row with a dead letter until that is replayed or discarded.
 // It takes no locks; partition leases keep relays apart.
-func (s *Store) OutboxFetch(ctx context.Context, p idem.OutboxFetchParams) ([]idem.OutboxRow, error) {
+func (s *Store) OutboxFetch(ctx context.Context, p idemstore.OutboxFetchParams) ([]idemstore.OutboxRow, error) {
 	if len(p.Partitions) == 0 {
 		return nil, nil
 	}
@@ -67,9 +68,9 @@ func (s *Store) OutboxFetch(ctx context.Context, p idem.OutboxFetchParams) ([]id
 	if err != nil {
 		return nil, fmt.Errorf("idempg: fetch outbox partitions %v: %w", p.Partitions, err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (idem.OutboxRow, error) {
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (idemstore.OutboxRow, error) {
 		var (
-			row      idem.OutboxRow
+			row      idemstore.OutboxRow
 			headers  []byte
 			occurred pgtype.Timestamptz
 			first    pgtype.Timestamptz
@@ -110,7 +111,7 @@ func (s *Store) OutboxMarkPublished(ctx context.Context, ids []int64, at time.Ti
 // OutboxMarkFailed records a failed publish of row p.ID: its attempts, last error, next and
 // first attempt times, and whether it is dead (with its dead letter). A row that does not exist is an error wrapping
 // idem.ErrNotFound.
-func (s *Store) OutboxMarkFailed(ctx context.Context, p idem.OutboxFailParams) error {
+func (s *Store) OutboxMarkFailed(ctx context.Context, p idemstore.OutboxFailParams) error {
 	var first pgtype.Timestamptz
 	if !p.FirstAttemptAt.IsZero() {
 		first = pgtype.Timestamptz{Time: p.FirstAttemptAt, Valid: true}
@@ -141,13 +142,13 @@ func (s *Store) OutboxDeletePublished(ctx context.Context, before time.Time, lim
 
 // OutboxStats reports the rows the relays still have to publish (unpublished and not dead) and
 // the creation time of the oldest (zero when none).
-func (s *Store) OutboxStats(ctx context.Context) (idem.QueueStats, error) {
+func (s *Store) OutboxStats(ctx context.Context) (idemstore.QueueStats, error) {
 	var (
-		st     idem.QueueStats
+		st     idemstore.QueueStats
 		oldest pgtype.Timestamptz
 	)
 	if err := s.pool.QueryRow(ctx, s.q.outboxStats).Scan(&st.Backlog, &oldest); err != nil {
-		return idem.QueueStats{}, fmt.Errorf("idempg: outbox stats: %w", err)
+		return idemstore.QueueStats{}, fmt.Errorf("idempg: outbox stats: %w", err)
 	}
 	st.Oldest = timeOf(oldest)
 	return st, nil
@@ -163,7 +164,7 @@ func (s *Store) OutboxWait(ctx context.Context, max time.Duration) error {
 // LeaseAcquire takes or renews the lease p.Name for p.Owner until now+p.TTL, in one upsert. It
 // succeeds (ok) when the lease is free, expired, or already p.Owner's; the token increases
 // whenever the lease changes owner and stays when the owner renews.
-func (s *Store) LeaseAcquire(ctx context.Context, p idem.LeaseParams) (int64, bool, error) {
+func (s *Store) LeaseAcquire(ctx context.Context, p idemstore.LeaseParams) (int64, bool, error) {
 	switch {
 	case p.Name == "":
 		return 0, false, errors.New("idempg: acquire lease: name is empty")
@@ -194,13 +195,13 @@ func (s *Store) LeaseRelease(ctx context.Context, name, owner string) error {
 }
 
 // LeaseList returns the leases unexpired at now whose names start with prefix, by name.
-func (s *Store) LeaseList(ctx context.Context, prefix string, now time.Time) ([]idem.Lease, error) {
+func (s *Store) LeaseList(ctx context.Context, prefix string, now time.Time) ([]idemstore.Lease, error) {
 	rows, err := s.pool.Query(ctx, s.q.leaseList, prefix, orNow(now))
 	if err != nil {
 		return nil, fmt.Errorf("idempg: list leases %q: %w", prefix, err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (idem.Lease, error) {
-		var l idem.Lease
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (idemstore.Lease, error) {
+		var l idemstore.Lease
 		err := r.Scan(&l.Name, &l.Owner, &l.Token, &l.LeaseUntil)
 		l.LeaseUntil = l.LeaseUntil.UTC()
 		return l, err

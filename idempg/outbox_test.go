@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/storetest"
 )
 
@@ -40,9 +41,9 @@ func enqueue(t *testing.T, store *idempg.Store, msgs ...idem.Outgoing) {
 	}))
 }
 
-func fetchAll(t *testing.T, store *idempg.Store) []idem.OutboxRow {
+func fetchAll(t *testing.T, store *idempg.Store) []idemstore.OutboxRow {
 	t.Helper()
-	rows, err := store.OutboxFetch(context.Background(), idem.OutboxFetchParams{Partitions: allPartitions(), Limit: 1000})
+	rows, err := store.OutboxFetch(context.Background(), idemstore.OutboxFetchParams{Partitions: allPartitions(), Limit: 1000})
 	require.NoError(t, err)
 	return rows
 }
@@ -82,7 +83,7 @@ func TestOutbox(t *testing.T) {
 		require.Len(t, rows, 2)
 		for i, r := range rows {
 			want := []idem.Outgoing{outgoing("evt-1", "k"), withTime}[i]
-			require.Equal(t, idem.OutboxPartition(want, testPartitions), r.Partition)
+			require.Equal(t, idemstore.OutboxPartition(want, testPartitions), r.Partition)
 			require.Equal(t, want.EventID, r.Outgoing.EventID)
 			require.Equal(t, want.Tenant, r.Outgoing.Tenant)
 			require.Equal(t, want.Topic, r.Outgoing.Topic)
@@ -110,13 +111,13 @@ func TestOutbox(t *testing.T) {
 
 		total := 0
 		for p := range testPartitions {
-			rows, err := store.OutboxFetch(ctx, idem.OutboxFetchParams{Partitions: []int{p}, Limit: 100})
+			rows, err := store.OutboxFetch(ctx, idemstore.OutboxFetchParams{Partitions: []int{p}, Limit: 100})
 			require.NoError(t, err)
 			total += len(rows)
 			lastByKey := map[string]string{}
 			for i, r := range rows {
 				require.Equal(t, p, r.Partition)
-				require.Equal(t, idem.OutboxPartition(r.Outgoing, testPartitions), p)
+				require.Equal(t, idemstore.OutboxPartition(r.Outgoing, testPartitions), p)
 				if i > 0 {
 					require.Less(t, rows[i-1].ID, r.ID, "enqueue order")
 				}
@@ -126,12 +127,12 @@ func TestOutbox(t *testing.T) {
 		}
 		require.Equal(t, len(msgs), total, "every row in exactly one partition")
 
-		rows, err := store.OutboxFetch(ctx, idem.OutboxFetchParams{Partitions: allPartitions(), Limit: 3})
+		rows, err := store.OutboxFetch(ctx, idemstore.OutboxFetchParams{Partitions: allPartitions(), Limit: 3})
 		require.NoError(t, err)
 		require.Len(t, rows, 3)
 		require.Equal(t, []string{"evt-00", "evt-01", "evt-02"},
 			[]string{rows[0].Outgoing.EventID, rows[1].Outgoing.EventID, rows[2].Outgoing.EventID})
-		rows, err = store.OutboxFetch(ctx, idem.OutboxFetchParams{})
+		rows, err = store.OutboxFetch(ctx, idemstore.OutboxFetchParams{})
 		require.NoError(t, err)
 		require.Empty(t, rows, "no partitions, no rows")
 	})
@@ -149,11 +150,11 @@ func TestOutbox(t *testing.T) {
 
 		require.NoError(t, store.OutboxMarkPublished(ctx, []int64{rows[0].ID}, time.Now()))
 		next := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-		require.NoError(t, store.OutboxMarkFailed(ctx, idem.OutboxFailParams{ID: rows[1].ID, Attempts: 3,
+		require.NoError(t, store.OutboxMarkFailed(ctx, idemstore.OutboxFailParams{ID: rows[1].ID, Attempts: 3,
 			LastError: "503 from broker", NextAttemptAt: next}))
-		require.NoError(t, store.OutboxMarkFailed(ctx, idem.OutboxFailParams{ID: rows[2].ID, Attempts: 10,
+		require.NoError(t, store.OutboxMarkFailed(ctx, idemstore.OutboxFailParams{ID: rows[2].ID, Attempts: 10,
 			LastError: "rejected", NextAttemptAt: next, Dead: true}))
-		err = store.OutboxMarkFailed(ctx, idem.OutboxFailParams{ID: 1 << 40, Attempts: 1})
+		err = store.OutboxMarkFailed(ctx, idemstore.OutboxFailParams{ID: 1 << 40, Attempts: 1})
 		require.ErrorIs(t, err, idem.ErrNotFound)
 		require.ErrorContains(t, err, fmt.Sprint(int64(1<<40)))
 
@@ -258,23 +259,23 @@ func TestLeases(t *testing.T) {
 		{"b renews", "b", 20 * time.Second, true, 2},
 		{"a takes it back after expiry", "a", 31 * time.Second, true, 3},
 	} {
-		token, ok, err := store.LeaseAcquire(ctx, idem.LeaseParams{Name: name, Owner: step.owner, TTL: ttl, Now: t0.Add(step.at)})
+		token, ok, err := store.LeaseAcquire(ctx, idemstore.LeaseParams{Name: name, Owner: step.owner, TTL: ttl, Now: t0.Add(step.at)})
 		require.NoError(t, err, step.what)
 		require.Equal(t, step.wantOK, ok, step.what)
 		require.Equal(t, step.wantToken, token, step.what)
 	}
 
 	at := t0.Add(32 * time.Second)
-	_, ok, err := store.LeaseAcquire(ctx, idem.LeaseParams{Name: "relay/member/x", Owner: "x", TTL: time.Minute, Now: at})
+	_, ok, err := store.LeaseAcquire(ctx, idemstore.LeaseParams{Name: "relay/member/x", Owner: "x", TTL: time.Minute, Now: at})
 	require.NoError(t, err)
 	require.True(t, ok)
-	_, ok, err = store.LeaseAcquire(ctx, idem.LeaseParams{Name: "other", Owner: "x", TTL: time.Minute, Now: at})
+	_, ok, err = store.LeaseAcquire(ctx, idemstore.LeaseParams{Name: "other", Owner: "x", TTL: time.Minute, Now: at})
 	require.NoError(t, err)
 	require.True(t, ok)
 
 	leases, err := store.LeaseList(ctx, "relay/", at)
 	require.NoError(t, err)
-	require.Equal(t, []idem.Lease{
+	require.Equal(t, []idemstore.Lease{
 		{Name: "relay/member/x", Owner: "x", Token: 1, LeaseUntil: at.Add(time.Minute)},
 		{Name: name, Owner: "a", Token: 3, LeaseUntil: t0.Add(41 * time.Second)},
 	}, leases)
@@ -287,16 +288,16 @@ func TestLeases(t *testing.T) {
 
 	// Release: only the owner can, and the next owner's token is still higher.
 	require.NoError(t, store.LeaseRelease(ctx, name, "b"))
-	_, ok, err = store.LeaseAcquire(ctx, idem.LeaseParams{Name: name, Owner: "c", TTL: ttl, Now: at})
+	_, ok, err = store.LeaseAcquire(ctx, idemstore.LeaseParams{Name: name, Owner: "c", TTL: ttl, Now: at})
 	require.NoError(t, err)
 	require.False(t, ok, "b's release did not free a's lease")
 	require.NoError(t, store.LeaseRelease(ctx, name, "a"))
-	token, ok, err := store.LeaseAcquire(ctx, idem.LeaseParams{Name: name, Owner: "c", TTL: ttl, Now: at})
+	token, ok, err := store.LeaseAcquire(ctx, idemstore.LeaseParams{Name: name, Owner: "c", TTL: ttl, Now: at})
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.EqualValues(t, 4, token)
 
-	_, _, err = store.LeaseAcquire(ctx, idem.LeaseParams{Name: name, Owner: "c"})
+	_, _, err = store.LeaseAcquire(ctx, idemstore.LeaseParams{Name: name, Owner: "c"})
 	require.ErrorContains(t, err, "TTL is 0s")
 
 	t.Run("ConcurrentAcquireHasOneWinner", func(t *testing.T) {
@@ -310,7 +311,7 @@ func TestLeases(t *testing.T) {
 		for i := range 6 {
 			wg.Go(func() {
 				owner := fmt.Sprintf("owner-%d", i)
-				_, ok, err := store.LeaseAcquire(ctx, idem.LeaseParams{Name: "contested", Owner: owner, TTL: time.Minute, Now: t0})
+				_, ok, err := store.LeaseAcquire(ctx, idemstore.LeaseParams{Name: "contested", Owner: owner, TTL: time.Minute, Now: t0})
 				if err != nil {
 					errs <- err
 					return

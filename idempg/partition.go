@@ -9,10 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemkit/idem/idemstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/idemkit/idem"
 )
 
 // The partitioned inbox (Config.Partition).
@@ -49,11 +48,11 @@ import (
 // far from the store's. ClassifyError reports it as transient, so the delivery is retried; the
 // store also starts creating the partitions of the current window in the background (never one
 // for a far-away bucket, which a bad clock could otherwise fill the schema with).
-var ErrPartitionMissing = errors.New("no claims partition for the claim's time bucket")
+var ErrPartitionMissing = errors.New("idempg: no claims partition for the claim's time bucket")
 
-var _ idem.BucketedStore = (*Store)(nil)
+var _ idemstore.BucketedStore = (*Store)(nil)
 
-// ClaimBucket implements idem.BucketedStore: the partition width (Config.Partition.Bucket), or
+// ClaimBucket implements idemstore.BucketedStore: the partition width (Config.Partition.Bucket), or
 // 0 for the plain claims table. idem.Consumer then requires each event's OccurredAt (for its
 // too_old check); the store places a claim by the claim's own time and ignores the bucket the
 // consumer passes.
@@ -414,7 +413,7 @@ func (s *Store) dropPartitions(ctx context.Context, horizon time.Time, count boo
 // retention nor a caller's clock drops claims another consumer still needs; p.Consumer cannot
 // narrow it, since a partition holds every consumer's claims. Reporting more than p.Limit is
 // deliberate: a drop holds no lock that a smaller batch would shorten.
-func (s *Store) deletePartitionedClaims(ctx context.Context, p idem.DeleteExpiredClaimsParams) (int, error) {
+func (s *Store) deletePartitionedClaims(ctx context.Context, p idemstore.DeleteExpiredClaimsParams) (int, error) {
 	now := time.Now()
 	horizon := now.Add(-s.cfg.Partition.Retention)
 	if p.Before.Before(horizon) {

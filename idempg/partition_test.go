@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/storetest"
 )
 
@@ -76,12 +77,12 @@ func tableExists(t *testing.T, store *idempg.Store, name string) bool {
 
 // claimIn claims key at the claim time at (zero: the store's now) in a transaction of its own;
 // a partitioned store places the claim in at's bucket.
-func claimIn(t *testing.T, store *idempg.Store, key idem.Key, fp idem.Fingerprint, at time.Time) (idem.ClaimResult, error) {
+func claimIn(t *testing.T, store *idempg.Store, key idem.Key, fp idem.Fingerprint, at time.Time) (idemstore.ClaimResult, error) {
 	t.Helper()
-	var res idem.ClaimResult
+	var res idemstore.ClaimResult
 	err := store.InTx(context.Background(), func(ctx context.Context, tx pgx.Tx) error {
 		var err error
-		res, err = store.ClaimTx(ctx, tx, idem.ClaimParams{Key: key, Fingerprint: fp, Now: at})
+		res, err = store.ClaimTx(ctx, tx, idemstore.ClaimParams{Key: key, Fingerprint: fp, Now: at})
 		return err
 	})
 	return res, err
@@ -127,7 +128,7 @@ func TestPartitionConfig(t *testing.T) {
 			defer s.Close()
 			require.Equal(t, tc.want, s.Config().Partition)
 			require.Equal(t, tc.want.Bucket, s.ClaimBucket())
-			var _ idem.BucketedStore = s
+			var _ idemstore.BucketedStore = s
 		})
 	}
 }
@@ -168,7 +169,7 @@ func TestPartitionMigrate(t *testing.T) {
 			require.NoError(t, err)
 			names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 			require.NoError(t, err)
-			require.Equal(t, []string{"001_claims.up.sql", "002_dead_letters.up.sql", "003_queue.up.sql", "004_outbox.up.sql", "050_outbox_held_rows.up.sql", "051_queue_fetch_order.up.sql", "052_queue_first_fetched.up.sql", "060_queue_subscriptions.up.sql", "070_http_keys.up.sql", "090_dead_letter_owner.up.sql", "091_replay_topic.up.sql"}, names,
+			require.Equal(t, []string{"001_claims.up.sql", "002_dead_letters.up.sql", "003_queue.up.sql", "004_outbox.up.sql", "050_outbox_held_rows.up.sql", "051_queue_fetch_order.up.sql", "052_queue_first_fetched.up.sql", "060_queue_subscriptions.up.sql", "070_http_keys.up.sql", "080_queue_fillfactor.up.sql", "081_outbox_pending_order.up.sql", "090_dead_letter_owner.up.sql", "091_replay_topic.up.sql"}, names,
 				"the layout changes what a version creates, not which versions exist")
 		}
 	})
@@ -177,6 +178,7 @@ func TestPartitionMigrate(t *testing.T) {
 		t.Parallel()
 		schema := randomSchema(t)
 		dropSchema(t, schema)
+		before := time.Now().UTC()
 		var wg sync.WaitGroup
 		errs := make(chan error, 4)
 		var store *idempg.Store
@@ -194,8 +196,13 @@ func TestPartitionMigrate(t *testing.T) {
 		for err := range errs {
 			require.NoError(t, err)
 		}
+		if time.Now().UTC().Truncate(time.Hour) != before.Truncate(time.Hour) {
+			t.Skip("a bucket boundary passed during Migrate")
+		}
 		require.GreaterOrEqual(t, len(attached(t, store)), 12+48)
-		n, err := store.EnsurePartitions(ctx, time.Now().Add(-time.Minute))
+		// The window the migrators saw: an earlier instant may reach back into a bucket
+		// that retention had already left behind when they ran (it did at 14:00 in CI).
+		n, err := store.EnsurePartitions(ctx, before)
 		require.NoError(t, err)
 		require.Zero(t, n)
 	})
@@ -233,7 +240,7 @@ func TestPartitionMigrate(t *testing.T) {
 		require.Equal(t, 4, n)
 		res, err := claimIn(t, store, idem.Key{EventID: "e"}, idem.Fingerprint{1}, time.Now())
 		require.NoError(t, err)
-		require.Equal(t, idem.ClaimNew, res.Status)
+		require.Equal(t, idemstore.ClaimNew, res.Status)
 	})
 
 	t.Run("RefusesAnotherLayout", func(t *testing.T) {
@@ -274,13 +281,13 @@ func TestPartitionMigrate(t *testing.T) {
 		// A plain store refuses to garbage-collect a partitioned table by ctid, and its claims
 		// there fail with an explanation, transiently (a configuration to fix, not bad events).
 		misconfigured := open(dailySchema, idempg.PartitionConfig{})
-		_, err := misconfigured.DeleteExpiredClaims(ctx, idem.DeleteExpiredClaimsParams{Before: time.Now(), Limit: 10})
+		_, err := misconfigured.DeleteExpiredClaims(ctx, idemstore.DeleteExpiredClaimsParams{Before: time.Now(), Limit: 10})
 		require.ErrorContains(t, err, "is partitioned")
 		_, err = claimIn(t, misconfigured, idem.Key{EventID: "e"}, idem.Fingerprint{1}, time.Time{})
 		require.ErrorContains(t, err, "it was created partitioned, so configure Config.Partition")
 		require.Equal(t, idem.ClassTransient, misconfigured.ClassifyError(err))
 		err = misconfigured.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-			_, err := misconfigured.ClaimBatchTx(ctx, tx, []idem.ClaimParams{{Key: idem.Key{EventID: "e"}}})
+			_, err := misconfigured.ClaimBatchTx(ctx, tx, []idemstore.ClaimParams{{Key: idem.Key{EventID: "e"}}})
 			return err
 		})
 		require.ErrorContains(t, err, "it was created partitioned, so configure Config.Partition")
@@ -311,14 +318,14 @@ func TestPartitionClaim(t *testing.T) {
 			name string
 			fp   idem.Fingerprint
 			at   time.Time // the claim's time
-			want idem.ClaimStatus
+			want idemstore.ClaimStatus
 		}{
-			{"new, yesterday", fpA, yesterday.Add(5 * time.Hour), idem.ClaimNew},
-			{"duplicate, later yesterday", fpA, yesterday.Add(17 * time.Hour), idem.ClaimDuplicate},
-			{"conflict", fpB, yesterday, idem.ClaimConflict},
-			{"duplicate, claimed today", fpA, today.Add(time.Hour), idem.ClaimDuplicate},
-			{"conflict, claimed today", fpB, today.Add(time.Hour), idem.ClaimConflict},
-			{"another key today", fpB, today.Add(time.Hour), idem.ClaimNew},
+			{"new, yesterday", fpA, yesterday.Add(5 * time.Hour), idemstore.ClaimNew},
+			{"duplicate, later yesterday", fpA, yesterday.Add(17 * time.Hour), idemstore.ClaimDuplicate},
+			{"conflict", fpB, yesterday, idemstore.ClaimConflict},
+			{"duplicate, claimed today", fpA, today.Add(time.Hour), idemstore.ClaimDuplicate},
+			{"conflict, claimed today", fpB, today.Add(time.Hour), idemstore.ClaimConflict},
+			{"another key today", fpB, today.Add(time.Hour), idemstore.ClaimNew},
 		} {
 			k := key
 			if tc.name == "another key today" {
@@ -327,21 +334,21 @@ func TestPartitionClaim(t *testing.T) {
 			res, err := claimIn(t, store, k, tc.fp, tc.at)
 			require.NoError(t, err, tc.name)
 			require.Equal(t, tc.want, res.Status, tc.name)
-			if tc.want == idem.ClaimDuplicate || tc.want == idem.ClaimConflict {
+			if tc.want == idemstore.ClaimDuplicate || tc.want == idemstore.ClaimConflict {
 				require.Equal(t, fpA, res.Existing, tc.name)
 				require.True(t, res.ClaimedAt.Equal(yesterday.Add(5*time.Hour)), "%s: claimed at %v", tc.name, res.ClaimedAt)
 			}
 		}
 		// The batched claim finds it too, wherever its own claim would go.
 		err := store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-			rs, err := store.ClaimBatchTx(ctx, tx, []idem.ClaimParams{
+			rs, err := store.ClaimBatchTx(ctx, tx, []idemstore.ClaimParams{
 				{Key: key, Fingerprint: fpA, Now: today.Add(2 * time.Hour)},
 				{Key: idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-3"}, Fingerprint: fpA, Now: today.Add(2 * time.Hour)},
 				{Key: idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-2"}, Fingerprint: fpA, Now: yesterday},
 			})
 			require.NoError(t, err)
-			require.Equal(t, []idem.ClaimStatus{idem.ClaimDuplicate, idem.ClaimNew, idem.ClaimConflict},
-				[]idem.ClaimStatus{rs[0].Status, rs[1].Status, rs[2].Status})
+			require.Equal(t, []idemstore.ClaimStatus{idemstore.ClaimDuplicate, idemstore.ClaimNew, idemstore.ClaimConflict},
+				[]idemstore.ClaimStatus{rs[0].Status, rs[1].Status, rs[2].Status})
 			return nil
 		})
 		require.NoError(t, err)
@@ -366,10 +373,10 @@ func TestPartitionClaim(t *testing.T) {
 		far := today.Add(30 * day)
 		for _, b := range []time.Time{{}, far, today.Add(-30 * day)} {
 			err := store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-				res, err := store.ClaimTx(ctx, tx, idem.ClaimParams{Key: idem.Key{EventID: "evt-" + b.Format("20060102")}, Fingerprint: fpA, Bucket: b})
+				res, err := store.ClaimTx(ctx, tx, idemstore.ClaimParams{Key: idem.Key{EventID: "evt-" + b.Format("20060102")}, Fingerprint: fpA, Bucket: b})
 				require.NoError(t, err, "bucket %v", b)
-				require.Equal(t, idem.ClaimNew, res.Status)
-				_, err = store.ClaimBatchTx(ctx, tx, []idem.ClaimParams{{Key: idem.Key{EventID: "batch-" + b.Format("20060102")}, Fingerprint: fpA, Bucket: b}})
+				require.Equal(t, idemstore.ClaimNew, res.Status)
+				_, err = store.ClaimBatchTx(ctx, tx, []idemstore.ClaimParams{{Key: idem.Key{EventID: "batch-" + b.Format("20060102")}, Fingerprint: fpA, Bucket: b}})
 				return err
 			})
 			require.NoError(t, err, "bucket %v", b)
@@ -388,7 +395,7 @@ func TestPartitionClaim(t *testing.T) {
 		require.Equal(t, idem.ClassTransient, store.ClassifyError(fmt.Errorf("idem: claim: %w", err)))
 
 		err = store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-			_, err := store.ClaimBatchTx(ctx, tx, []idem.ClaimParams{
+			_, err := store.ClaimBatchTx(ctx, tx, []idemstore.ClaimParams{
 				{Key: idem.Key{EventID: "ok"}, Now: today},
 				{Key: idem.Key{EventID: "evt-future"}, Now: far},
 			})
@@ -401,10 +408,15 @@ func TestPartitionClaim(t *testing.T) {
 		// A consumer whose clock is far ahead is retried; nothing is applied, and no partition
 		// is made for it.
 		c, err := idem.NewConsumer(store, idem.ConsumerConfig[pgx.Tx]{Name: "ledger@v1",
-			Retention: store.ClaimRetention(), RedeliveryWindow: time.Hour, Now: func() time.Time { return far.Add(time.Hour) },
+			Now: func() time.Time { return far.Add(time.Hour) },
+			Claims: idem.ClaimConfig{
+				Retention:        store.ClaimRetention(),
+				RedeliveryWindow: time.Hour,
+			},
 			Handler: func(context.Context, pgx.Tx, idem.Message) error { return errors.New("must not run") }})
 		require.NoError(t, err)
-		r, err := c.Process(ctx, idem.Message{EventID: "evt-future", Payload: []byte(`{}`), OccurredAt: far})
+		r := c.Process(ctx, idem.Message{EventID: "evt-future", Payload: []byte(`{}`), OccurredAt: far})
+		err = r.Err
 		require.ErrorIs(t, err, idempg.ErrPartitionMissing)
 		require.Equal(t, idem.ClassTransient, r.Class)
 		time.Sleep(100 * time.Millisecond) // let a background creation (of the current window) run
@@ -412,10 +424,14 @@ func TestPartitionClaim(t *testing.T) {
 
 		// An event stamped far ahead is claimed now, in the current partition.
 		c, err = idem.NewConsumer(store, idem.ConsumerConfig[pgx.Tx]{Name: "ledger@v1",
-			Retention: store.ClaimRetention(), RedeliveryWindow: time.Hour,
+			Claims: idem.ClaimConfig{
+				Retention:        store.ClaimRetention(),
+				RedeliveryWindow: time.Hour,
+			},
 			Handler: func(context.Context, pgx.Tx, idem.Message) error { return nil }})
 		require.NoError(t, err)
-		r, err = c.Process(ctx, idem.Message{EventID: "evt-future", Payload: []byte(`{}`), OccurredAt: far})
+		r = c.Process(ctx, idem.Message{EventID: "evt-future", Payload: []byte(`{}`), OccurredAt: far})
+		err = r.Err
 		require.NoError(t, err)
 		require.Equal(t, idem.OutcomeProcessed, r.Outcome)
 	})
@@ -426,13 +442,13 @@ func TestPartitionClaim(t *testing.T) {
 		for _, level := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
 			tx, err := store.Pool().BeginTx(ctx, pgx.TxOptions{IsoLevel: level})
 			require.NoError(t, err)
-			_, err = store.ClaimTx(ctx, tx, idem.ClaimParams{Key: idem.Key{EventID: "evt-iso"}, Fingerprint: fpA})
+			_, err = store.ClaimTx(ctx, tx, idemstore.ClaimParams{Key: idem.Key{EventID: "evt-iso"}, Fingerprint: fpA})
 			require.ErrorContains(t, err, "the partitioned inbox needs READ COMMITTED transactions, and this one is "+strings.ToUpper(string(level)))
 			require.Equal(t, idem.ClassTransient, store.ClassifyError(err))
 			require.NoError(t, tx.Rollback(ctx))
 			tx, err = store.Pool().BeginTx(ctx, pgx.TxOptions{IsoLevel: level})
 			require.NoError(t, err)
-			_, err = store.ClaimBatchTx(ctx, tx, []idem.ClaimParams{{Key: idem.Key{EventID: "evt-iso"}, Fingerprint: fpA}})
+			_, err = store.ClaimBatchTx(ctx, tx, []idemstore.ClaimParams{{Key: idem.Key{EventID: "evt-iso"}, Fingerprint: fpA}})
 			require.ErrorContains(t, err, "the partitioned inbox needs READ COMMITTED transactions")
 			require.NoError(t, tx.Rollback(ctx))
 		}
@@ -473,9 +489,18 @@ func TestPartitionClaim(t *testing.T) {
 		for deadline := time.Now().Add(10 * time.Second); !tableExists(t, store, name); time.Sleep(10 * time.Millisecond) {
 			require.False(t, time.Now().After(deadline), "the partition was not created in the background")
 		}
-		res, err := claimIn(t, store, idem.Key{EventID: "evt-tomorrow"}, fpA, tomorrow.Add(time.Hour))
-		require.NoError(t, err, "the retry finds the partition")
-		require.Equal(t, idem.ClaimNew, res.Status)
+		// The consumer retries a transient error with backoff; so does this test, within the
+		// same deadline (once, under the race detector, the first retry right after the table
+		// appeared still met the missing partition).
+		var res idemstore.ClaimResult
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			res, err = claimIn(t, store, idem.Key{EventID: "evt-tomorrow"}, fpA, tomorrow.Add(time.Hour))
+			if err == nil || !errors.Is(err, idempg.ErrPartitionMissing) || time.Now().After(deadline) {
+				break
+			}
+		}
+		require.NoError(t, err, "a retry finds the partition")
+		require.Equal(t, idemstore.ClaimNew, res.Status)
 	})
 }
 
@@ -491,7 +516,7 @@ func TestPartitionBatchRelease(t *testing.T) {
 	// A committed claim of the key, made two buckets ago.
 	res, err := claimIn(t, store, key, fp, earlier)
 	require.NoError(t, err)
-	require.Equal(t, idem.ClaimNew, res.Status)
+	require.Equal(t, idemstore.ClaimNew, res.Status)
 
 	count := func() (n int) {
 		require.NoError(t, store.Pool().QueryRow(ctx, `SELECT count(*) FROM `+table(store, "claims")+` WHERE event_id = $1`, key.EventID).Scan(&n))
@@ -499,13 +524,13 @@ func TestPartitionBatchRelease(t *testing.T) {
 	}
 	other := idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-2"}
 	require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		rs, err := store.ClaimBatchTx(ctx, tx, []idem.ClaimParams{
+		rs, err := store.ClaimBatchTx(ctx, tx, []idemstore.ClaimParams{
 			{Key: key, Fingerprint: fp, Now: now},
 			{Key: other, Fingerprint: fp, Now: now},
 		})
 		require.NoError(t, err)
-		require.Equal(t, idem.ClaimDuplicate, rs[0].Status, "the earlier bucket's claim is the key's")
-		require.Equal(t, idem.ClaimNew, rs[1].Status)
+		require.Equal(t, idemstore.ClaimDuplicate, rs[0].Status, "the earlier bucket's claim is the key's")
+		require.Equal(t, idemstore.ClaimNew, rs[1].Status)
 		// The handler of evt-2 failed: its claim goes. evt-1's committed claim is not this
 		// transaction's to release.
 		require.NoError(t, store.ReleaseClaimTx(ctx, tx, other))
@@ -644,7 +669,7 @@ func TestDropExpiredPartitions(t *testing.T) {
 		fill(t, store, today.Add(-3*day), 20)
 		fill(t, store, today.Add(-day), 7) // within the retention
 
-		n, err := store.DeleteExpiredClaims(ctx, idem.DeleteExpiredClaimsParams{Before: now.Add(-30 * day), Limit: 10})
+		n, err := store.DeleteExpiredClaims(ctx, idemstore.DeleteExpiredClaimsParams{Before: now.Add(-30 * day), Limit: 10})
 		require.NoError(t, err)
 		require.Zero(t, n, "a caller's earlier horizon keeps everything after it")
 
@@ -654,7 +679,7 @@ func TestDropExpiredPartitions(t *testing.T) {
 		require.Equal(t, partitionNames("idem_", day, today.Add(-day), today.Add(day)), attached(t, store),
 			"the store's retention bounds the caller's later horizon; partitions ahead are ensured")
 
-		_, err = store.DeleteExpiredClaims(ctx, idem.DeleteExpiredClaimsParams{Before: now})
+		_, err = store.DeleteExpiredClaims(ctx, idemstore.DeleteExpiredClaimsParams{Before: now})
 		require.ErrorContains(t, err, "Limit is 0")
 	})
 }
@@ -692,7 +717,7 @@ func TestPartitionRetentionWithClaimTimeBuckets(t *testing.T) {
 				// The event's time is far from the claim's: it must not matter.
 				res, err := claimIn(t, store, idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: id}, idem.Fingerprint{1}, now.Add(-i))
 				require.NoError(t, err, id)
-				require.Equal(t, idem.ClaimNew, res.Status, id)
+				require.Equal(t, idemstore.ClaimNew, res.Status, id)
 			}
 			dropped, err := store.DropExpiredPartitions(ctx, now)
 			require.NoError(t, err)
@@ -703,9 +728,9 @@ func TestPartitionRetentionWithClaimTimeBuckets(t *testing.T) {
 				require.NoError(t, err, id)
 				switch {
 				case age < p.Retention:
-					require.Equal(t, idem.ClaimConflict, res.Status, "%s, claimed %v ago, is younger than the retention: still claimed", id, age)
+					require.Equal(t, idemstore.ClaimConflict, res.Status, "%s, claimed %v ago, is younger than the retention: still claimed", id, age)
 					kept++
-				case res.Status == idem.ClaimNew:
+				case res.Status == idemstore.ClaimNew:
 					collected++
 				}
 			}

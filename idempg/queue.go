@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // QueuePublish inserts msgs into queue in a transaction of its own and notifies waiting
@@ -26,10 +27,11 @@ func (s *Store) QueuePublish(ctx context.Context, queue string, msgs ...idem.Mes
 	})
 }
 
-// QueuePublishTx inserts msgs into queue inside tx, in one round trip, together with a
-// pg_notify on the {prefix}queue channel that PostgreSQL delivers when tx commits (and drops if
-// it rolls back). Every message needs an EventID. When queue is a topic with subscriptions
-// (QueueSubscribe), each message becomes one job per subscription, in the same statement.
+// QueuePublishTx inserts msgs into queue inside tx, in one statement (the messages as arrays),
+// sent in one round trip together with a pg_notify on the {prefix}queue channel that PostgreSQL
+// delivers when tx commits (and drops if it rolls back). Every message needs an EventID. When
+// queue is a topic with subscriptions (QueueSubscribe), each message becomes one job per
+// subscription, in the same statement. Jobs get ids in the order of msgs.
 func (s *Store) QueuePublishTx(ctx context.Context, tx pgx.Tx, queue string, msgs ...idem.Message) error {
 	if queue == "" {
 		return errors.New("idempg: publish to queue: queue name is empty")
@@ -38,17 +40,26 @@ func (s *Store) QueuePublishTx(ctx context.Context, tx pgx.Tx, queue string, msg
 		return nil
 	}
 	now := time.Now().UTC()
-	var b pgx.Batch
-	for _, m := range msgs {
+	var (
+		ids      = make([]string, len(msgs))
+		tenants  = make([]string, len(msgs))
+		types    = make([]string, len(msgs))
+		payloads = make([][]byte, len(msgs))
+		headers  = make([]string, len(msgs))
+		occurred = make([]pgtype.Timestamptz, len(msgs))
+	)
+	for i, m := range msgs {
 		if m.EventID == "" {
-			return fmt.Errorf("idempg: publish to queue %s: message without event id (type %q)", queue, m.Type)
+			return fmt.Errorf("idempg: publish to queue %q: message %d (type %q) has an empty event id", queue, i, m.Type)
 		}
-		headers, err := encodeHeaders(m.Headers)
+		h, err := encodeHeaders(m.Headers)
 		if err != nil {
 			return fmt.Errorf("idempg: publish event %s to queue %s: %w", m.EventID, queue, err)
 		}
-		b.Queue(s.q.queueInsert, queue, m.EventID, m.Tenant, m.Type, m.Payload, headers, nullTime(m.OccurredAt), now)
+		ids[i], tenants[i], types[i], payloads[i], headers[i], occurred[i] = m.EventID, m.Tenant, m.Type, m.Payload, string(h), nullTime(m.OccurredAt)
 	}
+	var b pgx.Batch
+	b.Queue(s.q.queueInsert, queue, ids, tenants, types, payloads, headers, occurred, now)
 	b.Queue(s.q.queueNotify, s.q.queueChannel, queue)
 	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 		return fmt.Errorf("idempg: publish %d messages (first event %s) to queue %s: %w", len(msgs), msgs[0].EventID, queue, err)
@@ -61,7 +72,7 @@ func (s *Store) QueuePublishTx(ctx context.Context, tx pgx.Tx, queue string, msg
 // and attempt count, and records now as the job's first fetch unless one is recorded, in the same
 // statement; FOR UPDATE SKIP LOCKED lets concurrent workers take
 // different jobs without waiting on each other.
-func (s *Store) QueueFetch(ctx context.Context, p idem.QueueFetchParams) ([]idem.QueueJob, error) {
+func (s *Store) QueueFetch(ctx context.Context, p idemstore.QueueFetchParams) ([]idemstore.QueueJob, error) {
 	switch {
 	case p.Queue == "":
 		return nil, errors.New("idempg: fetch from queue: queue name is empty")
@@ -75,9 +86,9 @@ func (s *Store) QueueFetch(ctx context.Context, p idem.QueueFetchParams) ([]idem
 	if err != nil {
 		return nil, fmt.Errorf("idempg: fetch from queue %s: %w", p.Queue, err)
 	}
-	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (idem.QueueJob, error) {
+	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (idemstore.QueueJob, error) {
 		var (
-			j        idem.QueueJob
+			j        idemstore.QueueJob
 			headers  []byte
 			occurred pgtype.Timestamptz
 			first    pgtype.Timestamptz
@@ -100,7 +111,7 @@ func (s *Store) QueueFetch(ctx context.Context, p idem.QueueFetchParams) ([]idem
 		return nil, fmt.Errorf("idempg: fetch from queue %s: %w", p.Queue, err)
 	}
 	// RETURNING does not keep the subquery's order.
-	slices.SortFunc(jobs, func(a, b idem.QueueJob) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(jobs, func(a, b idemstore.QueueJob) int { return cmp.Compare(a.ID, b.ID) })
 	return jobs, nil
 }
 
@@ -114,7 +125,15 @@ func (s *Store) QueueAck(ctx context.Context, id, token int64) error {
 // wrapping idem.ErrLeaseLost. The deleted row stays locked until tx ends, so a worker that
 // fetches the job meanwhile (its lease having expired) waits; if tx commits the job is gone,
 // and if tx rolls back nothing was acked.
+//
+// In a transaction of InTx (the consumer's) the delete is deferred to just before the commit,
+// where one statement deletes every job the transaction acked: a batch of deliveries costs one
+// round trip instead of one each. A lost lease then fails InTx with an error wrapping
+// idem.ErrLeaseLost, and the transaction rolls back, as it would have after this call failed.
 func (s *Store) QueueAckTx(ctx context.Context, tx pgx.Tx, id, token int64) error {
+	if s.deferredAck(tx, id, token) {
+		return nil
+	}
 	return s.ack(ctx, tx, id, token)
 }
 
@@ -137,7 +156,7 @@ func (s *Store) ack(ctx context.Context, db execer, id, token int64) error {
 // QueueNak releases job p.ID for another attempt at now+p.Delay, recording p.Error, if its
 // token is still p.Token and it was not nak'ed already; otherwise the error wraps
 // idem.ErrLeaseLost. Releasing ends the lease: the token no longer acks or naks the job.
-func (s *Store) QueueNak(ctx context.Context, p idem.QueueNakParams) error {
+func (s *Store) QueueNak(ctx context.Context, p idemstore.QueueNakParams) error {
 	delay := max(p.Delay, 0)
 	tag, err := s.pool.Exec(ctx, s.q.queueNak, p.ID, p.Token, orNow(p.Now).Add(delay), p.Error)
 	if err != nil {
@@ -179,13 +198,13 @@ func (s *Store) QueueWait(ctx context.Context, queue string, max time.Duration) 
 
 // QueueStats reports queue's backlog (jobs not yet acked, leased or not) and the enqueue time
 // of its oldest job (zero when empty).
-func (s *Store) QueueStats(ctx context.Context, queue string) (idem.QueueStats, error) {
+func (s *Store) QueueStats(ctx context.Context, queue string) (idemstore.QueueStats, error) {
 	var (
-		st     idem.QueueStats
+		st     idemstore.QueueStats
 		oldest pgtype.Timestamptz
 	)
 	if err := s.pool.QueryRow(ctx, s.q.queueStats, queue).Scan(&st.Backlog, &oldest); err != nil {
-		return idem.QueueStats{}, fmt.Errorf("idempg: stats of queue %s: %w", queue, err)
+		return idemstore.QueueStats{}, fmt.Errorf("idempg: stats of queue %s: %w", queue, err)
 	}
 	st.Oldest = timeOf(oldest)
 	return st, nil

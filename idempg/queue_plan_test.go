@@ -10,8 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // loadQueue inserts n available jobs into queue in one statement, oldest first, and refreshes
@@ -72,6 +72,7 @@ func TestQueuePlans(t *testing.T) {
 			[]string{"Index Scan using " + s.Config().Prefix + "queue_next", "Limit", "LockRows"},
 			[]string{"Sort", "Seq Scan", "Bitmap"}},
 		{"ack", []any{1, 1}, []string{"Index Scan using " + pkey}, []string{"Seq Scan"}},
+		{"ackBatch", []any{[]int64{1, 2}, []int64{1, 1}}, []string{"Index Scan using " + pkey}, []string{"Seq Scan"}},
 		{"nak", []any{1, 1, now, ""}, []string{"Index Scan using " + pkey}, []string{"Seq Scan"}},
 		{"extend", []any{1, 1, now, now}, []string{"Index Scan using " + pkey}, []string{"Seq Scan"}},
 		{"stats", []any{"plan"}, []string{"Aggregate"}, []string{"Sort"}},
@@ -96,10 +97,10 @@ func TestQueuePlans(t *testing.T) {
 
 	// The plan is the one used: a fetch still takes the lowest ids first, skipping leased jobs.
 	ctx := context.Background()
-	jobs, err := s.QueueFetch(ctx, idem.QueueFetchParams{Queue: "plan", Max: 3, Lease: time.Minute})
+	jobs, err := s.QueueFetch(ctx, idemstore.QueueFetchParams{Queue: "plan", Max: 3, Lease: time.Minute})
 	require.NoError(t, err)
 	require.Equal(t, []string{"evt-1", "evt-2", "evt-3"}, eventIDs(jobs))
-	jobs, err = s.QueueFetch(ctx, idem.QueueFetchParams{Queue: "plan", Max: 2, Lease: time.Minute})
+	jobs, err = s.QueueFetch(ctx, idemstore.QueueFetchParams{Queue: "plan", Max: 2, Lease: time.Minute})
 	require.NoError(t, err)
 	require.Equal(t, []string{"evt-4", "evt-5"}, eventIDs(jobs))
 }
@@ -114,7 +115,7 @@ func BenchmarkQueueFetch(b *testing.B) {
 		b.Run("jobs="+strconv.Itoa(n), func(b *testing.B) {
 			b.ReportAllocs()
 			for range b.N {
-				jobs, err := s.QueueFetch(ctx, idem.QueueFetchParams{Queue: "bench", Max: 10, Lease: time.Minute})
+				jobs, err := s.QueueFetch(ctx, idemstore.QueueFetchParams{Queue: "bench", Max: 10, Lease: time.Minute})
 				if err != nil || len(jobs) != 10 {
 					b.Fatalf("fetch: %d jobs, %v", len(jobs), err)
 				}
@@ -128,4 +129,29 @@ func BenchmarkQueueFetch(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestOutboxFetchPlan checks at 200,000 pending outbox rows that the relay's fetch of every
+// partition walks the outbox_pending_id index in id order under its LIMIT, instead of reading
+// and sorting every pending row of the partitions for each batch.
+func TestOutboxFetchPlan(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, idempg.Config{})
+	ctx := context.Background()
+	_, err := s.Pool().Exec(ctx, `INSERT INTO `+table(s, "outbox")+` (partition, event_id, topic, ordering_key, payload, created_at, next_attempt_at)
+		SELECT i % 16, 'evt-' || i, 'payments', 'evt-' || i, '{}'::bytea, now(), now() FROM generate_series(1, 200000) AS i`)
+	require.NoError(t, err)
+	_, err = s.Pool().Exec(ctx, `ANALYZE `+table(s, "outbox"))
+	require.NoError(t, err)
+	parts := make([]int32, s.OutboxPartitions())
+	for i := range parts {
+		parts[i] = int32(i)
+	}
+	plan := queryPlan(t, s, s.OutboxFetchQuery(), parts, 100)
+	require.Contains(t, plan, "Index Scan using "+s.Config().Prefix+"outbox_pending_id", plan)
+
+	rows, err := s.OutboxFetch(ctx, idemstore.OutboxFetchParams{Partitions: []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, Limit: 3})
+	require.NoError(t, err)
+	require.Len(t, rows, 3)
+	require.Equal(t, []string{"evt-1", "evt-2", "evt-3"}, []string{rows[0].Outgoing.EventID, rows[1].Outgoing.EventID, rows[2].Outgoing.EventID})
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/storetest"
 )
 
@@ -29,7 +30,7 @@ func msg(id string) idem.Message {
 	}
 }
 
-func eventIDs(jobs []idem.QueueJob) []string {
+func eventIDs(jobs []idemstore.QueueJob) []string {
 	out := make([]string, len(jobs))
 	for i, j := range jobs {
 		out[i] = j.Message.EventID
@@ -42,9 +43,9 @@ func TestQueue(t *testing.T) {
 	ctx := context.Background()
 	store := newStore(t, idempg.Config{})
 	lease := 30 * time.Second
-	fetch := func(t *testing.T, queue string, max int, now time.Time) []idem.QueueJob {
+	fetch := func(t *testing.T, queue string, max int, now time.Time) []idemstore.QueueJob {
 		t.Helper()
-		jobs, err := store.QueueFetch(ctx, idem.QueueFetchParams{Queue: queue, Max: max, Lease: lease, Now: now})
+		jobs, err := store.QueueFetch(ctx, idemstore.QueueFetchParams{Queue: queue, Max: max, Lease: lease, Now: now})
 		require.NoError(t, err)
 		return jobs
 	}
@@ -86,7 +87,7 @@ func TestQueue(t *testing.T) {
 		require.Equal(t, 2, again[0].Message.Attempt)
 		stale := first[1]
 		require.ErrorIs(t, store.QueueAck(ctx, stale.ID, stale.Token), idem.ErrLeaseLost)
-		require.ErrorIs(t, store.QueueNak(ctx, idem.QueueNakParams{ID: stale.ID, Token: stale.Token}), idem.ErrLeaseLost)
+		require.ErrorIs(t, store.QueueNak(ctx, idemstore.QueueNakParams{ID: stale.ID, Token: stale.Token}), idem.ErrLeaseLost)
 		require.ErrorIs(t, store.QueueExtend(ctx, stale.ID, stale.Token, time.Hour), idem.ErrLeaseLost)
 
 		st, err := store.QueueStats(ctx, q)
@@ -102,9 +103,9 @@ func TestQueue(t *testing.T) {
 		now := time.Now().UTC()
 		jobs := fetch(t, q, 1, now)
 		require.Len(t, jobs, 1)
-		require.NoError(t, store.QueueNak(ctx, idem.QueueNakParams{ID: jobs[0].ID, Token: jobs[0].Token,
+		require.NoError(t, store.QueueNak(ctx, idemstore.QueueNakParams{ID: jobs[0].ID, Token: jobs[0].Token,
 			Delay: time.Hour, Error: "downstream timeout", Now: now}))
-		require.ErrorIs(t, store.QueueNak(ctx, idem.QueueNakParams{ID: jobs[0].ID, Token: jobs[0].Token, Now: now}),
+		require.ErrorIs(t, store.QueueNak(ctx, idemstore.QueueNakParams{ID: jobs[0].ID, Token: jobs[0].Token, Now: now}),
 			idem.ErrLeaseLost, "a nak releases the lease")
 		require.ErrorIs(t, store.QueueAck(ctx, jobs[0].ID, jobs[0].Token), idem.ErrLeaseLost, "nor ack after a nak")
 
@@ -135,7 +136,7 @@ func TestQueue(t *testing.T) {
 
 		// A lease that already expired is not revived: someone may be taking it.
 		require.NoError(t, store.QueuePublish(ctx, q, msg("e3")))
-		old, err := store.QueueFetch(ctx, idem.QueueFetchParams{Queue: q, Max: 1, Lease: time.Millisecond, Now: time.Now()})
+		old, err := store.QueueFetch(ctx, idemstore.QueueFetchParams{Queue: q, Max: 1, Lease: time.Millisecond, Now: time.Now()})
 		require.NoError(t, err)
 		require.Equal(t, []string{"e3"}, eventIDs(old))
 		time.Sleep(10 * time.Millisecond)
@@ -176,7 +177,7 @@ func TestQueue(t *testing.T) {
 		}))
 		st, err = store.QueueStats(ctx, q)
 		require.NoError(t, err)
-		require.Equal(t, idem.QueueStats{}, st)
+		require.Equal(t, idemstore.QueueStats{}, st)
 	})
 
 	t.Run("ConcurrentFetchTakesEachJobOnce", func(t *testing.T) {
@@ -198,7 +199,7 @@ func TestQueue(t *testing.T) {
 		for range 4 {
 			wg.Go(func() {
 				for {
-					jobs, err := store.QueueFetch(ctx, idem.QueueFetchParams{Queue: q, Max: 3, Lease: lease, Now: now})
+					jobs, err := store.QueueFetch(ctx, idemstore.QueueFetchParams{Queue: q, Max: 3, Lease: lease, Now: now})
 					if err != nil {
 						errs <- err
 						return
@@ -240,14 +241,14 @@ func TestQueue(t *testing.T) {
 			err  error
 			want string
 		}{
-			{"publish without event id", store.QueuePublish(ctx, "bad", idem.Message{Type: "x"}), "without event id"},
+			{"publish without event id", store.QueuePublish(ctx, "bad", idem.Message{Type: "x"}), "empty event id"},
 			{"publish to no queue", store.QueuePublish(ctx, "", msg("e")), "queue name is empty"},
 			{"fetch zero", func() error {
-				_, err := store.QueueFetch(ctx, idem.QueueFetchParams{Queue: "bad", Lease: lease})
+				_, err := store.QueueFetch(ctx, idemstore.QueueFetchParams{Queue: "bad", Lease: lease})
 				return err
 			}(), "Max is 0"},
 			{"fetch without lease", func() error {
-				_, err := store.QueueFetch(ctx, idem.QueueFetchParams{Queue: "bad", Max: 1})
+				_, err := store.QueueFetch(ctx, idemstore.QueueFetchParams{Queue: "bad", Max: 1})
 				return err
 			}(), "Lease is 0s"},
 		} {
@@ -434,13 +435,93 @@ func queueFactory(tb testing.TB, _ storetest.QueueConfig) storetest.QueueBundle[
 			}
 			return tx, func() error { return tx.Commit(ctx) }, nil
 		},
+		SpuriousWakes: true,
 	}
 }
 
-// TestQueueSubscriptions runs the fan-out conformance checks (the other queue checks are the
-// PostgreSQL-specific ones above: its QueueWait wakes spuriously more often than
-// storetest.ExerciseQueue's timing allows).
+// TestQueueConformance runs the queue's conformance checks (storetest.ExerciseQueue), as every
+// store does; QueueWait's spurious wake-ups are declared (SpuriousWakes).
+func TestQueueConformance(t *testing.T) {
+	t.Parallel()
+	storetest.ExerciseQueue(t, queueFactory)
+}
+
+// TestQueueSubscriptions runs the fan-out conformance checks.
 func TestQueueSubscriptions(t *testing.T) {
 	t.Parallel()
 	storetest.ExerciseQueueSubscriptions(t, queueFactory)
+}
+
+// TestQueueAckTxDeferred: inside InTx the acks of a transaction are deleted together just
+// before its commit: all of them when every lease still holds; none, and InTx fails with
+// idem.ErrLeaseLost naming the job, when one lease was lost; none when the transaction rolls
+// back; and in a savepoint (SavepointTx) an ack is made at once, so it rolls back with it.
+func TestQueueAckTxDeferred(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := newStore(t, idempg.Config{})
+	errHandler := errors.New("handler failed")
+	tests := []struct {
+		name     string
+		stale    bool // the second job's token is one its lease no longer has
+		fail     bool // the transaction's function fails after acking
+		wantErr  error
+		wantLeft int
+	}{
+		{"all acked", false, false, nil, 0},
+		{"a lost lease fails them all", true, false, idem.ErrLeaseLost, 3},
+		{"rolled back", false, true, errHandler, 3},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			q := fmt.Sprintf("deferred-%d", i)
+			require.NoError(t, store.QueuePublish(ctx, q, msg("e1"), msg("e2"), msg("e3")))
+			jobs, err := store.QueueFetch(ctx, idemstore.QueueFetchParams{Queue: q, Max: 3, Lease: time.Minute})
+			require.NoError(t, err)
+			require.Len(t, jobs, 3)
+			if tt.stale {
+				jobs[1].Token--
+			}
+			err = store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+				for _, j := range jobs {
+					require.NoError(t, store.QueueAckTx(ctx, tx, j.ID, j.Token))
+				}
+				if tt.fail {
+					return errHandler
+				}
+				return nil
+			})
+			if tt.wantErr == nil {
+				require.NoError(t, err)
+			} else {
+				require.ErrorIs(t, err, tt.wantErr)
+			}
+			if tt.stale {
+				require.ErrorContains(t, err, fmt.Sprint(jobs[1].ID))
+			}
+			st, err := store.QueueStats(ctx, q)
+			require.NoError(t, err)
+			require.EqualValues(t, tt.wantLeft, st.Backlog)
+		})
+	}
+
+	t.Run("savepoint acks at once", func(t *testing.T) {
+		t.Parallel()
+		q := "deferred-savepoint"
+		require.NoError(t, store.QueuePublish(ctx, q, msg("e1")))
+		jobs, err := store.QueueFetch(ctx, idemstore.QueueFetchParams{Queue: q, Max: 1, Lease: time.Minute})
+		require.NoError(t, err)
+		stale := jobs[0].Token - 1
+		require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			err := store.SavepointTx(ctx, tx, func(ctx context.Context, sp pgx.Tx) error {
+				return store.QueueAckTx(ctx, sp, jobs[0].ID, stale)
+			})
+			require.ErrorIs(t, err, idem.ErrLeaseLost, "a savepoint's ack fails at once")
+			return nil
+		}))
+		st, err := store.QueueStats(ctx, q)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, st.Backlog)
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -14,14 +15,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // The Store implements these interfaces; the compiler checks it here.
 var (
-	_ idem.Store[pgx.Tx]        = (*Store)(nil)
-	_ idem.QueueTxStore[pgx.Tx] = (*Store)(nil)
-	_ idem.OutboxStore[pgx.Tx]  = (*Store)(nil)
-	_ idem.Migrator             = (*Store)(nil)
+	_ idemstore.Store[pgx.Tx]        = (*Store)(nil)
+	_ idemstore.QueueTxStore[pgx.Tx] = (*Store)(nil)
+	_ idemstore.OutboxStore[pgx.Tx]  = (*Store)(nil)
+	_ idemstore.Migrator             = (*Store)(nil)
 )
 
 const (
@@ -32,8 +34,8 @@ const (
 	rollbackTimeout = 5 * time.Second
 )
 
-// Store is idem's PostgreSQL store: it implements idem.Store, idem.QueueTxStore,
-// idem.OutboxStore and idem.Migrator over pgx.Tx. It is safe for concurrent use.
+// Store is idem's PostgreSQL store: it implements idemstore.Store, idemstore.QueueTxStore,
+// idemstore.OutboxStore and idemstore.Migrator over pgx.Tx. It is safe for concurrent use.
 //
 // Once something waits (QueueWait, OutboxWait), the Store takes one connection out of the pool
 // for LISTEN and keeps it until Close, so it may use one connection more than the pool's
@@ -57,6 +59,9 @@ type Store struct {
 	onDemand *onDemand
 	// plainChecked records that DeleteExpiredClaims found a plain claims table, as configured.
 	plainChecked atomic.Bool
+	// acks holds, per transaction InTx began (pgx.Tx), the queue acks to delete just before it
+	// commits (*txAcks).
+	acks sync.Map
 }
 
 // New returns a Store on pool with the default Config (schema "public", prefix "idem_").
@@ -131,6 +136,8 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 		return fmt.Errorf("idempg: begin transaction: %w", err)
 	}
 	done := false
+	acks, forget := s.deferAcks(tx)
+	defer forget()
 	defer func() {
 		if !done {
 			// fn failed or panicked (a panic goes on after this deferred call).
@@ -144,6 +151,9 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 		// A statement of fn ended the transaction (ROLLBACK, COMMIT): a COMMIT now would
 		// succeed with a warning and report work as committed that was not, or not with it.
 		return fmt.Errorf("idempg: commit: %w", idem.ErrTxEnded)
+	}
+	if err := s.flushAcks(ctx, tx, acks); err != nil {
+		return err
 	}
 	done = true // Commit ends the transaction whatever it returns.
 	if err := tx.Commit(ctx); err != nil {
@@ -204,7 +214,7 @@ type claimCall struct {
 }
 
 // newClaimCall prepares the claim of p at now, in bucket when the table is partitioned.
-func newClaimCall(p idem.ClaimParams, now time.Time, partitioned bool, bucket time.Time) *claimCall {
+func newClaimCall(p idemstore.ClaimParams, now time.Time, partitioned bool, bucket time.Time) *claimCall {
 	c := &claimCall{
 		tenant:   pgtype.Text{String: p.Key.Tenant, Valid: true},
 		consumer: pgtype.Text{String: p.Key.Consumer, Valid: true},
@@ -236,9 +246,9 @@ func newClaimCall(p idem.ClaimParams, now time.Time, partitioned bool, bucket ti
 //
 // Under REPEATABLE READ or SERIALIZABLE, PostgreSQL reports that race as a serialization
 // failure (SQLSTATE 40001), which idem.Classify treats as transient.
-func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p idem.ClaimParams) (idem.ClaimResult, error) {
+func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
 	if p.Key.EventID == "" {
-		return idem.ClaimResult{}, fmt.Errorf("idempg: claim %s: event id is empty", p.Key)
+		return idemstore.ClaimResult{}, fmt.Errorf("idempg: claim %s: event id is empty", p.Key)
 	}
 	now := p.Now
 	if now.IsZero() {
@@ -252,7 +262,7 @@ func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p idem.ClaimParams) (ide
 		err := tx.QueryRow(ctx, s.q.claim, c.args...).Scan(c.dest[:]...)
 		if err == nil {
 			if c.inserted {
-				return idem.ClaimResult{Status: idem.ClaimNew}, nil
+				return idemstore.ClaimResult{Status: idemstore.ClaimNew}, nil
 			}
 			return claimFound(p, c.stored.fp, c.createdAt), nil
 		}
@@ -260,18 +270,18 @@ func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p idem.ClaimParams) (ide
 			if isPartitionedTable(err) {
 				err = fmt.Errorf("%w: %w", errPartitionedTable, err)
 			}
-			return idem.ClaimResult{}, fmt.Errorf("idempg: claim: %w", err)
+			return idemstore.ClaimResult{}, fmt.Errorf("idempg: claim: %w", err)
 		}
 		err = tx.QueryRow(ctx, s.q.claimSelect, c.key...).Scan(c.dest[1:]...)
 		if err == nil {
 			return claimFound(p, c.stored.fp, c.createdAt), nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return idem.ClaimResult{}, fmt.Errorf("idempg: read claim: %w", err)
+			return idemstore.ClaimResult{}, fmt.Errorf("idempg: read claim: %w", err)
 		}
 		// The claim we waited for is gone again: deleted by garbage collection. Claim anew.
 	}
-	return idem.ClaimResult{}, fmt.Errorf("idempg: claim: the existing claim vanished %d times in a row",
+	return idemstore.ClaimResult{}, fmt.Errorf("idempg: claim: the existing claim vanished %d times in a row",
 		claimAttempts)
 }
 
@@ -284,7 +294,7 @@ func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p idem.ClaimParams) (ide
 // partition with an insert when none has it. The lock statement also reads the transaction's
 // isolation level: above READ COMMITTED the lookup would use a snapshot from before the lock
 // and could miss a claim committed meanwhile, so such a claim is refused (errIsolation).
-func (s *Store) claimPartitioned(ctx context.Context, tx pgx.Tx, p idem.ClaimParams, now time.Time) (idem.ClaimResult, error) {
+func (s *Store) claimPartitioned(ctx context.Context, tx pgx.Tx, p idemstore.ClaimParams, now time.Time) (idemstore.ClaimResult, error) {
 	bucket := now.UTC().Truncate(s.bucket)
 	c := newClaimCall(p, now, true, bucket)
 	var isolation string
@@ -293,23 +303,23 @@ func (s *Store) claimPartitioned(ctx context.Context, tx pgx.Tx, p idem.ClaimPar
 	b.Queue(s.q.claim, c.args...).QueryRow(func(row pgx.Row) error { return row.Scan(c.dest[:]...) })
 	err := tx.SendBatch(ctx, b).Close()
 	if isolation != "" && isolation != "read committed" {
-		return idem.ClaimResult{}, fmt.Errorf("idempg: claim: %w", isolationError(isolation))
+		return idemstore.ClaimResult{}, fmt.Errorf("idempg: claim: %w", isolationError(isolation))
 	}
 	for attempt := 1; ; attempt++ {
 		if err == nil {
 			if c.inserted {
-				return idem.ClaimResult{Status: idem.ClaimNew}, nil
+				return idemstore.ClaimResult{Status: idemstore.ClaimNew}, nil
 			}
 			return claimFound(p, c.stored.fp, c.createdAt), nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			if isMissingPartition(err) {
-				return idem.ClaimResult{}, s.missingPartition(err, "claim", bucket)
+				return idemstore.ClaimResult{}, s.missingPartition(err, "claim", bucket)
 			}
-			return idem.ClaimResult{}, fmt.Errorf("idempg: claim: %w", err)
+			return idemstore.ClaimResult{}, fmt.Errorf("idempg: claim: %w", err)
 		}
 		if attempt == claimAttempts {
-			return idem.ClaimResult{}, fmt.Errorf("idempg: claim: the existing claim vanished %d times in a row",
+			return idemstore.ClaimResult{}, fmt.Errorf("idempg: claim: the existing claim vanished %d times in a row",
 				claimAttempts)
 		}
 		// The insert met a claim of the key in its bucket that the lookup did not see: one
@@ -346,10 +356,10 @@ func isolationError(level string) error {
 }
 
 // claimFound reports an existing claim as a duplicate or, with another fingerprint, a conflict.
-func claimFound(p idem.ClaimParams, existing idem.Fingerprint, at pgtype.Timestamptz) idem.ClaimResult {
-	res := idem.ClaimResult{Status: idem.ClaimDuplicate, Existing: existing, ClaimedAt: timeOf(at)}
+func claimFound(p idemstore.ClaimParams, existing idem.Fingerprint, at pgtype.Timestamptz) idemstore.ClaimResult {
+	res := idemstore.ClaimResult{Status: idemstore.ClaimDuplicate, Existing: existing, ClaimedAt: timeOf(at)}
 	if existing != p.Fingerprint {
-		res.Status = idem.ClaimConflict
+		res.Status = idemstore.ClaimConflict
 	}
 	return res
 }
@@ -365,7 +375,7 @@ func claimFound(p idem.ClaimParams, existing idem.Fingerprint, at pgtype.Timesta
 //
 // A plain store refuses (once it has checked) a claims table that is partitioned: its batched
 // delete addresses rows by ctid, which is unique per partition only.
-func (s *Store) DeleteExpiredClaims(ctx context.Context, p idem.DeleteExpiredClaimsParams) (int, error) {
+func (s *Store) DeleteExpiredClaims(ctx context.Context, p idemstore.DeleteExpiredClaimsParams) (int, error) {
 	if p.Limit <= 0 {
 		return 0, fmt.Errorf("idempg: delete expired claims: Limit is %d, want more than 0", p.Limit)
 	}

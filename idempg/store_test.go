@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/idemstore"
 )
 
 func TestConfig(t *testing.T) {
@@ -27,11 +28,11 @@ func TestConfig(t *testing.T) {
 		want    idempg.Config
 	}{
 		{name: "defaults", cfg: idempg.Config{},
-			want: idempg.Config{Schema: "public", Prefix: "idem_", OutboxPartitions: idem.OutboxPartitionsDefault}},
+			want: idempg.Config{Schema: "public", Prefix: "idem_", OutboxPartitions: idemstore.OutboxPartitionsDefault}},
 		{name: "custom", cfg: idempg.Config{Schema: "Billing_2", Prefix: "x", OutboxPartitions: 4},
 			want: idempg.Config{Schema: "Billing_2", Prefix: "x", OutboxPartitions: 4}},
 		{name: "longest identifier", cfg: idempg.Config{Schema: long[:41], Prefix: long[:41]},
-			want: idempg.Config{Schema: long[:41], Prefix: long[:41], OutboxPartitions: idem.OutboxPartitionsDefault}},
+			want: idempg.Config{Schema: long[:41], Prefix: long[:41], OutboxPartitions: idemstore.OutboxPartitionsDefault}},
 		{name: "schema with quote", cfg: idempg.Config{Schema: `a"b`}, wantErr: `Config.Schema "a\"b"`},
 		{name: "schema with dot", cfg: idempg.Config{Schema: "a.b"}, wantErr: `Config.Schema "a.b"`},
 		{name: "schema starting with digit", cfg: idempg.Config{Schema: "1a"}, wantErr: `Config.Schema "1a"`},
@@ -95,7 +96,7 @@ func TestMigrate(t *testing.T) {
 			return fmt.Sprintf("%d %s", v, n), err
 		})
 		require.NoError(t, err)
-		require.Equal(t, []string{"1 001_claims.up.sql", "2 002_dead_letters.up.sql", "3 003_queue.up.sql", "4 004_outbox.up.sql", "50 050_outbox_held_rows.up.sql", "51 051_queue_fetch_order.up.sql", "52 052_queue_first_fetched.up.sql", "60 060_queue_subscriptions.up.sql", "70 070_http_keys.up.sql", "90 090_dead_letter_owner.up.sql", "91 091_replay_topic.up.sql"}, got)
+		require.Equal(t, []string{"1 001_claims.up.sql", "2 002_dead_letters.up.sql", "3 003_queue.up.sql", "4 004_outbox.up.sql", "50 050_outbox_held_rows.up.sql", "51 051_queue_fetch_order.up.sql", "52 052_queue_first_fetched.up.sql", "60 060_queue_subscriptions.up.sql", "70 070_http_keys.up.sql", "80 080_queue_fillfactor.up.sql", "81 081_outbox_pending_order.up.sql", "90 090_dead_letter_owner.up.sql", "91 091_replay_topic.up.sql"}, got)
 
 		for _, name := range []string{"claims", "dead_letters", "audit", "queue", "outbox", "leases", "http_keys"} {
 			var n int
@@ -115,7 +116,7 @@ func TestMigrate(t *testing.T) {
 			"-- Migration 003: 003_queue.up.sql", "-- Migration 004: 004_outbox.up.sql",
 			"-- Migration 050: 050_outbox_held_rows.up.sql", "-- Migration 051: 051_queue_fetch_order.up.sql",
 			"-- Migration 052: 052_queue_first_fetched.up.sql", "-- Migration 060: 060_queue_subscriptions.up.sql",
-			"-- Migration 070: 070_http_keys.up.sql",
+			"-- Migration 070: 070_http_keys.up.sql", "-- Migration 080: 080_queue_fillfactor.up.sql", "-- Migration 081: 081_outbox_pending_order.up.sql",
 			"-- Migration 090: 090_dead_letter_owner.up.sql", "-- Migration 091: 091_replay_topic.up.sql",
 		} {
 			require.Contains(t, sql, want)
@@ -135,7 +136,7 @@ func TestMigrate(t *testing.T) {
 			require.NoError(t, err)
 		}
 		require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-			_, err := store.ClaimTx(ctx, tx, idem.ClaimParams{Key: idem.Key{EventID: "e"}})
+			_, err := store.ClaimTx(ctx, tx, idemstore.ClaimParams{Key: idem.Key{EventID: "e"}})
 			return err
 		}))
 	})
@@ -147,7 +148,7 @@ func TestInTx(t *testing.T) {
 	store := newStore(t, idempg.Config{})
 	key := func(id string) idem.Key { return idem.Key{Tenant: "t", Consumer: "c@v1", EventID: id} }
 	claim := func(ctx context.Context, tx pgx.Tx, id string) error {
-		_, err := store.ClaimTx(ctx, tx, idem.ClaimParams{Key: key(id)})
+		_, err := store.ClaimTx(ctx, tx, idemstore.ClaimParams{Key: key(id)})
 		return err
 	}
 
@@ -203,9 +204,9 @@ func TestClaim(t *testing.T) {
 	first := time.Date(2026, 2, 1, 10, 0, 0, 123456000, time.UTC)
 	key := idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-1"}
 
-	claim := func(p idem.ClaimParams) idem.ClaimResult {
+	claim := func(p idemstore.ClaimParams) idemstore.ClaimResult {
 		t.Helper()
-		var res idem.ClaimResult
+		var res idemstore.ClaimResult
 		require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 			var err error
 			res, err = store.ClaimTx(ctx, tx, p)
@@ -217,21 +218,21 @@ func TestClaim(t *testing.T) {
 	// Steps run in order against one key: each sees what the previous committed.
 	for _, tc := range []struct {
 		name string
-		p    idem.ClaimParams
-		want idem.ClaimResult
+		p    idemstore.ClaimParams
+		want idemstore.ClaimResult
 	}{
-		{"new", idem.ClaimParams{Key: key, Fingerprint: fpA, Now: first},
-			idem.ClaimResult{Status: idem.ClaimNew}},
-		{"duplicate", idem.ClaimParams{Key: key, Fingerprint: fpA, Now: first.Add(time.Hour)},
-			idem.ClaimResult{Status: idem.ClaimDuplicate, Existing: fpA, ClaimedAt: first}},
-		{"conflict", idem.ClaimParams{Key: key, Fingerprint: fpB, Now: first.Add(time.Hour)},
-			idem.ClaimResult{Status: idem.ClaimConflict, Existing: fpA, ClaimedAt: first}},
-		{"other consumer", idem.ClaimParams{Key: idem.Key{Tenant: "acme", Consumer: "ledger@v2", EventID: "evt-1"}, Fingerprint: fpB, Now: first},
-			idem.ClaimResult{Status: idem.ClaimNew}},
-		{"other tenant", idem.ClaimParams{Key: idem.Key{Tenant: "globex", Consumer: "ledger@v1", EventID: "evt-1"}, Fingerprint: fpB, Now: first},
-			idem.ClaimResult{Status: idem.ClaimNew}},
-		{"zero fingerprint", idem.ClaimParams{Key: idem.Key{EventID: "evt-zero"}},
-			idem.ClaimResult{Status: idem.ClaimNew}},
+		{"new", idemstore.ClaimParams{Key: key, Fingerprint: fpA, Now: first},
+			idemstore.ClaimResult{Status: idemstore.ClaimNew}},
+		{"duplicate", idemstore.ClaimParams{Key: key, Fingerprint: fpA, Now: first.Add(time.Hour)},
+			idemstore.ClaimResult{Status: idemstore.ClaimDuplicate, Existing: fpA, ClaimedAt: first}},
+		{"conflict", idemstore.ClaimParams{Key: key, Fingerprint: fpB, Now: first.Add(time.Hour)},
+			idemstore.ClaimResult{Status: idemstore.ClaimConflict, Existing: fpA, ClaimedAt: first}},
+		{"other consumer", idemstore.ClaimParams{Key: idem.Key{Tenant: "acme", Consumer: "ledger@v2", EventID: "evt-1"}, Fingerprint: fpB, Now: first},
+			idemstore.ClaimResult{Status: idemstore.ClaimNew}},
+		{"other tenant", idemstore.ClaimParams{Key: idem.Key{Tenant: "globex", Consumer: "ledger@v1", EventID: "evt-1"}, Fingerprint: fpB, Now: first},
+			idemstore.ClaimResult{Status: idemstore.ClaimNew}},
+		{"zero fingerprint", idemstore.ClaimParams{Key: idem.Key{EventID: "evt-zero"}},
+			idemstore.ClaimResult{Status: idemstore.ClaimNew}},
 	} {
 		got := claim(tc.p)
 		require.Equal(t, tc.want.Status, got.Status, tc.name)
@@ -243,12 +244,12 @@ func TestClaim(t *testing.T) {
 		t.Parallel()
 		k := idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-twice"}
 		require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-			res, err := store.ClaimTx(ctx, tx, idem.ClaimParams{Key: k, Fingerprint: fpA})
+			res, err := store.ClaimTx(ctx, tx, idemstore.ClaimParams{Key: k, Fingerprint: fpA})
 			require.NoError(t, err)
-			require.Equal(t, idem.ClaimNew, res.Status)
-			res, err = store.ClaimTx(ctx, tx, idem.ClaimParams{Key: k, Fingerprint: fpA})
+			require.Equal(t, idemstore.ClaimNew, res.Status)
+			res, err = store.ClaimTx(ctx, tx, idemstore.ClaimParams{Key: k, Fingerprint: fpA})
 			require.NoError(t, err)
-			require.Equal(t, idem.ClaimDuplicate, res.Status)
+			require.Equal(t, idemstore.ClaimDuplicate, res.Status)
 			return nil
 		}))
 	})
@@ -256,7 +257,7 @@ func TestClaim(t *testing.T) {
 	t.Run("EmptyEventID", func(t *testing.T) {
 		t.Parallel()
 		err := store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-			_, err := store.ClaimTx(ctx, tx, idem.ClaimParams{Key: idem.Key{Tenant: "acme", Consumer: "c"}})
+			_, err := store.ClaimTx(ctx, tx, idemstore.ClaimParams{Key: idem.Key{Tenant: "acme", Consumer: "c"}})
 			return err
 		})
 		require.ErrorContains(t, err, "event id is empty")
@@ -275,11 +276,11 @@ func TestClaimWaitsForConcurrentClaimer(t *testing.T) {
 		name       string
 		secondFP   idem.Fingerprint
 		firstEnds  error // nil commits, an error rolls back
-		wantStatus idem.ClaimStatus
+		wantStatus idemstore.ClaimStatus
 	}{
-		{"commit then duplicate", fpA, nil, idem.ClaimDuplicate},
-		{"commit then conflict", fpB, nil, idem.ClaimConflict},
-		{"rollback then new", fpA, errors.New("first handler failed"), idem.ClaimNew},
+		{"commit then duplicate", fpA, nil, idemstore.ClaimDuplicate},
+		{"commit then conflict", fpB, nil, idemstore.ClaimConflict},
+		{"rollback then new", fpA, errors.New("first handler failed"), idemstore.ClaimNew},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -290,11 +291,11 @@ func TestClaimWaitsForConcurrentClaimer(t *testing.T) {
 			firstDone := make(chan error, 1)
 			go func() {
 				firstDone <- store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-					res, err := store.ClaimTx(ctx, tx, idem.ClaimParams{Key: key, Fingerprint: fpA})
+					res, err := store.ClaimTx(ctx, tx, idemstore.ClaimParams{Key: key, Fingerprint: fpA})
 					if err != nil {
 						return err
 					}
-					if res.Status != idem.ClaimNew {
+					if res.Status != idemstore.ClaimNew {
 						return fmt.Errorf("first claim: %s", res.Status)
 					}
 					close(firstClaimed)
@@ -304,11 +305,11 @@ func TestClaimWaitsForConcurrentClaimer(t *testing.T) {
 			}()
 			<-firstClaimed
 
-			secondDone := make(chan idem.ClaimResult, 1)
+			secondDone := make(chan idemstore.ClaimResult, 1)
 			secondErr := make(chan error, 1)
 			go func() {
 				secondErr <- store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-					res, err := store.ClaimTx(ctx, tx, idem.ClaimParams{Key: key, Fingerprint: tc.secondFP})
+					res, err := store.ClaimTx(ctx, tx, idemstore.ClaimParams{Key: key, Fingerprint: tc.secondFP})
 					secondDone <- res
 					return err
 				})
@@ -319,7 +320,7 @@ func TestClaimWaitsForConcurrentClaimer(t *testing.T) {
 			require.NoError(t, <-secondErr)
 			res := <-secondDone
 			require.Equal(t, tc.wantStatus, res.Status)
-			if tc.wantStatus != idem.ClaimNew {
+			if tc.wantStatus != idemstore.ClaimNew {
 				require.Equal(t, fpA, res.Existing)
 				require.False(t, res.ClaimedAt.IsZero())
 			}
@@ -355,7 +356,7 @@ func TestDeleteExpiredClaims(t *testing.T) {
 	}{{"ledger@v1", 5, 240 * time.Hour}, {"ledger@v1", 2, 24 * time.Hour}, {"notifier@v1", 3, 240 * time.Hour}} {
 		for i := range c.n {
 			require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-				_, err := store.ClaimTx(ctx, tx, idem.ClaimParams{
+				_, err := store.ClaimTx(ctx, tx, idemstore.ClaimParams{
 					Key: idem.Key{Tenant: "acme", Consumer: c.consumer, EventID: fmt.Sprintf("evt-%s-%d", c.age, i)},
 					Now: now.Add(-c.age),
 				})
@@ -376,7 +377,7 @@ func TestDeleteExpiredClaims(t *testing.T) {
 		{"", 10, 3}, // every consumer
 		{"", 10, 0},
 	} {
-		n, err := store.DeleteExpiredClaims(ctx, idem.DeleteExpiredClaimsParams{Consumer: step.consumer, Before: before, Limit: step.limit})
+		n, err := store.DeleteExpiredClaims(ctx, idemstore.DeleteExpiredClaimsParams{Consumer: step.consumer, Before: before, Limit: step.limit})
 		require.NoError(t, err)
 		require.Equal(t, step.want, n, "consumer %q limit %d", step.consumer, step.limit)
 	}
@@ -388,7 +389,7 @@ func TestDeleteExpiredClaims(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, total)
 
-	_, err = store.DeleteExpiredClaims(ctx, idem.DeleteExpiredClaimsParams{Before: now})
+	_, err = store.DeleteExpiredClaims(ctx, idemstore.DeleteExpiredClaimsParams{Before: now})
 	require.ErrorContains(t, err, "Limit is 0")
 }
 

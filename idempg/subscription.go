@@ -7,19 +7,19 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
-var _ idem.QueueSubscriptionStore = (*Store)(nil)
+var _ idemstore.QueueSubscriptionStore = (*Store)(nil)
 
 // subDeleteBatch bounds one statement of QueueUnsubscribe's job deletion.
 const subDeleteBatch = 1000
 
 // QueueSubscribe registers subscription name on topic (idempotent): from its commit on, every
-// message published to topic gets a job of its own in the queue idem.SubscriptionQueue(topic,
+// message published to topic gets a job of its own in the queue idemstore.SubscriptionQueue(topic,
 // name). Messages published before are not copied to it, as for a new subscriber of a broker.
 func (s *Store) QueueSubscribe(ctx context.Context, topic, name string) error {
-	if _, err := idem.SubscriptionQueue(topic, name); err != nil {
+	if _, err := idemstore.SubscriptionQueue(topic, name); err != nil {
 		return fmt.Errorf("idempg: subscribe: %w", err)
 	}
 	if _, err := s.pool.Exec(ctx, s.q.subInsert, topic, name, time.Now().UTC()); err != nil {
@@ -32,7 +32,7 @@ func (s *Store) QueueSubscribe(ctx context.Context, topic, name string) error {
 // at most subDeleteBatch per statement, and reports how many it deleted. A job leased at that
 // moment is deleted too: its ack then fails with idem.ErrLeaseLost.
 func (s *Store) QueueUnsubscribe(ctx context.Context, topic, name string) (int, error) {
-	queue, err := idem.SubscriptionQueue(topic, name)
+	queue, err := idemstore.SubscriptionQueue(topic, name)
 	if err != nil {
 		return 0, fmt.Errorf("idempg: unsubscribe: %w", err)
 	}

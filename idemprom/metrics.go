@@ -109,7 +109,7 @@ func validBuckets(b []float64) error {
 }
 
 // Metrics turns the events of idem's consumers and relays into Prometheus metrics. It implements
-// idem.Observer (set it as the consumer's Config.Observer) and prometheus.Collector (register it
+// idem.Observer (set it as the consumer's ConsumerConfig.Observe.Observer) and prometheus.Collector (register it
 // on your own registry); one Metrics may serve every consumer and relay of a process.
 type Metrics struct {
 	messages        *prometheus.CounterVec
@@ -129,7 +129,7 @@ type Metrics struct {
 	publishLag      *prometheus.HistogramVec
 
 	all []prometheus.Collector
-	// owners maps a consumer's name to its owner (idem.Event.Owner, or ConsumerOwner), for
+	// owners maps a consumer's name to its owner (idem.Observation.Owner, or ConsumerOwner), for
 	// Paused and Resumed, which name only the consumer.
 	owners sync.Map
 	// seen holds the consumer/owner/queue triples whose counters were created at zero, so that rate()
@@ -253,11 +253,11 @@ func (m *Metrics) init(consumer, owner, queue string) {
 // Observe records one settled delivery; the consumer calls it (idem.Observer). A failed
 // dead-letter write (idem.OutcomeDeadLetterFailed) only counts in
 // idem_dead_letter_write_failures_total. Every outcome
-// other than processed, duplicate and ignored counts as an error of ev.ErrorType; an ignored
+// other than processed, duplicate and ignored counts as an error of ev.Class; an ignored
 // delivery counts in idem_ignored_total by its reason. Only ev.Consumer,
-// ev.Owner, ev.Queue, ev.Outcome, ev.ErrorType and ev.Reason become labels: ev.EventID and
+// ev.Owner, ev.Queue, ev.Outcome, ev.Class and ev.Reason become labels: ev.EventID and
 // ev.Tenant are ignored on purpose (see the package documentation on cardinality).
-func (m *Metrics) Observe(ev idem.Event) {
+func (m *Metrics) Observe(ev idem.Observation) {
 	c, o, q := ev.Consumer, ev.Owner, ev.Queue
 	m.init(c, o, q)
 	if ev.Outcome == idem.OutcomeDeadLetterFailed {
@@ -268,7 +268,7 @@ func (m *Metrics) Observe(ev idem.Event) {
 	m.messages.WithLabelValues(c, o, q, string(ev.Outcome)).Inc()
 	m.handling.WithLabelValues(c, o, q, string(ev.Outcome)).Observe(seconds(ev.Duration))
 	if ev.Outcome != idem.OutcomeProcessed && ev.Outcome != idem.OutcomeDuplicate && ev.Outcome != idem.OutcomeIgnored {
-		m.errors.WithLabelValues(c, o, q, ev.ErrorType.String()).Inc()
+		m.errors.WithLabelValues(c, o, q, ev.Class.String()).Inc()
 	}
 	switch ev.Outcome {
 	case idem.OutcomeRetried:

@@ -25,9 +25,9 @@ const (
 )
 
 // ev returns an event of the test consumer and queue.
-func ev(o idem.Outcome, class idem.Class, reason idem.Reason) idem.Event {
-	return idem.Event{Consumer: consumer, Owner: owner, Queue: queue, EventID: "evt-1", Tenant: "acme", Attempt: 1,
-		Outcome: o, ErrorType: class, Reason: reason, Duration: 3 * time.Millisecond}
+func ev(o idem.Outcome, class idem.Class, reason idem.Reason) idem.Observation {
+	return idem.Observation{Consumer: consumer, Owner: owner, Queue: queue, EventID: "evt-1", Tenant: "acme", Attempt: 1,
+		Outcome: o, Class: class, Reason: reason, Duration: 3 * time.Millisecond}
 }
 
 // series names one counter or gauge series for ToFloat64.
@@ -83,63 +83,63 @@ func TestObserve(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name   string
-		events []idem.Event
+		events []idem.Observation
 		want   []series
 	}{
 		{
 			name:   "processed counts no error",
-			events: []idem.Event{ev(idem.OutcomeProcessed, idem.ClassUnknown, "")},
+			events: []idem.Observation{ev(idem.OutcomeProcessed, idem.ClassUnknown, "")},
 			want: []series{messages(idem.OutcomeProcessed, 1), errorsOf(idem.ClassUnknown, 0),
 				errorsOf(idem.ClassTransient, 0), retries(0), duplicates(0), keyReuse(0)},
 		},
 		{
 			name:   "duplicate is ignored, not an error",
-			events: []idem.Event{ev(idem.OutcomeDuplicate, idem.ClassUnknown, ""), ev(idem.OutcomeDuplicate, idem.ClassUnknown, "")},
+			events: []idem.Observation{ev(idem.OutcomeDuplicate, idem.ClassUnknown, ""), ev(idem.OutcomeDuplicate, idem.ClassUnknown, "")},
 			want:   []series{messages(idem.OutcomeDuplicate, 2), duplicates(2), errorsOf(idem.ClassUnknown, 0)},
 		},
 		{
 			name:   "retried counts a retry and its class",
-			events: []idem.Event{ev(idem.OutcomeRetried, idem.ClassTransient, "")},
+			events: []idem.Observation{ev(idem.OutcomeRetried, idem.ClassTransient, "")},
 			want:   []series{messages(idem.OutcomeRetried, 1), retries(1), errorsOf(idem.ClassTransient, 1), errorsOf(idem.ClassPermanent, 0)},
 		},
 		{
 			name:   "dead letter for key reuse",
-			events: []idem.Event{ev(idem.OutcomeDeadLettered, idem.ClassPermanent, idem.ReasonKeyReuse)},
+			events: []idem.Observation{ev(idem.OutcomeDeadLettered, idem.ClassPermanent, idem.ReasonKeyReuse)},
 			want: []series{messages(idem.OutcomeDeadLettered, 1), deadLetters("key_reuse", 1), keyReuse(1),
 				errorsOf(idem.ClassPermanent, 1), retries(0)},
 		},
 		{
 			name:   "dead letter for exhausted retries is not key reuse",
-			events: []idem.Event{ev(idem.OutcomeDeadLettered, idem.ClassTransient, idem.ReasonRetriesExhausted)},
+			events: []idem.Observation{ev(idem.OutcomeDeadLettered, idem.ClassTransient, idem.ReasonRetriesExhausted)},
 			want:   []series{deadLetters("retries_exhausted", 1), deadLetters("key_reuse", 0), keyReuse(0), errorsOf(idem.ClassTransient, 1)},
 		},
 		{
 			name:   "unknown reason stays bounded",
-			events: []idem.Event{ev(idem.OutcomeDeadLettered, idem.ClassPermanent, "made up by a bug")},
+			events: []idem.Observation{ev(idem.OutcomeDeadLettered, idem.ClassPermanent, "made up by a bug")},
 			want:   []series{deadLetters("unknown", 1)},
 		},
 		{
 			name:   "raw key reuse outcome",
-			events: []idem.Event{ev(idem.OutcomeKeyReuse, idem.ClassPermanent, idem.ReasonKeyReuse)},
+			events: []idem.Observation{ev(idem.OutcomeKeyReuse, idem.ClassPermanent, idem.ReasonKeyReuse)},
 			want:   []series{messages(idem.OutcomeKeyReuse, 1), keyReuse(1), errorsOf(idem.ClassPermanent, 1), deadLetters("key_reuse", 0)},
 		},
 		{
 			name: "failed dead-letter writes count apart, not as deliveries",
-			events: []idem.Event{ev(idem.OutcomeDeadLetterFailed, idem.ClassTransient, idem.ReasonPermanentError),
+			events: []idem.Observation{ev(idem.OutcomeDeadLetterFailed, idem.ClassTransient, idem.ReasonPermanentError),
 				ev(idem.OutcomeDeadLetterFailed, idem.ClassTransient, idem.ReasonPermanentError)},
 			want: []series{dlWriteFailures(2), messages(idem.OutcomeDeadLetterFailed, 0), errorsOf(idem.ClassTransient, 0),
 				deadLetters("permanent_error", 0)},
 		},
 		{
 			name: "ignored counts by the handler's reason, not as an error",
-			events: []idem.Event{ev(idem.OutcomeIgnored, idem.ClassUnknown, "order_deleted"),
+			events: []idem.Observation{ev(idem.OutcomeIgnored, idem.ClassUnknown, "order_deleted"),
 				ev(idem.OutcomeIgnored, idem.ClassUnknown, "order_deleted"), ev(idem.OutcomeIgnored, idem.ClassUnknown, "account_closed")},
 			want: []series{messages(idem.OutcomeIgnored, 3), ignored("order_deleted", 2), ignored("account_closed", 1),
 				errorsOf(idem.ClassUnknown, 0), duplicates(0), deadLetters("unknown", 0)},
 		},
 		{
 			name:   "abandoned and failed are errors",
-			events: []idem.Event{ev(idem.OutcomeAbandoned, idem.ClassTransient, ""), ev(idem.OutcomeFailed, idem.ClassUnknown, "")},
+			events: []idem.Observation{ev(idem.OutcomeAbandoned, idem.ClassTransient, ""), ev(idem.OutcomeFailed, idem.ClassUnknown, "")},
 			want: []series{messages(idem.OutcomeAbandoned, 1), messages(idem.OutcomeFailed, 1),
 				errorsOf(idem.ClassTransient, 1), errorsOf(idem.ClassUnknown, 1)},
 		},

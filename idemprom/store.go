@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemrelay"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // StoreTimeoutDefault bounds the store queries of one scrape unless
@@ -25,17 +26,17 @@ type StoreCollectorConfig struct {
 	Namespace string
 	// DeadLetters, when set, yields idem_dead_letters_pending{reason} and
 	// idem_dead_letters_oldest_age_seconds.
-	DeadLetters idem.DeadLetterStore
+	DeadLetters idemstore.DeadLetterStore
 	// Queue, when set, yields idem_queue_backlog{queue} and idem_queue_oldest_age_seconds{queue}
 	// for each of Queues.
-	Queue idem.QueueStore
+	Queue idemstore.QueueStore
 	// Queues names the queue-table queues to report; the store cannot list them, and naming them
 	// keeps the queue label bounded. Duplicates are ignored.
 	Queues []string
 	// Outbox, when set, yields idem_outbox_backlog, idem_outbox_oldest_age_seconds and
 	// idem_relay_members (relays holding a live membership lease), so an alert can see a
 	// backlog that no relay is there to publish.
-	Outbox idem.OutboxRelayStore
+	Outbox idemstore.OutboxRelayStore
 	// Timeout bounds the store queries of one scrape (default StoreTimeoutDefault); the queries
 	// run concurrently, each within it.
 	Timeout time.Duration

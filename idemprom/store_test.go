@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // The fakes embed the store interfaces so they satisfy them; only the stats methods are
@@ -20,44 +21,46 @@ import (
 
 // fakeDeadLetters answers DeadLetterStats with stats or err; block makes it wait for ctx.
 type fakeDeadLetters struct {
-	idem.DeadLetterStore
-	stats idem.DeadLetterStats
+	idemstore.DeadLetterStore
+	stats idemstore.DeadLetterStats
 	err   error
 	block bool
 }
 
-func (f *fakeDeadLetters) DeadLetterStats(ctx context.Context) (idem.DeadLetterStats, error) {
+func (f *fakeDeadLetters) DeadLetterStats(ctx context.Context) (idemstore.DeadLetterStats, error) {
 	if f.block {
 		<-ctx.Done()
-		return idem.DeadLetterStats{}, ctx.Err()
+		return idemstore.DeadLetterStats{}, ctx.Err()
 	}
 	return f.stats, f.err
 }
 
 // fakeQueue answers QueueStats per queue from stats and errs.
 type fakeQueue struct {
-	idem.QueueStore
-	stats map[string]idem.QueueStats
+	idemstore.QueueStore
+	stats map[string]idemstore.QueueStats
 	errs  map[string]error
 }
 
-func (f *fakeQueue) QueueStats(_ context.Context, queue string) (idem.QueueStats, error) {
+func (f *fakeQueue) QueueStats(_ context.Context, queue string) (idemstore.QueueStats, error) {
 	return f.stats[queue], f.errs[queue]
 }
 
 // fakeOutbox answers OutboxStats with stats or err.
 type fakeOutbox struct {
-	idem.OutboxRelayStore
-	stats  idem.QueueStats
+	idemstore.OutboxRelayStore
+	stats  idemstore.QueueStats
 	err    error
-	leases []idem.Lease
+	leases []idemstore.Lease
 }
 
-func (f *fakeOutbox) OutboxStats(context.Context) (idem.QueueStats, error) { return f.stats, f.err }
+func (f *fakeOutbox) OutboxStats(context.Context) (idemstore.QueueStats, error) {
+	return f.stats, f.err
+}
 
 // LeaseList returns the fake's leases whose names start with prefix.
-func (f *fakeOutbox) LeaseList(_ context.Context, prefix string, _ time.Time) ([]idem.Lease, error) {
-	var out []idem.Lease
+func (f *fakeOutbox) LeaseList(_ context.Context, prefix string, _ time.Time) ([]idemstore.Lease, error) {
+	var out []idemstore.Lease
 	for _, l := range f.leases {
 		if strings.HasPrefix(l.Name, prefix) {
 			out = append(out, l)
@@ -72,21 +75,21 @@ func TestStoreCollector(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	healthyDL := func() *fakeDeadLetters {
-		return &fakeDeadLetters{stats: idem.DeadLetterStats{
+		return &fakeDeadLetters{stats: idemstore.DeadLetterStats{
 			Pending:       3,
 			OldestPending: now.Add(-90 * time.Minute),
 			ByReason:      map[idem.Reason]int64{idem.ReasonKeyReuse: 1, idem.ReasonRetriesExhausted: 2},
 		}}
 	}
 	healthyQueue := func() *fakeQueue {
-		return &fakeQueue{stats: map[string]idem.QueueStats{
+		return &fakeQueue{stats: map[string]idemstore.QueueStats{
 			"orders":   {Backlog: 5, Oldest: now.Add(-30 * time.Second)},
 			"payments": {}, // empty: age 0
 		}}
 	}
 	healthyOutbox := func() *fakeOutbox {
-		return &fakeOutbox{stats: idem.QueueStats{Backlog: 2, Oldest: now.Add(-2 * time.Second)},
-			leases: []idem.Lease{{Name: "relay/member/a"}, {Name: "relay/partition/0"}}}
+		return &fakeOutbox{stats: idemstore.QueueStats{Backlog: 2, Oldest: now.Add(-2 * time.Second)},
+			leases: []idemstore.Lease{{Name: "relay/member/a"}, {Name: "relay/partition/0"}}}
 	}
 	const (
 		dlHealthy = `
@@ -156,7 +159,7 @@ idem_store_scrape_success{figure="relays",queue=""} 1
 			name: "empty stores report zero age",
 			cfg: StoreCollectorConfig{DeadLetters: &fakeDeadLetters{}, Outbox: &fakeOutbox{},
 				// A stale Oldest with no backlog still reads as empty.
-				Queue: &fakeQueue{stats: map[string]idem.QueueStats{"orders": {Oldest: now.Add(-time.Hour)}}}, Queues: []string{"orders"}},
+				Queue: &fakeQueue{stats: map[string]idemstore.QueueStats{"orders": {Oldest: now.Add(-time.Hour)}}}, Queues: []string{"orders"}},
 			names: []string{"idem_dead_letters_oldest_age_seconds", "idem_queue_backlog", "idem_queue_oldest_age_seconds", "idem_outbox_oldest_age_seconds"},
 			want: `
 # HELP idem_dead_letters_oldest_age_seconds Age of the first failure of the oldest pending dead letter, 0 when there is none.
@@ -190,7 +193,7 @@ idem_store_scrape_success{figure="relays",queue=""} 1
 		{
 			name: "one queue failing keeps the other",
 			cfg: StoreCollectorConfig{Queue: &fakeQueue{
-				stats: map[string]idem.QueueStats{"orders": {Backlog: 5, Oldest: now.Add(-30 * time.Second)}},
+				stats: map[string]idemstore.QueueStats{"orders": {Backlog: 5, Oldest: now.Add(-30 * time.Second)}},
 				errs:  map[string]error{"payments": errDown},
 			}, Queues: []string{"orders", "payments"}},
 			want: `

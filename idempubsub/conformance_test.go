@@ -106,7 +106,7 @@ func newSink(tb testing.TB, c *pubsub.Client) *idempubsub.Sink {
 // names, when given, are the only subscriptions each topic gets.
 func harness(c *pubsub.Client, names ...string) transporttest.Harness {
 	return transporttest.Harness{
-		Features: transporttest.Features{DelayedNak: true, Persistent: true, FanOut: true},
+		Features: transporttest.Features{Takeover: true, DelayedNak: true, Persistent: true, FanOut: true},
 		NewTopic: func(tb testing.TB) string { return newTopic(tb, c, false, names...) },
 		Source: func(tb testing.TB, topic, name string, lease time.Duration) idem.Source {
 			return openSource(tb, c, topic, name, lease, false)

@@ -4,7 +4,7 @@
 // transaction as its business write.
 //
 // A Source with a Subscription receives every message published to its Queue (a topic) in a
-// queue of its own, idem.SubscriptionQueue(topic, name): fan-out, each subscription with its own
+// queue of its own, idemstore.SubscriptionQueue(topic, name): fan-out, each subscription with its own
 // leases, retries and dead letters, while Sources of one subscription compete for its jobs. A
 // Source without one shares the topic's jobs with the other Sources of the topic, as long as
 // the topic has no subscription (see docs/queue.md).
@@ -18,10 +18,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // Defaults for SourceConfig.
@@ -31,6 +33,9 @@ const (
 	LeaseDefault = 30 * time.Second
 	// MaxWaitDefault bounds one idle wait between fetches; notifications usually end it sooner.
 	MaxWaitDefault = time.Second
+	// PrefetchDefault is how many jobs a fetch leases ahead of what its Receive asked for, so
+	// that a consumer whose workers free one at a time does not pay a fetch per job.
+	PrefetchDefault = 64
 )
 
 // SourceConfig configures a queue-table Source.
@@ -41,13 +46,23 @@ type SourceConfig struct {
 	// registers it (idempotent, at the first Receive or by Subscribe) and receives its own copy
 	// of every message published to Queue after it was registered; Sources with the same
 	// Subscription compete for those copies. Empty: the Source competes for the jobs of Queue
-	// itself. It needs a store with subscriptions (idem.QueueSubscriptionStore) and may not
+	// itself. It needs a store with subscriptions (idemstore.QueueSubscriptionStore) and may not
 	// contain "#", nor may Queue then.
 	Subscription string
 	// Lease is the visibility timeout of a fetched job (default LeaseDefault).
 	Lease time.Duration
 	// MaxWait bounds one idle wait for new jobs (default MaxWaitDefault).
 	MaxWait time.Duration
+	// Prefetch is how many jobs a fetch leases beyond what Receive asked for (default
+	// PrefetchDefault; negative: none). The Source holds them for the next Receives, for at
+	// most a third of Lease (the consumer extends a lease at a third, so a job handed out
+	// still has two thirds of it); what is not handed out by then, or at Close, is given back
+	// as if never fetched (QueueRelease when the store has it). Held jobs are invisible to
+	// other Sources meanwhile. While the queue has a backlog (the last fetch found all it
+	// asked for), a Receive that leaves fewer than half of Prefetch held starts a fetch of
+	// Prefetch more in the background, so that the next Receives do not wait for a fetch: at
+	// most one and a half times Prefetch jobs are held.
+	Prefetch int
 	// Now returns the current time (default time.Now).
 	Now func() time.Time
 }
@@ -62,6 +77,10 @@ func (c SourceConfig) withDefaults() SourceConfig {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.Prefetch == 0 {
+		c.Prefetch = PrefetchDefault
+	}
+	c.Prefetch = max(c.Prefetch, 0)
 	return c
 }
 
@@ -77,7 +96,7 @@ func (c SourceConfig) validate() error {
 		errs = append(errs, fmt.Errorf("MaxWait is %v, want >= 0", c.MaxWait))
 	}
 	if c.Queue != "" && c.Subscription != "" {
-		if _, err := idem.SubscriptionQueue(c.Queue, c.Subscription); err != nil {
+		if _, err := idemstore.SubscriptionQueue(c.Queue, c.Subscription); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -89,12 +108,12 @@ func (c SourceConfig) validate() error {
 
 // Source receives jobs from one queue of the queue table: Queue, or the subscription's queue.
 type Source[TTx any] struct {
-	store idem.QueueTxStore[TTx]
+	store idemstore.QueueTxStore[TTx]
 	cfg   SourceConfig
 	// queue is the queue fetched from: cfg.Queue, or the subscription's queue.
 	queue string
 	// subs registers the subscription; nil without one.
-	subs idem.QueueSubscriptionStore
+	subs idemstore.QueueSubscriptionStore
 
 	subMu      sync.Mutex
 	subscribed bool
@@ -102,12 +121,26 @@ type Source[TTx any] struct {
 	// orphan is a fetch whose Receive gave up before it returned, for the next Receive to adopt.
 	orphanMu sync.Mutex
 	orphan   *inflight
+
+	// ahead holds jobs leased beyond what a Receive asked for (Prefetch), oldest fetch first,
+	// until a later Receive takes them or aheadTimer gives them back; aheadGen tells a timer
+	// whether the jobs it was set for are still the ones held.
+	aheadMu    sync.Mutex
+	ahead      []idemstore.QueueJob
+	aheadGen   uint64
+	aheadTimer *time.Timer
+	// refill is the background fetch that tops ahead up (nil when none runs); backlog says the
+	// last fetch found all it asked for; closed is set by Close, after which a refill gives its
+	// jobs back instead of holding them. Guarded by aheadMu.
+	refill  *inflight
+	backlog bool
+	closed  bool
 }
 
 var _ idem.Source = (*Source[any])(nil)
 
 // NewSource returns a Source over store's queue table.
-func NewSource[TTx any](store idem.QueueTxStore[TTx], cfg SourceConfig) (*Source[TTx], error) {
+func NewSource[TTx any](store idemstore.QueueTxStore[TTx], cfg SourceConfig) (*Source[TTx], error) {
 	if store == nil {
 		return nil, errors.New("idemqueue: NewSource: store is nil")
 	}
@@ -117,12 +150,12 @@ func NewSource[TTx any](store idem.QueueTxStore[TTx], cfg SourceConfig) (*Source
 	}
 	src := &Source[TTx]{store: store, cfg: cfg, queue: cfg.Queue}
 	if cfg.Subscription != "" {
-		subs, ok := store.(idem.QueueSubscriptionStore)
+		subs, ok := store.(idemstore.QueueSubscriptionStore)
 		if !ok {
-			return nil, fmt.Errorf("idemqueue: NewSource: subscription %q of %s: the store (%T) has no subscriptions (idem.QueueSubscriptionStore)", cfg.Subscription, cfg.Queue, store)
+			return nil, fmt.Errorf("idemqueue: NewSource: subscription %q of %s: the store (%T) has no subscriptions (idemstore.QueueSubscriptionStore)", cfg.Subscription, cfg.Queue, store)
 		}
 		src.subs = subs
-		src.queue, _ = idem.SubscriptionQueue(cfg.Queue, cfg.Subscription) // validated above
+		src.queue, _ = idemstore.SubscriptionQueue(cfg.Queue, cfg.Subscription) // validated above
 	}
 	return src, nil
 }
@@ -154,8 +187,22 @@ func (s *Source[TTx]) Subscribe(ctx context.Context) error {
 // Lease returns the configured lease.
 func (s *Source[TTx]) Lease() time.Duration { return s.cfg.Lease }
 
-// Close does nothing: jobs not acked become visible again when their lease ends.
-func (s *Source[TTx]) Close() error { return nil }
+// Close gives back the jobs fetched ahead and not handed out yet, after waiting for a
+// background fetch under way. Jobs already received and not acked become visible again when
+// their lease ends.
+func (s *Source[TTx]) Close() error {
+	s.aheadMu.Lock()
+	s.closed = true
+	f := s.refill
+	s.aheadMu.Unlock()
+	if f != nil {
+		<-f.done // it gives its jobs back itself
+	}
+	if jobs := s.dropAhead(0); len(jobs) > 0 {
+		s.giveBack(context.Background(), jobs)
+	}
+	return nil
+}
 
 // Receive leases up to max available jobs, waiting (LISTEN/NOTIFY on PostgreSQL, polling on
 // SQLite) until at least one is there or ctx ends. A Receive that gives up gives back what it
@@ -175,7 +222,7 @@ func (s *Source[TTx]) Receive(ctx context.Context, max int) ([]idem.Delivery, er
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		jobs, err := s.fetch(ctx, max)
+		jobs, err := s.next(ctx, max)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -195,6 +242,146 @@ func (s *Source[TTx]) Receive(ctx context.Context, max int) ([]idem.Delivery, er
 	}
 }
 
+// next returns up to max jobs: those fetched ahead first (waiting for a background fetch
+// under way when they are too few), and when they are fewer than max, a fetch of the rest plus
+// Prefetch more, of which it keeps what is over max for later.
+func (s *Source[TTx]) next(ctx context.Context, max int) ([]idemstore.QueueJob, error) {
+	jobs := s.takeAhead(max)
+	if len(jobs) < max {
+		s.aheadMu.Lock()
+		f := s.refill
+		s.aheadMu.Unlock()
+		if f != nil {
+			select {
+			case <-f.done:
+				jobs = append(jobs, s.takeAhead(max-len(jobs))...)
+			case <-ctx.Done():
+				if len(jobs) > 0 {
+					return jobs, nil
+				}
+				return nil, ctx.Err() // the refill's jobs stay held for the next Receive
+			}
+		}
+	}
+	if len(jobs) == max {
+		s.startRefill(ctx)
+		return jobs, nil
+	}
+	want := max - len(jobs) + s.cfg.Prefetch
+	more, err := s.fetch(ctx, want)
+	s.aheadMu.Lock()
+	s.backlog = err == nil && len(more) == want
+	s.aheadMu.Unlock()
+	if err != nil {
+		if len(jobs) > 0 {
+			return jobs, nil // the fetch is retried by a later Receive
+		}
+		return nil, err
+	}
+	jobs = append(jobs, more...)
+	if len(jobs) > max {
+		s.keepAhead(jobs[max:])
+		jobs = jobs[:max]
+	}
+	return jobs, nil
+}
+
+// startRefill starts a fetch of Prefetch jobs in the background, to be held ahead, when the
+// queue has a backlog, fewer than half of Prefetch are held and no such fetch runs already.
+// The fetch runs apart from ctx (bounded by fetchTimeout); its jobs are held like those of any
+// fetch ahead, or given back when the Source was closed meanwhile.
+func (s *Source[TTx]) startRefill(ctx context.Context) {
+	n := s.cfg.Prefetch
+	s.aheadMu.Lock()
+	if n == 0 || s.refill != nil || s.closed || !s.backlog || 2*len(s.ahead) >= n {
+		s.aheadMu.Unlock()
+		return
+	}
+	f := &inflight{done: make(chan struct{})}
+	s.refill = f
+	s.aheadMu.Unlock()
+	bg := context.WithoutCancel(ctx)
+	go func() {
+		defer close(f.done)
+		fctx, cancel := context.WithTimeout(bg, fetchTimeout)
+		jobs, err := s.store.QueueFetch(fctx, idemstore.QueueFetchParams{Queue: s.queue, Max: n, Lease: s.cfg.Lease, Now: s.cfg.Now()})
+		cancel()
+		s.aheadMu.Lock()
+		s.refill = nil
+		s.backlog = err == nil && len(jobs) == n
+		closed := s.closed
+		if err == nil && !closed && len(jobs) > 0 {
+			s.holdLocked(jobs)
+		}
+		s.aheadMu.Unlock()
+		if err == nil && closed && len(jobs) > 0 {
+			s.giveBack(bg, jobs)
+		}
+	}()
+}
+
+// takeAhead takes up to max of the jobs fetched ahead, oldest first.
+func (s *Source[TTx]) takeAhead(max int) []idemstore.QueueJob {
+	s.aheadMu.Lock()
+	defer s.aheadMu.Unlock()
+	n := min(max, len(s.ahead))
+	if n == 0 {
+		return nil
+	}
+	jobs := slices.Clone(s.ahead[:n])
+	s.ahead = s.ahead[n:]
+	if len(s.ahead) == 0 {
+		s.ahead = nil
+		s.stopAheadTimer()
+	}
+	return jobs
+}
+
+// keepAhead holds jobs for later Receives, for at most a third of the lease of the oldest held.
+func (s *Source[TTx]) keepAhead(jobs []idemstore.QueueJob) {
+	s.aheadMu.Lock()
+	defer s.aheadMu.Unlock()
+	s.holdLocked(jobs)
+}
+
+// holdLocked is keepAhead with aheadMu held. Jobs added to those already held are given back
+// with them, at the held ones' deadline.
+func (s *Source[TTx]) holdLocked(jobs []idemstore.QueueJob) {
+	s.ahead = append(s.ahead, jobs...)
+	if s.aheadTimer != nil {
+		return // the jobs held already bound the wait
+	}
+	s.aheadGen++
+	gen := s.aheadGen
+	s.aheadTimer = time.AfterFunc(s.cfg.Lease/3, func() {
+		if jobs := s.dropAhead(gen); len(jobs) > 0 {
+			s.giveBack(context.Background(), jobs)
+		}
+	})
+}
+
+// dropAhead takes every job fetched ahead, when gen is 0 or still the generation held.
+func (s *Source[TTx]) dropAhead(gen uint64) []idemstore.QueueJob {
+	s.aheadMu.Lock()
+	defer s.aheadMu.Unlock()
+	if gen != 0 && gen != s.aheadGen {
+		return nil
+	}
+	jobs := s.ahead
+	s.ahead = nil
+	s.stopAheadTimer()
+	return jobs
+}
+
+// stopAheadTimer stops the give-back timer of the jobs held ahead; aheadMu is held.
+func (s *Source[TTx]) stopAheadTimer() {
+	if s.aheadTimer != nil {
+		s.aheadTimer.Stop()
+		s.aheadTimer = nil
+	}
+	s.aheadGen++
+}
+
 // fetchTimeout bounds a fetch that runs apart from its Receive's context.
 const fetchTimeout = time.Minute
 
@@ -202,7 +389,7 @@ const fetchTimeout = time.Minute
 // when it returns, after jobs and err are set.
 type inflight struct {
 	done chan struct{}
-	jobs []idem.QueueJob
+	jobs []idemstore.QueueJob
 	err  error
 }
 
@@ -211,7 +398,7 @@ type inflight struct {
 // adopts it (takes its jobs) instead of starting a fetch of its own, and when it returns with
 // nobody adopting it, its jobs are given back. So receives that keep giving up (a batch's
 // MaxWait, a shutdown) never pile up fetches: at most one runs per receiving goroutine.
-func (s *Source[TTx]) fetch(ctx context.Context, max int) ([]idem.QueueJob, error) {
+func (s *Source[TTx]) fetch(ctx context.Context, max int) ([]idemstore.QueueJob, error) {
 	s.orphanMu.Lock()
 	f := s.orphan
 	s.orphan = nil
@@ -262,7 +449,7 @@ func (s *Source[TTx]) startFetch(ctx context.Context, max int) *inflight {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fetchTimeout)
 	go func() {
 		defer cancel()
-		f.jobs, f.err = s.store.QueueFetch(fctx, idem.QueueFetchParams{Queue: s.queue, Max: max, Lease: s.cfg.Lease, Now: s.cfg.Now()})
+		f.jobs, f.err = s.store.QueueFetch(fctx, idemstore.QueueFetchParams{Queue: s.queue, Max: max, Lease: s.cfg.Lease, Now: s.cfg.Now()})
 		close(f.done)
 		s.orphanMu.Lock()
 		orphaned := s.orphan == f
@@ -284,7 +471,7 @@ type releaser interface {
 
 // giveBack returns jobs leased for a Receive that ended before returning them. Errors are
 // dropped: a job not given back is fetched again when its lease ends.
-func (s *Source[TTx]) giveBack(ctx context.Context, jobs []idem.QueueJob) {
+func (s *Source[TTx]) giveBack(ctx context.Context, jobs []idemstore.QueueJob) {
 	ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
 	defer cancel()
 	rel, ok := s.store.(releaser)
@@ -293,14 +480,14 @@ func (s *Source[TTx]) giveBack(ctx context.Context, jobs []idem.QueueJob) {
 			_ = rel.QueueRelease(ctx, j.ID, j.Token)
 			continue
 		}
-		_ = s.store.QueueNak(ctx, idem.QueueNakParams{ID: j.ID, Token: j.Token, Now: s.cfg.Now()})
+		_ = s.store.QueueNak(ctx, idemstore.QueueNakParams{ID: j.ID, Token: j.Token, Now: s.cfg.Now()})
 	}
 }
 
 // Delivery is one leased job.
 type Delivery[TTx any] struct {
 	src *Source[TTx]
-	job idem.QueueJob
+	job idemstore.QueueJob
 }
 
 var (
@@ -317,7 +504,7 @@ func (d *Delivery[TTx]) Message() idem.Message { return d.job.Message }
 func (d *Delivery[TTx]) FirstAttempt() time.Time { return d.job.FirstFetchedAt }
 
 // Job returns the leased row (id and fencing token).
-func (d *Delivery[TTx]) Job() idem.QueueJob { return d.job }
+func (d *Delivery[TTx]) Job() idemstore.QueueJob { return d.job }
 
 // Ack deletes the job if this delivery still holds its lease.
 func (d *Delivery[TTx]) Ack(ctx context.Context) error {
@@ -331,7 +518,7 @@ func (d *Delivery[TTx]) AckTx(ctx context.Context, tx TTx) error {
 
 // Nak makes the job available again after delay.
 func (d *Delivery[TTx]) Nak(ctx context.Context, delay time.Duration) error {
-	return d.wrap("nak", d.src.store.QueueNak(ctx, idem.QueueNakParams{ID: d.job.ID, Token: d.job.Token, Delay: delay, Now: d.src.cfg.Now()}))
+	return d.wrap("nak", d.src.store.QueueNak(ctx, idemstore.QueueNakParams{ID: d.job.ID, Token: d.job.Token, Delay: delay, Now: d.src.cfg.Now()}))
 }
 
 // Extend pushes the lease out by the source's lease time.
@@ -354,17 +541,17 @@ func (d *Delivery[TTx]) wrap(op string, err error) error {
 // Sink publishes to queues of the queue table, each call in a transaction of its own. To
 // publish with a business write, call the store's QueuePublishTx inside your transaction.
 type Sink struct {
-	store idem.QueueStore
+	store idemstore.QueueStore
 }
 
 var _ idem.Sink = (*Sink)(nil)
 
 // NewSink returns a Sink over store's queue table.
-func NewSink(store idem.QueueStore) *Sink { return &Sink{store: store} }
+func NewSink(store idemstore.QueueStore) *Sink { return &Sink{store: store} }
 
 // Publish inserts msgs into queue topic; once it returns they are committed. A topic with
 // subscriptions gets one job per subscription and message; a subscription's own queue
-// (idem.SubscriptionQueue) reaches that subscription alone.
+// (idemstore.SubscriptionQueue) reaches that subscription alone.
 func (s *Sink) Publish(ctx context.Context, topic string, msgs ...idem.Message) error {
 	for _, m := range msgs {
 		if m.EventID == "" {

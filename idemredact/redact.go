@@ -18,9 +18,9 @@ import (
 // can tell a masked value from an empty one and tests can match it.
 const Masked = "[REDACTED]"
 
-// DefaultMaxErrorLen is the bound, in runes, on a redacted error summary when
+// MaxErrorLenDefault is the bound, in runes, on a redacted error summary when
 // Config.MaxErrorLen is not set; it keeps dead letters and log lines readable.
-const DefaultMaxErrorLen = 1024
+const MaxErrorLenDefault = 1024
 
 // truncatedMarker is appended to a summary that Text cut to its maximum length.
 const truncatedMarker = "…(truncated)"
@@ -32,24 +32,24 @@ var defaultSecretNames = []string{"authorization", "cookie", "set-cookie", "pass
 	"secret", "token", "api_key", "apikey", "access_token", "refresh_token", "client_secret",
 	"card_number", "cvv", "private_key"}
 
-// DefaultSecretNames returns a copy of the names masked when Config.Names is nil, so that a
+// SecretNamesDefault returns a copy of the names masked when Config.Names is nil, so that a
 // caller can extend or trim the list without touching the defaults.
-func DefaultSecretNames() []string { return append([]string(nil), defaultSecretNames...) }
+func SecretNamesDefault() []string { return append([]string(nil), defaultSecretNames...) }
 
 // authSchemes are the HTTP authentication schemes kept in front of a masked credential
 // ("Authorization: Bearer [REDACTED]"), so the operator still sees which kind of credential it was.
 var authSchemes = []string{"bearer", "basic", "digest", "negotiate", "ntlm", "token", "apikey", "dpop"}
 
 // Config configures a Redactor. The zero value masks the default secret names and bounds
-// error summaries to DefaultMaxErrorLen runes.
+// error summaries to MaxErrorLenDefault runes.
 type Config struct {
-	// Names replaces DefaultSecretNames when non-nil (an empty, non-nil slice masks no names;
+	// Names replaces SecretNamesDefault when non-nil (an empty, non-nil slice masks no names;
 	// URL passwords and bearer tokens are still masked).
 	Names []string
 	// Extra adds names to Names or to the defaults.
 	Extra []string
 	// MaxErrorLen bounds the summaries returned by Text, in runes; zero or less means
-	// DefaultMaxErrorLen.
+	// MaxErrorLenDefault.
 	MaxErrorLen int
 	// MaxJSONDepth bounds the nesting JSON pretty-prints (default DefaultMaxJSONDepth): a deeper
 	// document is shown as masked text, on one line, so that its indentation cannot grow with
@@ -87,7 +87,7 @@ var defaultRedactor = New(Config{})
 func New(cfg Config) *Redactor {
 	r := &Redactor{maxLen: cfg.MaxErrorLen, maxDepth: cfg.MaxJSONDepth, maxOut: cfg.MaxOutputBytes, built: true}
 	if r.maxLen <= 0 {
-		r.maxLen = DefaultMaxErrorLen
+		r.maxLen = MaxErrorLenDefault
 	}
 	if r.maxDepth <= 0 {
 		r.maxDepth = DefaultMaxJSONDepth

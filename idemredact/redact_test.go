@@ -7,15 +7,15 @@ import (
 	"unicode/utf8"
 )
 
-func TestDefaultSecretNamesReturnsCopy(t *testing.T) {
+func TestSecretNamesDefaultReturnsCopy(t *testing.T) {
 	t.Parallel()
-	names := DefaultSecretNames()
+	names := SecretNamesDefault()
 	if len(names) != len(defaultSecretNames) {
-		t.Fatalf("DefaultSecretNames() has %d names, want %d", len(names), len(defaultSecretNames))
+		t.Fatalf("SecretNamesDefault() has %d names, want %d", len(names), len(defaultSecretNames))
 	}
 	names[0] = "changed"
 	if defaultSecretNames[0] == "changed" {
-		t.Fatal("DefaultSecretNames() returned the package slice, not a copy")
+		t.Fatal("SecretNamesDefault() returned the package slice, not a copy")
 	}
 }
 
@@ -269,8 +269,8 @@ func TestRedactorTextTruncation(t *testing.T) {
 		{"multibyte cut at rune boundary", 4, "日本語のテキスト", "日本語の" + truncatedMarker},
 		{"emoji", 2, "🙂🙂🙂", "🙂🙂" + truncatedMarker},
 		{"masking before cut", 12, "password=hunter2 and more", "password=[RE" + truncatedMarker},
-		{"zero means default", 0, strings.Repeat("é", DefaultMaxErrorLen+1), strings.Repeat("é", DefaultMaxErrorLen) + truncatedMarker},
-		{"negative means default", -1, strings.Repeat("a", DefaultMaxErrorLen), strings.Repeat("a", DefaultMaxErrorLen)},
+		{"zero means default", 0, strings.Repeat("é", MaxErrorLenDefault+1), strings.Repeat("é", MaxErrorLenDefault) + truncatedMarker},
+		{"negative means default", -1, strings.Repeat("a", MaxErrorLenDefault), strings.Repeat("a", MaxErrorLenDefault)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -403,7 +403,7 @@ func TestNilAndZeroRedactor(t *testing.T) {
 		{"nil", nil},
 		{"zero value", &Redactor{}},
 	}
-	long := strings.Repeat("x", DefaultMaxErrorLen+10)
+	long := strings.Repeat("x", MaxErrorLenDefault+10)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

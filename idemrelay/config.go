@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemredact"
 	"github.com/idemkit/idem/retry"
 )
 
@@ -119,7 +120,7 @@ type Config struct {
 	// empty result is a permanent error for that row.
 	Topic func(idem.Outgoing) string
 	// Redact configures the masking of secrets in dead-letter errors and logs.
-	Redact idem.RedactConfig
+	Redact idemredact.Config
 	// Logger receives the relay's log lines (default slog.Default()).
 	Logger *slog.Logger
 	// Observer, when set, receives publish and failure counts.

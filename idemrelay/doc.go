@@ -1,8 +1,8 @@
 // Package idemrelay is the outbox relay: it publishes the rows producers enqueued in their own
-// transactions (idem.OutboxStore.EnqueueTx) through an idem.Sink — JetStream (idemnats), the
+// transactions (idemstore.OutboxStore.EnqueueTx) through an idem.Sink — JetStream (idemnats), the
 // queue table (idemqueue), an HTTP endpoint (idemhttp) — and marks them published.
 //
-//	relay, err := idemrelay.New(store, store, sink, idemrelay.Config{})
+//	relay, err := idemrelay.New(store, sink, idemrelay.Config{})
 //	…
 //	err = relay.Run(ctx) // until ctx ends; releases its leases on the way out
 //

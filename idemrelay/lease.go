@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // partitionLease is what the relay knows of one partition lease it holds.
@@ -55,7 +55,7 @@ func (r *Relay) maintain(ctx context.Context) (acquired bool, err error) {
 
 	ttl := r.cfg.LeaseTTL
 	now := r.cfg.Now()
-	_, ok, err := r.store.LeaseAcquire(ctx, idem.LeaseParams{Name: r.memberLease(), Owner: r.cfg.ID, TTL: ttl, Now: now})
+	_, ok, err := r.store.LeaseAcquire(ctx, idemstore.LeaseParams{Name: r.memberLease(), Owner: r.cfg.ID, TTL: ttl, Now: now})
 	if err != nil {
 		return false, fmt.Errorf("idemrelay: relay %s: renew membership lease: %w", r.cfg.ID, err)
 	}
@@ -69,7 +69,7 @@ func (r *Relay) maintain(ctx context.Context) (acquired bool, err error) {
 		return false, fmt.Errorf("idemrelay: relay %s: list relay members: %w", r.cfg.ID, err)
 	}
 	live := len(members)
-	if !slices.ContainsFunc(members, func(l idem.Lease) bool { return l.Owner == r.cfg.ID }) {
+	if !slices.ContainsFunc(members, func(l idemstore.Lease) bool { return l.Owner == r.cfg.ID }) {
 		live++ // our own lease may look expired to a store with another clock; count us anyway
 	}
 	share := (r.partitions + live - 1) / live
@@ -78,7 +78,7 @@ func (r *Relay) maintain(ctx context.Context) (acquired bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("idemrelay: relay %s: list partition leases: %w", r.cfg.ID, err)
 	}
-	holder := make(map[int]idem.Lease, len(held))
+	holder := make(map[int]idemstore.Lease, len(held))
 	for _, l := range held {
 		if p, ok := parsePartition(l.Name, r.partitions); ok {
 			holder[p] = l
@@ -101,7 +101,7 @@ func (r *Relay) maintain(ctx context.Context) (acquired bool, err error) {
 	slices.Sort(mine)
 	for _, p := range mine {
 		at := r.cfg.Now()
-		token, ok, err := r.store.LeaseAcquire(ctx, idem.LeaseParams{Name: partitionLeaseName(p), Owner: r.cfg.ID, TTL: ttl, Now: at})
+		token, ok, err := r.store.LeaseAcquire(ctx, idemstore.LeaseParams{Name: partitionLeaseName(p), Owner: r.cfg.ID, TTL: ttl, Now: at})
 		if err != nil {
 			return acquired, fmt.Errorf("idemrelay: relay %s: renew lease of partition %d: %w", r.cfg.ID, p, err)
 		}
@@ -169,7 +169,7 @@ func (r *Relay) maintain(ctx context.Context) (acquired bool, err error) {
 			break
 		}
 		at := r.cfg.Now()
-		token, ok, err := r.store.LeaseAcquire(ctx, idem.LeaseParams{Name: partitionLeaseName(p), Owner: r.cfg.ID, TTL: ttl, Now: at})
+		token, ok, err := r.store.LeaseAcquire(ctx, idemstore.LeaseParams{Name: partitionLeaseName(p), Owner: r.cfg.ID, TTL: ttl, Now: at})
 		if err != nil {
 			return acquired, fmt.Errorf("idemrelay: relay %s: acquire lease of partition %d: %w", r.cfg.ID, p, err)
 		}

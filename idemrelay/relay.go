@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemredact"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/retry"
 )
 
@@ -18,11 +20,11 @@ import (
 // database: they divide its partitions by leases, so each row, and each ordering key, has one
 // publisher at a time. A Relay is safe for concurrent use, but Run and RunOnce do not overlap.
 type Relay struct {
-	store      idem.OutboxRelayStore
-	dlq        idem.DeadLetterStore
+	store      idemstore.OutboxRelayStore
+	dlq        idemstore.DeadLetterStore
 	sink       idem.Sink
 	cfg        Config
-	redactor   *idem.Redactor
+	redactor   *idemredact.Redactor
 	partitions int
 
 	// leaseMu serialises the lease steps (maintain, releases); mu guards owned, which rounds
@@ -48,16 +50,19 @@ type Relay struct {
 	idLock io.Closer
 }
 
+// Store is what a relay needs of a store: its outbox, and its dead-letter queue for the rows that
+// cannot be published. Every idem store (idempg, idemsqlite, idemmysql) is one.
+type Store interface {
+	idemstore.OutboxRelayStore
+	idemstore.DeadLetterStore
+}
+
 // New validates cfg (after WithDefaults) and returns a relay that publishes store's outbox
-// through sink and writes the dead letters of rows that cannot be published to dlq (usually the
-// same store).
-func New(store idem.OutboxRelayStore, dlq idem.DeadLetterStore, sink idem.Sink, cfg Config) (*Relay, error) {
+// through sink and writes the dead letters of rows that cannot be published to the same store.
+func New(store Store, sink idem.Sink, cfg Config) (*Relay, error) {
 	var errs []error
 	if store == nil {
 		errs = append(errs, errors.New("store is nil"))
-	}
-	if dlq == nil {
-		errs = append(errs, errors.New("dead-letter store is nil"))
 	}
 	if sink == nil {
 		errs = append(errs, errors.New("sink is nil"))
@@ -84,10 +89,10 @@ func New(store idem.OutboxRelayStore, dlq idem.DeadLetterStore, sink idem.Sink, 
 	}
 	return &Relay{
 		store:      store,
-		dlq:        dlq,
+		dlq:        store,
 		sink:       sink,
 		cfg:        cfg,
-		redactor:   idem.NewRedactor(cfg.Redact),
+		redactor:   idemredact.New(cfg.Redact),
 		partitions: n,
 		owned:      make(map[int]*partitionLease),
 		fetchLimit: cfg.BatchSize,

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/retry"
 )
 
@@ -32,7 +33,7 @@ type roundResult struct {
 
 // item is one fetched row on its way to the sink.
 type item struct {
-	row   idem.OutboxRow
+	row   idemstore.OutboxRow
 	topic string // sink topic
 }
 
@@ -52,7 +53,7 @@ func (r *Relay) round(ctx context.Context) (roundResult, error) {
 		return res, nil
 	}
 	limit := r.fetchLimit
-	rows, err := r.store.OutboxFetch(ctx, idem.OutboxFetchParams{Partitions: parts, Limit: limit})
+	rows, err := r.store.OutboxFetch(ctx, idemstore.OutboxFetchParams{Partitions: parts, Limit: limit})
 	if err != nil {
 		return res, fmt.Errorf("idemrelay: relay %s: fetch partitions %v: %w", r.cfg.ID, parts, err)
 	}
@@ -138,7 +139,7 @@ func (r *Relay) round(ctx context.Context) (roundResult, error) {
 // replayed (the replay published it) or discarded its dead letter; it then marks the row
 // published, so that it leaves the outbox with the published rows. The dead letter is looked up
 // at most once per PollInterval per row (checks carries the next lookup times to the next round).
-func (r *Relay) releaseDead(ctx context.Context, row idem.OutboxRow, now time.Time, checks map[int64]time.Time) (bool, error) {
+func (r *Relay) releaseDead(ctx context.Context, row idemstore.OutboxRow, now time.Time, checks map[int64]time.Time) (bool, error) {
 	if next, ok := r.deadChecks[row.ID]; ok && now.Before(next) {
 		checks[row.ID] = next
 		return false, nil
@@ -374,7 +375,7 @@ func (r *Relay) fail(ctx context.Context, it item, perr error, class idem.Class)
 	attempt := row.Attempts + 1
 	errText := r.redactor.Text(perr.Error())
 	first := firstAttempt(row, now)
-	fp := idem.OutboxFailParams{ID: row.ID, Attempts: attempt, LastError: errText, NextAttemptAt: now, FirstAttemptAt: first}
+	fp := idemstore.OutboxFailParams{ID: row.ID, Attempts: attempt, LastError: errText, NextAttemptAt: now, FirstAttemptAt: first}
 	var reason idem.Reason
 	var delay time.Duration
 	if class == idem.ClassPermanent {
@@ -454,7 +455,7 @@ func (r *Relay) deadLetter(ctx context.Context, it item, reason idem.Reason, err
 // firstAttempt is when the relay first tried to publish row, given that an attempt at now just
 // failed: the stored time, else now for a row never tried, else (a row failed before its store
 // recorded first attempts) its creation, the old and more conservative bound.
-func firstAttempt(row idem.OutboxRow, now time.Time) time.Time {
+func firstAttempt(row idemstore.OutboxRow, now time.Time) time.Time {
 	switch {
 	case !row.FirstAttemptAt.IsZero():
 		return row.FirstAttemptAt

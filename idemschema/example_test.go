@@ -9,7 +9,7 @@ import (
 )
 
 // A Validator built from one schema per event type refuses a payload in words an operator can
-// act on; in a consumer it goes into idem.ConsumerConfig.Validator.
+// act on; in a consumer it goes into idem.ConsumerConfig.Input.Validator.
 func ExampleValidator() {
 	v, err := idemschema.New(map[string][]byte{
 		"payment.captured": []byte(`{
@@ -17,7 +17,7 @@ func ExampleValidator() {
 			"required": ["wallet", "amount_cents"],
 			"properties": {"wallet": {"type": "string"}, "amount_cents": {"type": "integer"}}
 		}`),
-	}, idemschema.Options{})
+	}, idemschema.Config{})
 	if err != nil {
 		panic(err)
 	}

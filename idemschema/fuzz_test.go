@@ -24,7 +24,7 @@ func FuzzValidate(f *testing.F) {
 	f.Add([]byte(``), false)
 
 	v, err := idemschema.New(map[string][]byte{"payment.captured": []byte(paymentSchema), "line.item": []byte(lineSchema)},
-		idemschema.Options{AllowUnknownTypes: true, MaxDepth: 16})
+		idemschema.Config{AllowUnknownTypes: true, MaxDepth: 16})
 	if err != nil {
 		f.Fatal(err)
 	}

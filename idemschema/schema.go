@@ -25,20 +25,20 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// Defaults and bounds of Options.
+// Defaults and bounds of Config.
 const (
-	// MaxDepthDefault is Options.MaxDepth when unset: real events nest a handful of levels, and
+	// MaxDepthDefault is Config.MaxDepth when unset: real events nest a handful of levels, and
 	// 64 leaves room for any sane document while keeping hostile nesting away from the decoder.
 	MaxDepthDefault = 64
-	// MaxDepthMax is the largest Options.MaxDepth: encoding/json refuses documents nested deeper
+	// MaxDepthMax is the largest Config.MaxDepth: encoding/json refuses documents nested deeper
 	// than 10000 levels on its own.
 	MaxDepthMax = 10000
 	// maxReported bounds how many schema violations one error lists.
 	maxReported = 5
 )
 
-// Options configures a Validator. Zero fields take the documented defaults.
-type Options struct {
+// Config configures a Validator. Zero fields take the documented defaults.
+type Config struct {
 	// AllowUnknownTypes accepts events of a type without a schema, after the UTF-8, JSON and
 	// depth checks; by default they are refused, so a new event type cannot reach handlers
 	// unvalidated by accident.
@@ -50,7 +50,7 @@ type Options struct {
 }
 
 // WithDefaults returns o with zero fields set to their defaults.
-func (o Options) WithDefaults() Options {
+func (o Config) WithDefaults() Config {
 	if o.MaxDepth == 0 {
 		o.MaxDepth = MaxDepthDefault
 	}
@@ -58,9 +58,9 @@ func (o Options) WithDefaults() Options {
 }
 
 // validate reports an invalid field of options that WithDefaults has filled in.
-func (o Options) validate() error {
+func (o Config) validate() error {
 	if o.MaxDepth < 1 || o.MaxDepth > MaxDepthMax {
-		return fmt.Errorf("idemschema: Options.MaxDepth is %d, want 1 to %d", o.MaxDepth, MaxDepthMax)
+		return fmt.Errorf("idemschema: Config.MaxDepth is %d, want 1 to %d", o.MaxDepth, MaxDepthMax)
 	}
 	return nil
 }
@@ -69,7 +69,7 @@ func (o Options) validate() error {
 // and safe for concurrent use.
 type Validator struct {
 	schemas map[string]*jsonschema.Schema
-	opts    Options
+	opts    Config
 	printer *message.Printer // words the library's violations in English
 }
 
@@ -80,7 +80,7 @@ var _ idem.Validator = (*Validator)(nil)
 // a schema saying "date-time" means it. Schemas may "$ref" each other as
 // "urn:idemschema:<url-escaped event type>" but never load anything from files or the network.
 // Errors name the event type whose schema is wrong.
-func New(schemas map[string][]byte, opts Options) (*Validator, error) {
+func New(schemas map[string][]byte, opts Config) (*Validator, error) {
 	opts = opts.WithDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err

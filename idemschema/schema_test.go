@@ -37,7 +37,7 @@ func schemas() map[string][]byte {
 	return map[string][]byte{"payment.captured": []byte(paymentSchema), "line.item": []byte(lineSchema)}
 }
 
-func newValidator(t *testing.T, opts idemschema.Options) *idemschema.Validator {
+func newValidator(t *testing.T, opts idemschema.Config) *idemschema.Validator {
 	t.Helper()
 	v, err := idemschema.New(schemas(), opts)
 	require.NoError(t, err)
@@ -53,14 +53,14 @@ func TestNew(t *testing.T) {
 	tests := []struct {
 		name    string
 		schemas map[string][]byte
-		opts    idemschema.Options
+		opts    idemschema.Config
 		want    []string // error substrings; none means success
 	}{
 		{name: "valid", schemas: schemas()},
-		{name: "no schemas but unknown types allowed", opts: idemschema.Options{AllowUnknownTypes: true}},
+		{name: "no schemas but unknown types allowed", opts: idemschema.Config{AllowUnknownTypes: true}},
 		{name: "no schemas", want: []string{"no schemas and AllowUnknownTypes is false"}},
-		{name: "negative depth", schemas: schemas(), opts: idemschema.Options{MaxDepth: -1}, want: []string{"Options.MaxDepth is -1"}},
-		{name: "depth beyond encoding/json", schemas: schemas(), opts: idemschema.Options{MaxDepth: 10001}, want: []string{"Options.MaxDepth is 10001, want 1 to 10000"}},
+		{name: "negative depth", schemas: schemas(), opts: idemschema.Config{MaxDepth: -1}, want: []string{"Config.MaxDepth is -1"}},
+		{name: "depth beyond encoding/json", schemas: schemas(), opts: idemschema.Config{MaxDepth: 10001}, want: []string{"Config.MaxDepth is 10001, want 1 to 10000"}},
 		{name: "schema not JSON", schemas: map[string][]byte{"a": []byte(`{"type":`)}, want: []string{`event type "a" is not JSON`}},
 		{name: "schema invalid", schemas: map[string][]byte{"a": []byte(`{"type":"object"}`), "b": []byte(`{"type":"integr"}`)}, want: []string{`event type "b" does not compile`}},
 		{name: "every bad schema named", schemas: map[string][]byte{"a": []byte(`{`), "b": []byte(`[`)}, want: []string{`"a"`, `"b"`}},
@@ -90,7 +90,7 @@ func TestValidate(t *testing.T) {
 	valid := `{"tenant_id":"acme","wallet":"w1","amount_cents":500}`
 	tests := []struct {
 		name  string
-		opts  idemschema.Options
+		opts  idemschema.Config
 		msg   idem.Message
 		want  string // substring of the error; "" means valid
 		wants []string
@@ -98,9 +98,9 @@ func TestValidate(t *testing.T) {
 		{name: "valid", msg: msg("payment.captured", valid)},
 		{name: "valid with everything", msg: msg("payment.captured", `{"tenant_id":"acme","wallet":"w1","amount_cents":1,"captured_at":"2025-06-01T12:00:00Z","customer":{"id":"c1"},"lines":[{"sku":"a"}]}`)},
 		{name: "surrounding whitespace", msg: msg("payment.captured", " \n"+valid+"\n")},
-		{name: "unknown type allowed", opts: idemschema.Options{AllowUnknownTypes: true}, msg: msg("payment.refunded", `{"anything":true}`)},
-		{name: "depth exactly the limit", opts: idemschema.Options{MaxDepth: 3, AllowUnknownTypes: true}, msg: msg("x", `{"a":[{"b":1}]}`)},
-		{name: "brackets in strings do not count", opts: idemschema.Options{MaxDepth: 1, AllowUnknownTypes: true}, msg: msg("x", `{"a":"[[[{{{\"]]]"}`)},
+		{name: "unknown type allowed", opts: idemschema.Config{AllowUnknownTypes: true}, msg: msg("payment.refunded", `{"anything":true}`)},
+		{name: "depth exactly the limit", opts: idemschema.Config{MaxDepth: 3, AllowUnknownTypes: true}, msg: msg("x", `{"a":[{"b":1}]}`)},
+		{name: "brackets in strings do not count", opts: idemschema.Config{MaxDepth: 1, AllowUnknownTypes: true}, msg: msg("x", `{"a":"[[[{{{\"]]]"}`)},
 
 		{name: "empty payload", msg: msg("payment.captured", ""), want: "payload is empty"},
 		{name: "invalid JSON", msg: msg("payment.captured", `{"tenant_id":"acme","wallet":w1}`), want: "invalid JSON at offset 30: invalid character 'w' looking for beginning of value"},
@@ -109,10 +109,10 @@ func TestValidate(t *testing.T) {
 		{name: "not UTF-8", msg: msg("payment.captured", "{\"tenant_id\":\"acme\",\"wallet\":\"w\xff1\",\"amount_cents\":5}"), want: "payload is not valid UTF-8 (first bad byte 0xff at offset 31)"},
 		{name: "too deep", msg: msg("payment.captured", strings.Repeat("[", 65)+strings.Repeat("]", 65)), want: "JSON nested deeper than 64 levels (at offset 64)"},
 		{name: "too deep before broken", msg: msg("payment.captured", strings.Repeat("{\"a\":", 100)), want: "JSON nested deeper than 64 levels"},
-		{name: "custom depth", opts: idemschema.Options{MaxDepth: 2}, msg: msg("payment.captured", `{"customer":{"id":["x"]}}`), want: "JSON nested deeper than 2 levels (at offset 18)"},
+		{name: "custom depth", opts: idemschema.Config{MaxDepth: 2}, msg: msg("payment.captured", `{"customer":{"id":["x"]}}`), want: "JSON nested deeper than 2 levels (at offset 18)"},
 		{name: "unknown type", msg: msg("payment.refunded", valid), want: `unknown event type "payment.refunded" (schemas exist for "line.item", "payment.captured")`},
 		{name: "no type", msg: msg("", valid), want: "the event has no type"},
-		{name: "unknown type still needs JSON", opts: idemschema.Options{AllowUnknownTypes: true}, msg: msg("payment.refunded", `{`), want: "invalid JSON"},
+		{name: "unknown type still needs JSON", opts: idemschema.Config{AllowUnknownTypes: true}, msg: msg("payment.refunded", `{`), want: "invalid JSON"},
 		{name: "wrong type", msg: msg("payment.captured", `{"tenant_id":"acme","wallet":"w1","amount_cents":"500"}`), want: "/amount_cents: got string, want integer"},
 		{name: "number not integer", msg: msg("payment.captured", `{"tenant_id":"acme","wallet":"w1","amount_cents":5.5}`), want: "/amount_cents: got number, want integer"},
 		{name: "missing required", msg: msg("payment.captured", `{"tenant_id":"acme","wallet":"w1"}`), want: "missing required field amount_cents"},
@@ -148,7 +148,7 @@ func TestValidate(t *testing.T) {
 
 func TestValidateCapsViolations(t *testing.T) {
 	t.Parallel()
-	v, err := idemschema.New(map[string][]byte{"t": []byte(`{"type":"array","items":{"type":"string"}}`)}, idemschema.Options{})
+	v, err := idemschema.New(map[string][]byte{"t": []byte(`{"type":"array","items":{"type":"string"}}`)}, idemschema.Config{})
 	require.NoError(t, err)
 	err = v.Validate(context.Background(), msg("t", `[1,2,3,4,5,6,7,8]`))
 	require.ErrorContains(t, err, "; and 3 more")
@@ -158,7 +158,7 @@ func TestValidateCapsViolations(t *testing.T) {
 // size, before any decoder sees it.
 func TestValidateDeepNestingIsCheap(t *testing.T) {
 	t.Parallel()
-	v := newValidator(t, idemschema.Options{})
+	v := newValidator(t, idemschema.Config{})
 	for _, p := range []string{
 		strings.Repeat("[", 1<<20),
 		`{"tenant_id":"acme","wallet":` + strings.Repeat("[", 10000) + strings.Repeat("]", 10000) + `}`,
@@ -173,7 +173,7 @@ func TestValidateDeepNestingIsCheap(t *testing.T) {
 
 func TestValidateConcurrent(t *testing.T) {
 	t.Parallel()
-	v := newValidator(t, idemschema.Options{})
+	v := newValidator(t, idemschema.Config{})
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Add(1)
@@ -197,5 +197,5 @@ func TestValidateConcurrent(t *testing.T) {
 
 func TestTypes(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, []string{"line.item", "payment.captured"}, newValidator(t, idemschema.Options{}).Types())
+	require.Equal(t, []string{"line.item", "payment.captured"}, newValidator(t, idemschema.Config{}).Types())
 }

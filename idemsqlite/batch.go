@@ -9,9 +9,10 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
-var _ idem.BatchStore[*sql.Tx] = (*Store)(nil)
+var _ idemstore.BatchStore[*sql.Tx] = (*Store)(nil)
 
 // claimChunk bounds one multi-row INSERT (5 parameters a row, far below SQLite's limit).
 const claimChunk = 500
@@ -21,8 +22,8 @@ const claimChunk = 500
 // opens a savepoint that TxEnded probes. SQLite
 // serialises writers and tx holds the write lock, so nothing changes in between. Results come
 // back in the order of ps.
-func (s *Store) ClaimBatchTx(ctx context.Context, tx *sql.Tx, ps []idem.ClaimParams) ([]idem.ClaimResult, error) {
-	results := make([]idem.ClaimResult, len(ps))
+func (s *Store) ClaimBatchTx(ctx context.Context, tx *sql.Tx, ps []idemstore.ClaimParams) ([]idemstore.ClaimResult, error) {
+	results := make([]idemstore.ClaimResult, len(ps))
 	index := make(map[idem.Key]int, len(ps))
 	for i, p := range ps {
 		if p.Key.EventID == "" {
@@ -67,7 +68,7 @@ func (s *Store) ClaimBatchTx(ctx context.Context, tx *sql.Tx, ps []idem.ClaimPar
 				return nil, fmt.Errorf("idemsqlite: claim batch: scan: %w", err)
 			}
 			if i, ok := index[k]; ok {
-				results[i].Status = idem.ClaimNew
+				results[i].Status = idemstore.ClaimNew
 			}
 		}
 		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
@@ -125,9 +126,9 @@ func (s *Store) SavepointTx(ctx context.Context, tx *sql.Tx, fn func(ctx context
 // txMarker is the savepoint ClaimBatchTx opens in a batch's transaction, for TxEnded.
 const txMarker = "idem_tx"
 
-var _ idem.TxEndChecker[*sql.Tx] = (*Store)(nil)
+var _ idemstore.TxEndChecker[*sql.Tx] = (*Store)(nil)
 
-// TxEnded implements idem.TxEndChecker for a transaction in which ClaimBatchTx ran (the batch
+// TxEnded implements idemstore.TxEndChecker for a transaction in which ClaimBatchTx ran (the batch
 // path asks it after each handler): it reports whether a statement ended the transaction behind
 // database/sql's back (see SavepointTx), which the driver does not expose. It releases and
 // reopens the savepoint ClaimBatchTx opened: inside the transaction that changes nothing; once

@@ -9,13 +9,14 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/storetest"
 )
 
 // BenchmarkClaim measures the claim path: one InTx with one ClaimTx per iteration, for a new key
 // (the INSERT commits a row) and for a duplicate (the INSERT finds the key, the SELECT reads it).
 func BenchmarkClaim(b *testing.B) {
-	claim := func(b *testing.B, s *idemsqlite.Store, p idem.ClaimParams, want idem.ClaimStatus) {
+	claim := func(b *testing.B, s *idemsqlite.Store, p idemstore.ClaimParams, want idemstore.ClaimStatus) {
 		err := s.InTx(context.Background(), func(ctx context.Context, tx *sql.Tx) error {
 			res, err := s.ClaimTx(ctx, tx, p)
 			if err == nil && res.Status != want {
@@ -38,18 +39,18 @@ func BenchmarkClaim(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := range b.N {
-			claim(b, tb.store, idem.ClaimParams{Key: keys[i], Fingerprint: fp(1), Now: at}, idem.ClaimNew)
+			claim(b, tb.store, idemstore.ClaimParams{Key: keys[i], Fingerprint: fp(1), Now: at}, idemstore.ClaimNew)
 		}
 	})
 
 	b.Run("duplicate", func(b *testing.B) {
 		tb := setup(b, idemsqlite.Config{})
-		p := idem.ClaimParams{Key: idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-dup"}, Fingerprint: fp(1), Now: time.Now()}
-		claim(b, tb.store, p, idem.ClaimNew)
+		p := idemstore.ClaimParams{Key: idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-dup"}, Fingerprint: fp(1), Now: time.Now()}
+		claim(b, tb.store, p, idemstore.ClaimNew)
 		b.ReportAllocs()
 		b.ResetTimer()
 		for range b.N {
-			claim(b, tb.store, p, idem.ClaimDuplicate)
+			claim(b, tb.store, p, idemstore.ClaimDuplicate)
 		}
 	})
 }

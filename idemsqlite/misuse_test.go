@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // TestDBUsedInsideTx: a handler that uses the *sql.DB instead of its tx waits for the pool's
@@ -42,7 +43,7 @@ func TestDBUsedInsideTx(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			_, err = c.Process(ctx, idem.Message{EventID: "e1", Payload: []byte(`{}`)})
+			err = c.Process(ctx, idem.Message{EventID: "e1", Payload: []byte(`{}`)}).Err
 			return err
 		}},
 	}
@@ -68,4 +69,43 @@ func TestDBUsedInsideTx(t *testing.T) {
 	var n int
 	require.NoError(t, b.db.QueryRowContext(context.Background(), `SELECT count(*) FROM orders`).Scan(&n))
 	require.Equal(t, 1, n)
+}
+
+// TestSlowTxWithStoreReadsWaiting: a transaction longer than the watchdog's two ticks, while
+// the store's own reads wait behind it (another worker's fetch peek, QueueStats from a metrics
+// collector), is not taken for a handler that uses the *sql.DB: it commits. Before, every SQLite
+// queue consumer whose handler spent more than ~4 s in its transaction was cancelled with
+// ErrDBUsedInTx by its own idle workers' peeks, and dead-lettered as retries_exhausted.
+func TestSlowTxWithStoreReadsWaiting(t *testing.T) {
+	t.Parallel()
+	b := setup(t, idemsqlite.Config{})
+	require.NoError(t, b.store.QueuePublish(b.ctx, "q", msgs("a")...))
+	_, err := b.store.QueueFetch(b.ctx, idemstore.QueueFetchParams{Queue: "q", Max: 1, Lease: time.Minute})
+	require.NoError(t, err)
+
+	inTx := make(chan struct{})
+	readers := make(chan error, 2)
+	go func() {
+		<-inTx
+		_, err := b.store.QueueStats(context.Background(), "q")
+		readers <- err
+	}()
+	go func() {
+		<-inTx
+		_, err := b.store.QueueFetch(context.Background(), idemstore.QueueFetchParams{Queue: "q", Max: 1, Lease: time.Minute})
+		readers <- err
+	}()
+	err = b.store.InTx(context.Background(), func(ctx context.Context, tx *sql.Tx) error {
+		close(inTx)
+		select {
+		case <-time.After(5 * time.Second): // more than two ticks of the watchdog
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	})
+	require.NoError(t, err, "the store's own waiting reads are not the handler's")
+	for range 2 {
+		require.NoError(t, <-readers)
+	}
 }

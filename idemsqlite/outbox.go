@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // outboxFetchLimitDefault bounds OutboxFetch when the caller gives no limit.
@@ -37,7 +38,7 @@ func (s *Store) EnqueueTx(ctx context.Context, tx *sql.Tx, msgs ...idem.Outgoing
 		if occurred.IsZero() {
 			occurred = now
 		}
-		part := idem.OutboxPartition(o, s.cfg.OutboxPartitions)
+		part := idemstore.OutboxPartition(o, s.cfg.OutboxPartitions)
 		if _, err := tx.ExecContext(ctx, s.q.outboxInsert, part, o.EventID, o.Tenant, o.Topic, o.Key, o.Type,
 			o.Payload, headers, occurred.UnixMicro(), nowUS, nowUS); err != nil {
 			return fmt.Errorf("idemsqlite: enqueue event %s to topic %q: %w", o.EventID, o.Topic, err)
@@ -53,7 +54,7 @@ func (s *Store) OutboxPartitions() int { return s.cfg.OutboxPartitions }
 // OutboxFetch returns up to p.Limit (100 when 0) unpublished rows of p.Partitions in enqueue
 // order, due or not: the relay holds a key back behind a row that is not yet due, and behind a
 // dead row with a dead letter until that is replayed or discarded.
-func (s *Store) OutboxFetch(ctx context.Context, p idem.OutboxFetchParams) ([]idem.OutboxRow, error) {
+func (s *Store) OutboxFetch(ctx context.Context, p idemstore.OutboxFetchParams) ([]idemstore.OutboxRow, error) {
 	if len(p.Partitions) == 0 {
 		return nil, nil
 	}
@@ -61,15 +62,16 @@ func (s *Store) OutboxFetch(ctx context.Context, p idem.OutboxFetchParams) ([]id
 	if limit <= 0 {
 		limit = outboxFetchLimitDefault
 	}
+	s.ownPoolUse()
 	rows, err := s.db.QueryContext(ctx, s.q.outboxFetch, intList(p.Partitions), limit)
 	if err != nil {
 		return nil, fmt.Errorf("idemsqlite: fetch outbox partitions %v: %w", p.Partitions, err)
 	}
 	defer rows.Close()
-	var out []idem.OutboxRow
+	var out []idemstore.OutboxRow
 	for rows.Next() {
 		var (
-			r                 idem.OutboxRow
+			r                 idemstore.OutboxRow
 			o                 = &r.Outgoing
 			headers           string
 			occurred, first   sql.NullInt64
@@ -111,7 +113,7 @@ func (s *Store) OutboxMarkPublished(ctx context.Context, ids []int64, at time.Ti
 // OutboxMarkFailed records a failed publish of row p.ID: attempts, last error, next and first
 // attempt times, and whether it is dead (holding its key while it has a dead letter). An unknown id is an error wrapping
 // idem.ErrNotFound.
-func (s *Store) OutboxMarkFailed(ctx context.Context, p idem.OutboxFailParams) error {
+func (s *Store) OutboxMarkFailed(ctx context.Context, p idemstore.OutboxFailParams) error {
 	var first sql.NullInt64
 	if !p.FirstAttemptAt.IsZero() {
 		first = sql.NullInt64{Int64: p.FirstAttemptAt.UnixMicro(), Valid: true}
@@ -150,11 +152,12 @@ func (s *Store) OutboxDeletePublished(ctx context.Context, before time.Time, lim
 
 // OutboxStats reports the rows waiting to be published (dead rows excluded: they wait for an
 // operator, not for the relay) and the creation time of the oldest.
-func (s *Store) OutboxStats(ctx context.Context) (idem.QueueStats, error) {
+func (s *Store) OutboxStats(ctx context.Context) (idemstore.QueueStats, error) {
 	var (
-		st     idem.QueueStats
+		st     idemstore.QueueStats
 		oldest sql.NullInt64
 	)
+	s.ownPoolUse()
 	if err := s.db.QueryRowContext(ctx, s.q.outboxStats).Scan(&st.Backlog, &oldest); err != nil {
 		return st, fmt.Errorf("idemsqlite: outbox stats: %w", err)
 	}
@@ -171,7 +174,7 @@ func (s *Store) OutboxWait(ctx context.Context, max time.Duration) error {
 // LeaseAcquire takes the named lease for p.Owner until p.Now+p.TTL when it is free, expired
 // or already p.Owner's (a renewal), in one upsert. The token grows by one each time the lease
 // changes owner and stays the same on renewal; ok is false when someone else holds it.
-func (s *Store) LeaseAcquire(ctx context.Context, p idem.LeaseParams) (int64, bool, error) {
+func (s *Store) LeaseAcquire(ctx context.Context, p idemstore.LeaseParams) (int64, bool, error) {
 	if p.Name == "" || p.Owner == "" {
 		return 0, false, fmt.Errorf("idemsqlite: acquire lease %q for %q: name and owner are required", p.Name, p.Owner)
 	}
@@ -205,19 +208,20 @@ func (s *Store) LeaseRelease(ctx context.Context, name, owner string) error {
 }
 
 // LeaseList returns the leases whose names start with prefix and that are held at now, by name.
-func (s *Store) LeaseList(ctx context.Context, prefix string, now time.Time) ([]idem.Lease, error) {
+func (s *Store) LeaseList(ctx context.Context, prefix string, now time.Time) ([]idemstore.Lease, error) {
 	if now.IsZero() {
 		now = time.Now()
 	}
+	s.ownPoolUse()
 	rows, err := s.db.QueryContext(ctx, s.q.leaseList, prefix, now.UnixMicro())
 	if err != nil {
 		return nil, fmt.Errorf("idemsqlite: list leases %q*: %w", prefix, err)
 	}
 	defer rows.Close()
-	var out []idem.Lease
+	var out []idemstore.Lease
 	for rows.Next() {
 		var (
-			l     idem.Lease
+			l     idemstore.Lease
 			until int64
 		)
 		if err := rows.Scan(&l.Name, &l.Owner, &l.Token, &until); err != nil {

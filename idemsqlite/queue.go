@@ -4,12 +4,16 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // QueuePublish inserts msgs into queue in a transaction of its own, available at once, and
@@ -25,8 +29,8 @@ func (s *Store) QueuePublish(ctx context.Context, queue string, msgs ...idem.Mes
 
 // QueuePublishTx inserts msgs into queue inside tx, so they commit or roll back with the
 // caller's business write. When queue is a topic with subscriptions (QueueSubscribe), each
-// message becomes one job per subscription, in the same transaction (see publishTargets). Waiters in this process are woken after commit when tx came from
-// InTx, and at once otherwise.
+// message becomes one job per subscription, in the same transaction (see publishTargets).
+// Waiters in this process are woken after commit when tx came from InTx, and at once otherwise.
 func (s *Store) QueuePublishTx(ctx context.Context, tx *sql.Tx, queue string, msgs ...idem.Message) error {
 	if queue == "" {
 		return fmt.Errorf("idemsqlite: publish %d messages: queue name is empty", len(msgs))
@@ -39,18 +43,38 @@ func (s *Store) QueuePublishTx(ctx context.Context, tx *sql.Tx, queue string, ms
 	if err != nil {
 		return fmt.Errorf("idemsqlite: publish %d messages to queue %q: %w", len(msgs), queue, err)
 	}
+	ids := make([]int64, len(targets))
+	for i, q := range targets {
+		if ids[i], err = s.takeQueueIDs(ctx, tx, q, len(msgs)); err != nil {
+			return fmt.Errorf("idemsqlite: publish %d messages to queue %q: %w", len(msgs), q, err)
+		}
+	}
+	headers := make([]string, len(msgs))
 	for i, m := range msgs {
 		if m.EventID == "" {
 			return fmt.Errorf("idemsqlite: publish to queue %q: message %d has an empty event id", queue, i)
 		}
-		headers, err := encodeHeaders(m.Headers)
-		if err != nil {
+		if headers[i], err = encodeHeaders(m.Headers); err != nil {
 			return fmt.Errorf("idemsqlite: publish event %s to queue %q: %w", m.EventID, queue, err)
 		}
-		for _, q := range targets {
-			if _, err := tx.ExecContext(ctx, s.q.queueInsert, q, m.EventID, m.Tenant, m.Type, m.Payload,
-				headers, nullMicros(m.OccurredAt), now, now); err != nil {
+	}
+	if len(msgs) == 1 {
+		m := msgs[0]
+		insert := s.txStmt(ctx, tx, func(h *hotStmts) *sql.Stmt { return h.queueInsert }, s.q.queueInsert)
+		for t, q := range targets {
+			if _, err := insert.ExecContext(ctx, ids[t], q, m.EventID, m.Tenant, m.Type, m.Payload,
+				headers[0], nullMicros(m.OccurredAt), now, now); err != nil {
 				return fmt.Errorf("idemsqlite: publish event %s to queue %q: %w", m.EventID, q, err)
+			}
+		}
+	} else {
+		// One statement for the lot: a row costs SQLite's work alone, not a round through
+		// database/sql each.
+		jobs := jobsJSON(msgs, headers)
+		insert := s.txStmt(ctx, tx, func(h *hotStmts) *sql.Stmt { return h.queueInsertMany }, s.q.queueInsertMany)
+		for t, q := range targets {
+			if _, err := insert.ExecContext(ctx, ids[t], q, now, jobs); err != nil {
+				return fmt.Errorf("idemsqlite: publish %d messages to queue %q: %w", len(msgs), q, err)
 			}
 		}
 	}
@@ -58,12 +82,85 @@ func (s *Store) QueuePublishTx(ctx context.Context, tx *sql.Tx, queue string, ms
 	return nil
 }
 
+// jobsJSON encodes msgs, with their encoded headers, for queueInsertMany: a JSON array of
+// [event_id, tenant, type, payload, headers, occurred_at], texts and payload in hex so that
+// they go in byte for byte.
+func jobsJSON(msgs []idem.Message, headers []string) string {
+	size := 2
+	for i, m := range msgs {
+		size += 2*(len(m.EventID)+len(m.Tenant)+len(m.Type)+len(m.Payload)+len(headers[i])) + 40
+	}
+	b := make([]byte, 0, size)
+	b = append(b, '[')
+	for i, m := range msgs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `["`...)
+		b = hex.AppendEncode(b, []byte(m.EventID))
+		b = append(b, `","`...)
+		b = hex.AppendEncode(b, []byte(m.Tenant))
+		b = append(b, `","`...)
+		b = hex.AppendEncode(b, []byte(m.Type))
+		b = append(b, `",`...)
+		if m.Payload == nil {
+			b = append(b, "null"...)
+		} else {
+			b = append(b, '"')
+			b = hex.AppendEncode(b, m.Payload)
+			b = append(b, '"')
+		}
+		b = append(b, `,"`...)
+		b = hex.AppendEncode(b, []byte(headers[i]))
+		b = append(b, `",`...)
+		if m.OccurredAt.IsZero() {
+			b = append(b, "null"...)
+		} else {
+			b = strconv.AppendInt(b, m.OccurredAt.UnixMicro(), 10)
+		}
+		b = append(b, ']')
+	}
+	b = append(b, ']')
+	return string(b)
+}
+
+// takeQueueIDs takes the next n ids of queue's range inside tx and returns the first; the queue
+// gets its range on its first publish (migration 053). Ids only grow: a deleted job's id is never
+// given again, so a stale (id, token) cannot match a newer job.
+func (s *Store) takeQueueIDs(ctx context.Context, tx *sql.Tx, queue string, n int) (int64, error) {
+	take := s.txStmt(ctx, tx, func(h *hotStmts) *sql.Stmt { return h.queueRange }, s.q.queueRange)
+	for try := 0; ; try++ {
+		var base, last int64
+		err := take.QueryRowContext(ctx, queue, n).Scan(&base, &last)
+		if err == nil {
+			if last-base >= queueRangeWidth {
+				return 0, fmt.Errorf("all %d ids of the queue are used", queueRangeWidth-1)
+			}
+			return last - int64(n) + 1, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return 0, fmt.Errorf("take ids: %w", err)
+		}
+		if try > 0 {
+			return 0, errors.New("take ids: no id range left for a new queue")
+		}
+		if _, err := tx.ExecContext(ctx, s.q.queueRangeNew, queue); err != nil {
+			return 0, fmt.Errorf("give the queue its id range: %w", err)
+		}
+	}
+}
+
 // QueueFetch leases up to p.Max jobs of p.Queue that are available (available_at <= p.Now) and
 // not leased (lease_until NULL or past), lowest id first, in one UPDATE … RETURNING: each gets
 // lease_until = p.Now+p.Lease, its token and attempts incremented, and p.Now as its first fetch
-// unless one is recorded. SQLite's single writer
-// makes the statement atomic, so no other fetch can lease the same job.
-func (s *Store) QueueFetch(ctx context.Context, p idem.QueueFetchParams) ([]idem.QueueJob, error) {
+// unless one is recorded. SQLite's single writer makes the statement atomic, so no other fetch
+// can lease the same job.
+//
+// A fetch first reads, without the write lock, whether the queue has a job to take, and takes
+// the lock only when it has; after a fetch that found all it asked for (a backlog) the next one
+// skips that read. Fetching ahead, so that workers freeing one at a time do not each pay a
+// write, is the queue Source's (idemqueue.SourceConfig.Prefetch), for every store.
+func (s *Store) QueueFetch(ctx context.Context, p idemstore.QueueFetchParams) ([]idemstore.QueueJob, error) {
 	if p.Max <= 0 {
 		return nil, nil
 	}
@@ -74,38 +171,116 @@ func (s *Store) QueueFetch(ctx context.Context, p idem.QueueFetchParams) ([]idem
 	if now.IsZero() {
 		now = time.Now()
 	}
-	var jobs []idem.QueueJob
-	scan := func(rows *sql.Rows) error {
-		var (
-			j        idem.QueueJob
-			headers  string
-			occurred sql.NullInt64
-			enqueued int64
-			first    sql.NullInt64
-			m        = &j.Message
-		)
-		if err := rows.Scan(&j.ID, &j.Token, &m.Attempt, &m.EventID, &m.Tenant, &m.Type, &m.Payload,
-			&headers, &occurred, &enqueued, &first); err != nil {
-			return err
-		}
-		var err error
-		if m.Headers, err = decodeHeaders(headers); err != nil {
-			return fmt.Errorf("job %d (event %s): %w", j.ID, m.EventID, err)
-		}
-		m.OccurredAt = fromNullMicros(occurred)
-		m.PublishedAt = fromMicros(enqueued)
-		j.FirstFetchedAt = fromNullMicros(first)
-		jobs = append(jobs, j)
-		return nil
+	if _, backlog := s.backlog.Load(p.Queue); !backlog && !s.queueMayHaveJobs(ctx, p.Queue, now) {
+		return nil, nil
 	}
-	err := s.queryWrite(ctx, func() { jobs = nil }, scan, s.q.queueFetch,
-		now.Add(p.Lease).UnixMicro(), p.Queue, now.UnixMicro(), p.Max)
+	jobs, err := s.fetchJobs(ctx, p.Queue, p.Max, now, p.Lease)
 	if err != nil {
 		return nil, fmt.Errorf("idemsqlite: fetch from queue %q: %w", p.Queue, err)
 	}
-	// RETURNING does not promise an order.
-	slices.SortFunc(jobs, func(a, b idem.QueueJob) int { return cmp.Compare(a.ID, b.ID) })
+	if len(jobs) == p.Max {
+		s.backlog.Store(p.Queue, struct{}{})
+	} else {
+		s.backlog.Delete(p.Queue)
+	}
 	return jobs, nil
+}
+
+// queueMayHaveJobs reads, without the write lock (a plain WAL read), whether queue has a job
+// a fetch at now would take, so that an idle consumer's polls do not take the lock from the
+// file's writers. An error reports true: the fetch then finds out.
+func (s *Store) queueMayHaveJobs(ctx context.Context, queue string, now time.Time) bool {
+	s.prepareStmts(ctx)
+	st := s.stmts.Load()
+	if st == nil {
+		return true
+	}
+	var one int
+	s.ownPoolUse()
+	err := st.queuePeek.QueryRowContext(ctx, queue, now.UnixMicro()).Scan(&one)
+	return !errors.Is(err, sql.ErrNoRows)
+}
+
+// fetchJobs leases up to limit jobs of queue in one write transaction, through the prepared
+// statement; the jobs come back ordered by id.
+func (s *Store) fetchJobs(ctx context.Context, queue string, limit int, now time.Time, lease time.Duration) ([]idemstore.QueueJob, error) {
+	s.prepareStmts(ctx)
+	var jobs []idemstore.QueueJob
+	acked := s.acks.take()
+	err := s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		jobs = jobs[:0]
+		// The jobs acked since the last write go first, in the same commit.
+		if err := s.deleteAcked(ctx, tx, acked); err != nil {
+			return err
+		}
+		rows, err := s.txStmt(ctx, tx, func(h *hotStmts) *sql.Stmt { return h.queueFetch }, s.q.queueFetch).
+			QueryContext(ctx, now.Add(lease).UnixMicro(), queue, now.UnixMicro(), limit)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			j, err := scanQueueJob(rows)
+			if err != nil {
+				return errors.Join(err, rows.Close())
+			}
+			jobs = append(jobs, j)
+		}
+		return errors.Join(rows.Err(), rows.Close())
+	})
+	if err != nil {
+		s.acks.add(s, acked)
+		return nil, err
+	}
+	// RETURNING does not promise an order.
+	slices.SortFunc(jobs, func(a, b idemstore.QueueJob) int { return cmp.Compare(a.ID, b.ID) })
+	s.extMu.Lock()
+	if len(s.fetched)+len(jobs) > fetchedMax {
+		clear(s.fetched)
+	}
+	for _, j := range jobs {
+		s.fetched[j.ID] = j.Token
+	}
+	s.extMu.Unlock()
+	return jobs, nil
+}
+
+// forgetOnSuccess drops job id from the tokens this Store handed out once an ack or a give-back
+// under token succeeded (err nil), and returns err. Only the holder of the newest token forgets
+// it, so a stale settle never erases what refuses a stale extension; a rolled-back ack only
+// loses that early answer.
+func (s *Store) forgetOnSuccess(err error, id, token int64) error {
+	if err == nil {
+		s.extMu.Lock()
+		if s.fetched[id] == token {
+			delete(s.fetched, id)
+		}
+		s.extMu.Unlock()
+	}
+	return err
+}
+
+// scanQueueJob reads one row of queueReturning.
+func scanQueueJob(rows *sql.Rows) (idemstore.QueueJob, error) {
+	var (
+		j        idemstore.QueueJob
+		headers  string
+		occurred sql.NullInt64
+		enqueued int64
+		first    sql.NullInt64
+		m        = &j.Message
+	)
+	if err := rows.Scan(&j.ID, &j.Token, &m.Attempt, &m.EventID, &m.Tenant, &m.Type, &m.Payload,
+		&headers, &occurred, &enqueued, &first); err != nil {
+		return j, err
+	}
+	var err error
+	if m.Headers, err = decodeHeaders(headers); err != nil {
+		return j, fmt.Errorf("job %d (event %s): %w", j.ID, m.EventID, err)
+	}
+	m.OccurredAt = fromNullMicros(occurred)
+	m.PublishedAt = fromMicros(enqueued)
+	j.FirstFetchedAt = fromNullMicros(first)
+	return j, nil
 }
 
 // QueueAck deletes job id if token is still its lease token, else it returns an error wrapping
@@ -115,23 +290,56 @@ func (s *Store) QueueAck(ctx context.Context, id, token int64) error {
 	if err != nil {
 		return fmt.Errorf("idemsqlite: ack queue job %d: %w", id, err)
 	}
-	return leaseCheck(res, "ack", id, token)
+	return s.forgetOnSuccess(leaseCheck(res, "ack", id, token), id, token)
 }
 
-// QueueAckTx deletes job id inside tx if token is still its lease token, else it returns an error
+// QueueAckTx acks job id inside tx if token is still its lease token, else it returns an error
 // wrapping idem.ErrLeaseLost. The caller's transaction holds SQLite's write lock until it ends,
 // so no other worker can fetch the job in between, and a lost lease rolls the handler back.
+//
+// In a transaction of this Store's InTx that acks one job, the check is a read and the job is
+// deleted just after the commit, by the store's next queue fetch or within ackDelayDefault: each
+// B-tree page a commit changes is one more WAL frame, and the delete was one more page in every
+// handler's commit. A job whose transaction committed keeps its lease until then, so no worker
+// takes it; if the process stops first, the job comes back when its lease ends and its claim
+// makes it a duplicate. A transaction that acks several jobs (a batch), or one the caller began
+// itself, deletes them inside it.
 func (s *Store) QueueAckTx(ctx context.Context, tx *sql.Tx, id, token int64) error {
-	res, err := tx.ExecContext(ctx, s.q.queueAck, id, token)
+	st, ours := s.txStateOf(tx)
+	if ours && !st.ackInTx && len(st.acks) == 0 {
+		// The transaction's first ack: check the token, delete after the commit.
+		var one int
+		err := s.txStmt(ctx, tx, func(h *hotStmts) *sql.Stmt { return h.queueHeld }, s.q.queueHeld).QueryRowContext(ctx, id, token).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("idemsqlite: ack queue job %d with token %d: %w", id, token, idem.ErrLeaseLost)
+		}
+		if err != nil {
+			return fmt.Errorf("idemsqlite: ack queue job %d: %w", id, err)
+		}
+		s.updateTxState(tx, func(st *txState) { st.acks = append(st.acks, ackedJob{id: id, token: token}) })
+		return s.forgetOnSuccess(nil, id, token)
+	}
+	// Not InTx's, or it acks several jobs (a batch): their deletes share the queue's pages, so
+	// they go in the transaction itself, the first one's too.
+	res, err := s.txStmt(ctx, tx, func(h *hotStmts) *sql.Stmt { return h.queueAck }, s.q.queueAck).ExecContext(ctx, id, token)
 	if err != nil {
 		return fmt.Errorf("idemsqlite: ack queue job %d: %w", id, err)
 	}
-	return leaseCheck(res, "ack", id, token)
+	if err := leaseCheck(res, "ack", id, token); err != nil {
+		return err
+	}
+	if ours && !st.ackInTx {
+		if err := s.deleteAcked(ctx, tx, st.acks); err != nil {
+			return fmt.Errorf("idemsqlite: ack queue job %d: %w", id, err)
+		}
+		s.updateTxState(tx, func(st *txState) { st.acks, st.ackInTx = nil, true })
+	}
+	return s.forgetOnSuccess(nil, id, token)
 }
 
 // QueueNak releases job p.ID for another attempt at p.Now+p.Delay, recording p.Error, if p.Token
 // is still its lease token; else it returns an error wrapping idem.ErrLeaseLost.
-func (s *Store) QueueNak(ctx context.Context, p idem.QueueNakParams) error {
+func (s *Store) QueueNak(ctx context.Context, p idemstore.QueueNakParams) error {
 	now := p.Now
 	if now.IsZero() {
 		now = time.Now()
@@ -170,9 +378,14 @@ func (s *Store) QueueExtend(ctx context.Context, id, token int64, lease time.Dur
 		return fmt.Errorf("idemsqlite: extend lease of queue job %d: %w", id, err)
 	}
 	if !acquired {
+		// The table cannot be read now; what this process knows decides: a job it fetched
+		// again since, under a newer token, was taken over (transporttest's FencedSettle).
 		s.extMu.Lock()
+		defer s.extMu.Unlock()
+		if newer, ok := s.fetched[id]; ok && newer > token {
+			return fmt.Errorf("idemsqlite: extend lease of queue job %d with token %d: fetched again with token %d: %w", id, token, newer, idem.ErrLeaseLost)
+		}
 		s.pendingExt[id] = pendingExtension{token: token, lease: lease}
-		s.extMu.Unlock()
 		return nil
 	}
 	s.extMu.Lock()
@@ -245,11 +458,18 @@ func (s *Store) QueueWait(ctx context.Context, queue string, max time.Duration) 
 }
 
 // QueueStats reports how many jobs of queue are not yet acked and when the oldest was enqueued.
-func (s *Store) QueueStats(ctx context.Context, queue string) (idem.QueueStats, error) {
+func (s *Store) QueueStats(ctx context.Context, queue string) (idemstore.QueueStats, error) {
 	var (
-		st     idem.QueueStats
+		st     idemstore.QueueStats
 		oldest sql.NullInt64
 	)
+	if !s.gate.inTx.Load() {
+		// What this process acked is not backlog. Skipped while an InTx transaction holds the
+		// gate: when that is the caller's own (a handler asking for stats), the delete would
+		// wait for it; the count may then include jobs acked moments ago.
+		s.acks.flush(ctx, s)
+	}
+	s.ownPoolUse()
 	if err := s.db.QueryRowContext(ctx, s.q.queueStats, queue).Scan(&st.Backlog, &oldest); err != nil {
 		return st, fmt.Errorf("idemsqlite: stats of queue %q: %w", queue, err)
 	}

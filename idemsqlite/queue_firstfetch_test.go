@@ -13,6 +13,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemqueue"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/retry"
 )
 
@@ -27,7 +28,7 @@ func TestQueueRetryBudgetAcrossRestart(t *testing.T) {
 	require.NoError(t, b.store.QueuePublish(b.ctx, "budget", msgs("e1")...))
 
 	// The process that died: it leased the job and never settled it.
-	jobs, err := b.store.QueueFetch(b.ctx, idem.QueueFetchParams{Queue: "budget", Max: 1, Lease: 50 * time.Millisecond})
+	jobs, err := b.store.QueueFetch(b.ctx, idemstore.QueueFetchParams{Queue: "budget", Max: 1, Lease: 50 * time.Millisecond})
 	require.NoError(t, err)
 	require.Len(t, jobs, 1)
 	budget := retry.Policy{MaxAttempts: 10, MaxElapsed: time.Second, Base: 20 * time.Millisecond, Cap: 100 * time.Millisecond}
@@ -41,8 +42,12 @@ func TestQueueRetryBudgetAcrossRestart(t *testing.T) {
 			calls.Add(1)
 			return idem.Transient(errors.New("upstream 503"))
 		},
-		Retry:    budget,
-		Observer: obs,
+		Failure: idem.FailureConfig{
+			Retry: budget,
+		},
+		Observe: idem.ObserveConfig{
+			Observer: obs,
+		},
 	})
 	require.NoError(t, err)
 	src, err := idemqueue.NewSource[*sql.Tx](b.store, idemqueue.SourceConfig{Queue: "budget", Lease: time.Minute, MaxWait: 20 * time.Millisecond})

@@ -14,6 +14,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemqueue"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // TestQueueExtendDuringTx: while a transaction holds the one connection (a handler that runs
@@ -25,7 +26,7 @@ func TestQueueExtendDuringTx(t *testing.T) {
 	b := setup(t, idemsqlite.Config{})
 	require.NoError(t, b.store.QueuePublish(b.ctx, "q", msgs("held", "other")...))
 	lease := 200 * time.Millisecond
-	jobs, err := b.store.QueueFetch(b.ctx, idem.QueueFetchParams{Queue: "q", Max: 2, Lease: lease})
+	jobs, err := b.store.QueueFetch(b.ctx, idemstore.QueueFetchParams{Queue: "q", Max: 2, Lease: lease})
 	require.NoError(t, err)
 	require.Len(t, jobs, 2)
 	held, other := jobs[0], jobs[1]
@@ -49,14 +50,14 @@ func TestQueueExtendDuringTx(t *testing.T) {
 
 	// The extension was applied at commit: the other job is not fetchable although its first
 	// lease has passed, and its token still settles it.
-	again, err := b.store.QueueFetch(b.ctx, idem.QueueFetchParams{Queue: "q", Max: 2, Lease: lease})
+	again, err := b.store.QueueFetch(b.ctx, idemstore.QueueFetchParams{Queue: "q", Max: 2, Lease: lease})
 	require.NoError(t, err)
 	require.Empty(t, again)
 	require.NoError(t, b.store.QueueAck(b.ctx, other.ID, other.Token))
 
 	// Without an open transaction, an extension of a lease that has run out is refused.
 	require.NoError(t, b.store.QueuePublish(b.ctx, "q", msgs("late")...))
-	late, err := b.store.QueueFetch(b.ctx, idem.QueueFetchParams{Queue: "q", Max: 1, Lease: time.Millisecond})
+	late, err := b.store.QueueFetch(b.ctx, idemstore.QueueFetchParams{Queue: "q", Max: 1, Lease: time.Millisecond})
 	require.NoError(t, err)
 	require.Len(t, late, 1)
 	time.Sleep(5 * time.Millisecond)
@@ -66,10 +67,10 @@ func TestQueueExtendDuringTx(t *testing.T) {
 // recordingObserver keeps the consumer's events.
 type recordingObserver struct {
 	mu     sync.Mutex
-	events []idem.Event
+	events []idem.Observation
 }
 
-func (o *recordingObserver) Observe(ev idem.Event) {
+func (o *recordingObserver) Observe(ev idem.Observation) {
 	o.mu.Lock()
 	o.events = append(o.events, ev)
 	o.mu.Unlock()
@@ -122,9 +123,11 @@ func TestHandlerPastLease(t *testing.T) {
 			once.Do(func() { close(done) })
 			return nil
 		},
-		Workers:  2,
-		Observer: obs,
-		Logger:   slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Workers: 2,
+		Observe: idem.ObserveConfig{
+			Observer: obs,
+			Logger:   slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		},
 	})
 	require.NoError(t, err)
 	src, err := idemqueue.NewSource[*sql.Tx](b.store, idemqueue.SourceConfig{Queue: "slow", Lease: lease, MaxWait: 20 * time.Millisecond})
@@ -169,4 +172,49 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestQueueExtendDuringTxAfterTakeover: an extension asked for while a transaction holds the
+// connection cannot read the table, but a job this process fetched again under a newer token
+// (its first lease ran out and another worker took it over) is still refused with
+// idem.ErrLeaseLost, as transporttest's FencedSettle requires; the new owner's extension is
+// recorded as before, and a stale ack does not erase what refuses the stale extension.
+func TestQueueExtendDuringTxAfterTakeover(t *testing.T) {
+	t.Parallel()
+	b := setup(t, idemsqlite.Config{})
+	require.NoError(t, b.store.QueuePublish(b.ctx, "q", msgs("taken")...))
+	lease := 50 * time.Millisecond
+	first, err := b.store.QueueFetch(b.ctx, idemstore.QueueFetchParams{Queue: "q", Max: 1, Lease: lease})
+	require.NoError(t, err)
+	require.Len(t, first, 1)
+	time.Sleep(2 * lease)
+	second, err := b.store.QueueFetch(b.ctx, idemstore.QueueFetchParams{Queue: "q", Max: 1, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, second, 1)
+	stale, owner := first[0], second[0]
+	require.Equal(t, stale.ID, owner.ID)
+	require.ErrorIs(t, b.store.QueueAck(b.ctx, stale.ID, stale.Token), idem.ErrLeaseLost)
+
+	err = b.store.InTx(b.ctx, func(ctx context.Context, tx *sql.Tx) error {
+		results := make(chan error, 2)
+		go func() {
+			results <- b.store.QueueExtend(b.ctx, stale.ID, stale.Token, time.Minute)
+			results <- b.store.QueueExtend(b.ctx, owner.ID, owner.Token, time.Minute)
+		}()
+		for i, want := range []error{idem.ErrLeaseLost, nil} {
+			select {
+			case err := <-results:
+				if want == nil {
+					require.NoError(t, err, "the owner's extension is recorded")
+				} else {
+					require.ErrorIs(t, err, want, "the stale extension %d", i)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("QueueExtend waited for the open transaction")
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.NoError(t, b.store.QueueAck(b.ctx, owner.ID, owner.Token), "the owner still settles it")
 }

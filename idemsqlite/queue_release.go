@@ -15,7 +15,7 @@ func (s *Store) QueueRelease(ctx context.Context, id, token int64) error {
 	if err != nil {
 		return fmt.Errorf("idemsqlite: release queue job %d: %w", id, err)
 	}
-	if err := leaseCheck(res, "release", id, token); err != nil {
+	if err := s.forgetOnSuccess(leaseCheck(res, "release", id, token), id, token); err != nil {
 		return err
 	}
 	s.queueWake.signal() // available again at once

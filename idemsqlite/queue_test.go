@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/storetest"
 )
 
@@ -19,7 +20,7 @@ func msgs(ids ...string) []idem.Message {
 	return out
 }
 
-func eventIDs(jobs []idem.QueueJob) []string {
+func eventIDs(jobs []idemstore.QueueJob) []string {
 	out := make([]string, len(jobs))
 	for i, j := range jobs {
 		out[i] = j.Message.EventID
@@ -46,6 +47,7 @@ func queueFactory(tb testing.TB, cfg storetest.QueueConfig) storetest.QueueBundl
 			}
 			return tx, tx.Commit, nil
 		},
+		RawIdentities: true,
 	}
 }
 

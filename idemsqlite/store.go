@@ -19,16 +19,17 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // The Store implements these interfaces; the compiler checks it here.
 var (
-	_ idem.Store[*sql.Tx]        = (*Store)(nil)
-	_ idem.QueueTxStore[*sql.Tx] = (*Store)(nil)
-	_ idem.OutboxStore[*sql.Tx]  = (*Store)(nil)
-	_ idem.Migrator              = (*Store)(nil)
+	_ idemstore.Store[*sql.Tx]        = (*Store)(nil)
+	_ idemstore.QueueTxStore[*sql.Tx] = (*Store)(nil)
+	_ idemstore.OutboxStore[*sql.Tx]  = (*Store)(nil)
+	_ idemstore.Migrator              = (*Store)(nil)
 )
 
 // Defaults for Config.
@@ -129,7 +130,7 @@ type Config struct {
 	// digits or underscores. Tests use it to keep stores apart in one database.
 	Prefix string
 	// OutboxPartitions is the number of partitions outbox rows are hashed into (default
-	// idem.OutboxPartitionsDefault). It is fixed per database: changing it re-hashes ordering
+	// idemstore.OutboxPartitionsDefault). It is fixed per database: changing it re-hashes ordering
 	// keys and breaks per-key order for rows already enqueued.
 	OutboxPartitions int
 	// PollInterval bounds one QueueWait or OutboxWait (default PollIntervalDefault). Work
@@ -144,7 +145,7 @@ func (c Config) WithDefaults() Config {
 		c.Prefix = PrefixDefault
 	}
 	if c.OutboxPartitions == 0 {
-		c.OutboxPartitions = idem.OutboxPartitionsDefault
+		c.OutboxPartitions = idemstore.OutboxPartitionsDefault
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = PollIntervalDefault
@@ -185,8 +186,8 @@ func validPrefix(p string) bool {
 	return true
 }
 
-// Store is idem's SQLite store: it implements idem.Store, idem.QueueTxStore,
-// idem.OutboxStore and idem.Migrator over *sql.Tx. It is safe for concurrent use.
+// Store is idem's SQLite store: it implements idemstore.Store, idemstore.QueueTxStore,
+// idemstore.OutboxStore and idemstore.Migrator over *sql.Tx. It is safe for concurrent use.
 type Store struct {
 	db  *sql.DB
 	cfg Config
@@ -197,30 +198,60 @@ type Store struct {
 	queueWake  wake
 	outboxWake wake
 
-	// txMu guards txWakes: the transactions InTx has open, and which wake-ups their publishes
-	// owe. Those are signalled after commit, when the work is visible, and dropped on rollback.
-	txMu    sync.Mutex
-	txWakes map[*sql.Tx]wakeFlags
+	// txMu guards txOpen: the transactions InTx has open, which wake-ups their publishes owe
+	// and which queue jobs they acked. Wake-ups are signalled after commit, when the work is
+	// visible, and acked jobs are then handed to acks for deletion; both are dropped on rollback.
+	txMu   sync.Mutex
+	txOpen map[*sql.Tx]txState
 
-	// claimStmts holds the claim statements prepared once, so that a claim does not parse SQL;
-	// nil until they could be prepared (the tables exist) and after Close.
-	claimStmts atomic.Pointer[claimStmts]
-	closed     atomic.Bool
+	// acks holds queue jobs acked by a committed transaction and not yet deleted (see
+	// QueueAckTx).
+	acks ackQueue
+
+	// ownPoolUses counts the store's own uses of the *sql.DB's pool (reads outside a write),
+	// so that watchPoolWait does not take their waits for a handler's (see ownPoolUse).
+	ownPoolUses atomic.Int64
+
+	// stmts holds the statements of the hot path (claim, queue publish, fetch and ack) prepared once, so
+	// that they do not parse SQL each time; nil until they could be prepared (the tables exist)
+	// and after Close.
+	stmts  atomic.Pointer[hotStmts]
+	closed atomic.Bool
 
 	// gate serialises and spaces out the store's writes (see writeGate); busyMillis caches the
 	// connection's busy timeout in milliseconds, -1 until read.
 	gate       *writeGate
 	busyMillis atomic.Int64
 
+	// backlog holds the names of the queues whose last fetch found all it asked for: their
+	// next fetch skips the read that spares an idle queue's polls the write lock (and waits
+	// for the connection the store's writes may hold).
+	backlog sync.Map
+
 	// extMu guards pendingExt: lease extensions QueueExtend recorded while an InTx transaction
-	// held the connection, applied by a transaction before it commits (applyExtensions).
+	// held the connection, applied by a transaction before it commits (applyExtensions); and
+	// fetched: the newest token this Store's fetches gave each job it leased, so that an
+	// extension it must record without reading the table is still refused when this process
+	// took the job over since (bounded by fetchedMax; an entry left out only loses that early
+	// answer, never the token check when the extension is applied).
 	extMu      sync.Mutex
 	pendingExt map[int64]pendingExtension
+	fetched    map[int64]int64
 }
 
-// claimStmts are the prepared statements of the claim path.
-type claimStmts struct {
-	insert, read *sql.Stmt
+// fetchedMax bounds Store.fetched: past it the map starts again empty.
+const fetchedMax = 1 << 16
+
+// hotStmts are the prepared statements of the claim and queue paths. A transaction runs them
+// through tx.StmtContext, which reuses the statement already prepared on the pool's one
+// connection without parsing it again.
+type hotStmts struct {
+	claimInsert, claimRead, queueRange, queueInsert, queuePeek, queueFetch, queueAck, queueHeld, queueRelease, queueInsertMany *sql.Stmt
+}
+
+// all returns the statements, for closing.
+func (h *hotStmts) all() []*sql.Stmt {
+	return []*sql.Stmt{h.claimInsert, h.claimRead, h.queueRange, h.queueInsert, h.queuePeek, h.queueFetch, h.queueAck, h.queueHeld, h.queueRelease, h.queueInsertMany}
 }
 
 // New returns a Store on db with the default Config. db should come from Open.
@@ -244,13 +275,14 @@ func NewWithConfig(db *sql.DB, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		db:      db,
-		cfg:     cfg,
-		q:       buildQueries(cfg.Prefix),
-		txWakes: make(map[*sql.Tx]wakeFlags),
-		gate:    newWriteGate(),
+		db:     db,
+		cfg:    cfg,
+		q:      buildQueries(cfg.Prefix),
+		txOpen: make(map[*sql.Tx]txState),
+		gate:   newWriteGate(),
 
 		pendingExt: make(map[int64]pendingExtension),
+		fetched:    make(map[int64]int64),
 	}
 	s.busyMillis.Store(-1)
 	return s, nil
@@ -262,45 +294,102 @@ func (s *Store) DB() *sql.DB { return s.db }
 // Config returns the store's configuration with defaults applied.
 func (s *Store) Config() Config { return s.cfg }
 
-// Close releases the statements the store prepared; later calls still work, on plain SQL. It
-// does not close the *sql.DB, which belongs to the caller.
+// Close returns the connection the store kept between writes to the pool and releases the
+// statements the store prepared; later calls still work, on plain SQL. It does not
+// close the *sql.DB, which belongs to the caller.
 func (s *Store) Close() error {
+	s.acks.flush(context.Background(), s)
 	s.closed.Store(true)
-	return s.dropClaimStmts()
+	s.gate.reclaim()
+	return s.dropStmts()
 }
 
-func (s *Store) dropClaimStmts() error {
-	st := s.claimStmts.Swap(nil)
+func (s *Store) dropStmts() error {
+	st := s.stmts.Swap(nil)
 	if st == nil {
 		return nil
 	}
-	return errors.Join(st.insert.Close(), st.read.Close())
+	var errs []error
+	for _, p := range st.all() {
+		errs = append(errs, p.Close())
+	}
+	return errors.Join(errs...)
 }
 
-// prepareClaims prepares the claim statements once the claims table exists, so that a claim
-// does not parse SQL. It runs before BeginTx: with one connection, preparing on the *sql.DB
-// inside a transaction would wait forever.
-func (s *Store) prepareClaims(ctx context.Context) {
-	if s.claimStmts.Load() != nil || s.closed.Load() {
+// prepareStmts prepares the hot statements once the tables exist, so that claims, fetches and
+// acks do not parse SQL. It runs before the store takes the connection: with one connection,
+// preparing on the *sql.DB while holding it would wait forever.
+func (s *Store) prepareStmts(ctx context.Context) {
+	if s.stmts.Load() != nil || s.closed.Load() {
 		return
 	}
-	ins, err := s.db.PrepareContext(ctx, s.q.claimInsert)
-	if err != nil {
-		return // not migrated yet: claims use plain SQL until then
+	var (
+		st   hotStmts
+		errs []error
+	)
+	for _, p := range []struct {
+		dst   **sql.Stmt
+		query string
+	}{
+		{&st.claimInsert, s.q.claimInsert}, {&st.claimRead, s.q.claimSelect},
+		{&st.queueRange, s.q.queueRange}, {&st.queueInsert, s.q.queueInsert}, {&st.queuePeek, s.q.queuePeek}, {&st.queueFetch, s.q.queueFetch}, {&st.queueAck, s.q.queueAck}, {&st.queueHeld, s.q.queueHeld}, {&st.queueRelease, s.q.queueRelease}, {&st.queueInsertMany, s.q.queueInsertMany},
+	} {
+		var err error
+		s.ownPoolUse()
+		*p.dst, err = s.db.PrepareContext(ctx, p.query)
+		errs = append(errs, err)
 	}
-	read, err := s.db.PrepareContext(ctx, s.q.claimSelect)
-	if err != nil {
-		_ = ins.Close()
-		return
+	if errors.Join(errs...) != nil {
+		for _, p := range st.all() {
+			if p != nil {
+				_ = p.Close()
+			}
+		}
+		return // not migrated yet: plain SQL until then
 	}
-	if !s.claimStmts.CompareAndSwap(nil, &claimStmts{insert: ins, read: read}) {
-		_ = ins.Close()
-		_ = read.Close()
+	if !s.stmts.CompareAndSwap(nil, &st) {
+		for _, p := range st.all() {
+			_ = p.Close()
+		}
 		return
 	}
 	if s.closed.Load() {
-		_ = s.dropClaimStmts() // Close ran meanwhile
+		_ = s.dropStmts() // Close ran meanwhile
 	}
+}
+
+// txStmt runs query in tx through its prepared statement when there is one (pick chooses it),
+// else as plain SQL.
+func (s *Store) txStmt(ctx context.Context, tx *sql.Tx, pick func(*hotStmts) *sql.Stmt, query string) stmtRunner {
+	if st := s.stmts.Load(); st != nil {
+		return tx.StmtContext(ctx, pick(st))
+	}
+	return plainStmt{tx: tx, query: query}
+}
+
+// stmtRunner is what a prepared statement and plain SQL in a transaction share.
+type stmtRunner interface {
+	ExecContext(ctx context.Context, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, args ...any) *sql.Row
+}
+
+// plainStmt runs query in tx without a prepared statement.
+type plainStmt struct {
+	tx    *sql.Tx
+	query string
+}
+
+func (p plainStmt) ExecContext(ctx context.Context, args ...any) (sql.Result, error) {
+	return p.tx.ExecContext(ctx, p.query, args...)
+}
+
+func (p plainStmt) QueryContext(ctx context.Context, args ...any) (*sql.Rows, error) {
+	return p.tx.QueryContext(ctx, p.query, args...)
+}
+
+func (p plainStmt) QueryRowContext(ctx context.Context, args ...any) *sql.Row {
+	return p.tx.QueryRowContext(ctx, p.query, args...)
 }
 
 // Dialect returns "sqlite".
@@ -313,12 +402,13 @@ func (s *Store) Dialect() string { return "sqlite" }
 // rolls back and is returned as is; a panic rolls back and keeps panicking. fn must use tx,
 // never the *sql.DB, for database work (see Open).
 func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	s.prepareClaims(ctx)
+	s.prepareStmts(ctx)
 	w, err := s.startWrite(ctx)
 	if err != nil {
 		return fmt.Errorf("idemsqlite: begin transaction: %w", err)
 	}
-	defer s.finishWrite(ctx, w) // runs last, once the transaction has ended
+	committed := false
+	defer func() { s.finishWrite(ctx, w, committed) }() // runs last, once the transaction has ended
 	var tx *sql.Tx
 	err = w.retryBusy(ctx, func() error {
 		var err error
@@ -329,25 +419,22 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 		return fmt.Errorf("idemsqlite: begin transaction: %w", err)
 	}
 	s.gate.inTx.Store(true)
-	if err := w.restoreBusy(ctx, tx); err != nil {
-		_ = tx.Rollback()
-		return fmt.Errorf("idemsqlite: begin transaction: restore busy_timeout: %w", err)
-	}
 	s.txMu.Lock()
-	s.txWakes[tx] = 0
+	s.txOpen[tx] = txState{}
 	s.txMu.Unlock()
 	done := false
 	defer func() {
 		s.txMu.Lock()
-		flags := s.txWakes[tx]
-		delete(s.txWakes, tx)
+		st := s.txOpen[tx]
+		delete(s.txOpen, tx)
 		s.txMu.Unlock()
 		if !done {
 			// fn failed or panicked (the panic goes on after this deferred call).
 			_ = tx.Rollback()
 			return
 		}
-		s.signal(flags)
+		s.signal(st.wakes)
+		s.acks.add(s, st.acks)
 	}()
 	fctx, stopWatch := s.watchPoolWait(ctx)
 	err = fn(fctx, tx)
@@ -362,7 +449,7 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("idemsqlite: commit: %w", err)
 	}
-	done = true
+	done, committed = true, true
 	return nil
 }
 
@@ -384,6 +471,7 @@ const poolWaitLimit = 2 * time.Second
 // transaction) and it was already seen a tick earlier, it cancels ctx with ErrDBUsedInTx. It
 // only runs on a pool of one connection (a *sql.DB from Open).
 func (s *Store) watchPoolWait(ctx context.Context) (context.Context, func()) {
+	ownStart := s.ownPoolUses.Load()
 	start := s.db.Stats()
 	if start.MaxOpenConnections != 1 {
 		return ctx, func() {}
@@ -403,7 +491,11 @@ func (s *Store) watchPoolWait(ctx context.Context) (context.Context, func()) {
 			return
 		}
 		st := s.db.Stats()
-		waiting := st.WaitCount > start.WaitCount && st.WaitDuration == start.WaitDuration
+		// Waits of the store's own reads (another worker's fetch peek, QueueStats of a metrics
+		// collector…) are not the handler's: they wait as long as the transaction, however
+		// long a slow handler makes it.
+		foreign := st.WaitCount - start.WaitCount - (s.ownPoolUses.Load() - ownStart)
+		waiting := foreign > 0 && st.WaitDuration == start.WaitDuration
 		if waiting && seen {
 			cancel(ErrDBUsedInTx)
 			return
@@ -425,57 +517,44 @@ func (s *Store) watchPoolWait(ctx context.Context) (context.Context, func()) {
 // taken it reads the existing claim and reports ClaimDuplicate (same fingerprint) or
 // ClaimConflict (another fingerprint). SQLite serialises writers, and the transaction holds the
 // write lock from its INSERT on, so nothing can change between the two statements.
-func (s *Store) ClaimTx(ctx context.Context, tx *sql.Tx, p idem.ClaimParams) (idem.ClaimResult, error) {
+func (s *Store) ClaimTx(ctx context.Context, tx *sql.Tx, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
 	if p.Key.EventID == "" {
-		return idem.ClaimResult{}, fmt.Errorf("idemsqlite: claim %s: event id is empty", p.Key)
+		return idemstore.ClaimResult{}, fmt.Errorf("idemsqlite: claim %s: event id is empty", p.Key)
 	}
 	now := p.Now
 	if now.IsZero() {
 		now = time.Now()
 	}
 	fp := p.Fingerprint
-	var insert, read *sql.Stmt
-	if st := s.claimStmts.Load(); st != nil {
-		insert, read = st.insert, st.read
-	}
 	var createdAt int64
-	err := claimRow(ctx, tx, insert, s.q.claimInsert,
-		p.Key.Tenant, p.Key.Consumer, p.Key.EventID, fp[:], now.UnixMicro()).Scan(&createdAt)
+	err := s.txStmt(ctx, tx, func(h *hotStmts) *sql.Stmt { return h.claimInsert }, s.q.claimInsert).
+		QueryRowContext(ctx, p.Key.Tenant, p.Key.Consumer, p.Key.EventID, fp[:], now.UnixMicro()).Scan(&createdAt)
 	if err == nil {
-		return idem.ClaimResult{Status: idem.ClaimNew}, nil
+		return idemstore.ClaimResult{Status: idemstore.ClaimNew}, nil
 	}
 	if !errors.Is(err, sql.ErrNoRows) {
-		return idem.ClaimResult{}, fmt.Errorf("idemsqlite: claim: %w", err)
+		return idemstore.ClaimResult{}, fmt.Errorf("idemsqlite: claim: %w", err)
 	}
 	var stored []byte
-	err = claimRow(ctx, tx, read, s.q.claimSelect,
-		p.Key.Tenant, p.Key.Consumer, p.Key.EventID).Scan(&stored, &createdAt)
+	err = s.txStmt(ctx, tx, func(h *hotStmts) *sql.Stmt { return h.claimRead }, s.q.claimSelect).
+		QueryRowContext(ctx, p.Key.Tenant, p.Key.Consumer, p.Key.EventID).Scan(&stored, &createdAt)
 	if err != nil {
-		return idem.ClaimResult{}, fmt.Errorf("idemsqlite: read claim: %w", err)
+		return idemstore.ClaimResult{}, fmt.Errorf("idemsqlite: read claim: %w", err)
 	}
 	existing, err := idem.FingerprintFromBytes(stored)
 	if err != nil {
-		return idem.ClaimResult{}, fmt.Errorf("idemsqlite: claim: %w", err)
+		return idemstore.ClaimResult{}, fmt.Errorf("idemsqlite: claim: %w", err)
 	}
-	res := idem.ClaimResult{Status: idem.ClaimDuplicate, Existing: existing, ClaimedAt: fromMicros(createdAt)}
+	res := idemstore.ClaimResult{Status: idemstore.ClaimDuplicate, Existing: existing, ClaimedAt: fromMicros(createdAt)}
 	if existing != p.Fingerprint {
-		res.Status = idem.ClaimConflict
+		res.Status = idemstore.ClaimConflict
 	}
 	return res, nil
 }
 
-// claimRow runs a claim statement in tx: the prepared one when there is one (tx.StmtContext
-// reuses it on tx's connection without parsing), else query.
-func claimRow(ctx context.Context, tx *sql.Tx, prepared *sql.Stmt, query string, args ...any) *sql.Row {
-	if prepared != nil {
-		return tx.StmtContext(ctx, prepared).QueryRowContext(ctx, args...)
-	}
-	return tx.QueryRowContext(ctx, query, args...)
-}
-
 // DeleteExpiredClaims deletes up to p.Limit claims created before p.Before (of p.Consumer, or of
 // every consumer when it is empty) in one short transaction, and reports how many it deleted.
-func (s *Store) DeleteExpiredClaims(ctx context.Context, p idem.DeleteExpiredClaimsParams) (int, error) {
+func (s *Store) DeleteExpiredClaims(ctx context.Context, p idemstore.DeleteExpiredClaimsParams) (int, error) {
 	if p.Limit <= 0 {
 		return 0, fmt.Errorf("idemsqlite: delete expired claims: Limit is %d, want more than 0", p.Limit)
 	}
@@ -511,6 +590,37 @@ func (s *Store) ClassifyError(err error) idem.Class {
 		}
 	}
 	return idem.ClassUnknown
+}
+
+// txState is what an open InTx transaction owes once it commits: the wake-ups of its
+// publishes and the deletion of the queue jobs it acked.
+type txState struct {
+	wakes wakeFlags
+	acks  []ackedJob
+	// ackInTx: the transaction acked several jobs and deletes them itself (QueueAckTx).
+	ackInTx bool
+}
+
+// txStateOf returns what the open InTx transaction tx owes so far; ours is false when tx is not
+// one of InTx's (the caller began it).
+func (s *Store) txStateOf(tx *sql.Tx) (st txState, ours bool) {
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
+	st, ours = s.txOpen[tx]
+	return st, ours
+}
+
+// updateTxState applies update to what the open InTx transaction tx owes, and reports whether
+// tx is one of InTx's (else nothing is recorded).
+func (s *Store) updateTxState(tx *sql.Tx, update func(*txState)) bool {
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
+	st, ours := s.txOpen[tx]
+	if ours {
+		update(&st)
+		s.txOpen[tx] = st
+	}
+	return ours
 }
 
 // wakeFlags says which waiters a transaction's publishes must wake after commit.
@@ -562,13 +672,7 @@ func (s *Store) signal(flags wakeFlags) {
 // at once otherwise (the caller's own transaction, whose commit the store cannot see; a waiter
 // woken early polls, finds nothing yet and sleeps one PollInterval).
 func (s *Store) wakeAfter(tx *sql.Tx, flags wakeFlags) {
-	s.txMu.Lock()
-	cur, ours := s.txWakes[tx]
-	if ours {
-		s.txWakes[tx] = cur | flags
-	}
-	s.txMu.Unlock()
-	if !ours {
+	if !s.updateTxState(tx, func(st *txState) { st.wakes |= flags }) {
 		s.signal(flags)
 	}
 }
@@ -595,3 +699,8 @@ func (s *Store) waitFor(ctx context.Context, w *wake, max time.Duration) error {
 		return ctx.Err()
 	}
 }
+
+// ownPoolUse records that the store is about to use the *sql.DB's pool itself: while an InTx
+// transaction holds the pool's one connection that use waits, and watchPoolWait must not take
+// the wait for the handler's.
+func (s *Store) ownPoolUse() { s.ownPoolUses.Add(1) }

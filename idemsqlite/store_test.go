@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/idemstore"
 )
 
 func TestOpen(t *testing.T) {
@@ -234,7 +235,7 @@ func TestConfig(t *testing.T) {
 		t.Parallel()
 		cfg := idemsqlite.New(db).Config()
 		require.Equal(t, idemsqlite.PrefixDefault, cfg.Prefix)
-		require.Equal(t, idem.OutboxPartitionsDefault, cfg.OutboxPartitions)
+		require.Equal(t, idemstore.OutboxPartitionsDefault, cfg.OutboxPartitions)
 		require.Equal(t, idemsqlite.PollIntervalDefault, cfg.PollInterval)
 		require.Equal(t, "sqlite", idemsqlite.New(db).Dialect())
 		require.Same(t, db, idemsqlite.New(db).DB())
@@ -253,28 +254,28 @@ func TestClaim(t *testing.T) {
 	key := idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-1"}
 	first := now().Add(-time.Hour)
 
-	claim := func(k idem.Key, f idem.Fingerprint, at time.Time) idem.ClaimResult {
+	claim := func(k idem.Key, f idem.Fingerprint, at time.Time) idemstore.ClaimResult {
 		t.Helper()
-		var res idem.ClaimResult
+		var res idemstore.ClaimResult
 		require.NoError(t, b.store.InTx(b.ctx, func(ctx context.Context, tx *sql.Tx) error {
 			var err error
-			res, err = b.store.ClaimTx(ctx, tx, idem.ClaimParams{Key: k, Fingerprint: f, Now: at})
+			res, err = b.store.ClaimTx(ctx, tx, idemstore.ClaimParams{Key: k, Fingerprint: f, Now: at})
 			return err
 		}))
 		return res
 	}
-	require.Equal(t, idem.ClaimResult{Status: idem.ClaimNew}, claim(key, fp(1), first))
+	require.Equal(t, idemstore.ClaimResult{Status: idemstore.ClaimNew}, claim(key, fp(1), first))
 
 	tests := []struct {
 		name string
 		key  idem.Key
 		fp   idem.Fingerprint
-		want idem.ClaimResult
+		want idemstore.ClaimResult
 	}{
-		{"duplicate", key, fp(1), idem.ClaimResult{Status: idem.ClaimDuplicate, Existing: fp(1), ClaimedAt: first}},
-		{"conflict", key, fp(2), idem.ClaimResult{Status: idem.ClaimConflict, Existing: fp(1), ClaimedAt: first}},
-		{"other consumer", idem.Key{Tenant: "acme", Consumer: "ledger@v2", EventID: "evt-1"}, fp(1), idem.ClaimResult{Status: idem.ClaimNew}},
-		{"other tenant", idem.Key{Tenant: "globex", Consumer: "ledger@v1", EventID: "evt-1"}, fp(1), idem.ClaimResult{Status: idem.ClaimNew}},
+		{"duplicate", key, fp(1), idemstore.ClaimResult{Status: idemstore.ClaimDuplicate, Existing: fp(1), ClaimedAt: first}},
+		{"conflict", key, fp(2), idemstore.ClaimResult{Status: idemstore.ClaimConflict, Existing: fp(1), ClaimedAt: first}},
+		{"other consumer", idem.Key{Tenant: "acme", Consumer: "ledger@v2", EventID: "evt-1"}, fp(1), idemstore.ClaimResult{Status: idemstore.ClaimNew}},
+		{"other tenant", idem.Key{Tenant: "globex", Consumer: "ledger@v1", EventID: "evt-1"}, fp(1), idemstore.ClaimResult{Status: idemstore.ClaimNew}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -286,20 +287,20 @@ func TestClaim(t *testing.T) {
 		k := idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-rolled-back"}
 		errHandler := errors.New("handler failed")
 		err := b.store.InTx(b.ctx, func(ctx context.Context, tx *sql.Tx) error {
-			res, err := b.store.ClaimTx(ctx, tx, idem.ClaimParams{Key: k, Fingerprint: fp(3), Now: now()})
+			res, err := b.store.ClaimTx(ctx, tx, idemstore.ClaimParams{Key: k, Fingerprint: fp(3), Now: now()})
 			require.NoError(t, err)
-			require.Equal(t, idem.ClaimNew, res.Status)
+			require.Equal(t, idemstore.ClaimNew, res.Status)
 			return errHandler
 		})
 		require.ErrorIs(t, err, errHandler)
-		require.Equal(t, idem.ClaimNew, claim(k, fp(3), now()).Status)
+		require.Equal(t, idemstore.ClaimNew, claim(k, fp(3), now()).Status)
 	})
 
 	t.Run("plain SQL after Close", func(t *testing.T) {
 		require.NoError(t, b.store.Close())
-		require.Equal(t, idem.ClaimDuplicate, claim(key, fp(1), now()).Status)
-		require.Equal(t, idem.ClaimConflict, claim(key, fp(9), now()).Status)
-		require.Equal(t, idem.ClaimNew, claim(idem.Key{EventID: "after-close"}, fp(1), now()).Status)
+		require.Equal(t, idemstore.ClaimDuplicate, claim(key, fp(1), now()).Status)
+		require.Equal(t, idemstore.ClaimConflict, claim(key, fp(9), now()).Status)
+		require.Equal(t, idemstore.ClaimNew, claim(idem.Key{EventID: "after-close"}, fp(1), now()).Status)
 		require.NoError(t, b.store.Close(), "Close twice")
 	})
 
@@ -308,16 +309,16 @@ func TestClaim(t *testing.T) {
 		require.NoError(t, fresh.store.InTx(fresh.ctx, func(context.Context, *sql.Tx) error { return nil })) // prepares
 		tx, err := fresh.db.BeginTx(fresh.ctx, nil)
 		require.NoError(t, err)
-		res, err := fresh.store.ClaimTx(fresh.ctx, tx, idem.ClaimParams{Key: key, Fingerprint: fp(1), Now: first})
+		res, err := fresh.store.ClaimTx(fresh.ctx, tx, idemstore.ClaimParams{Key: key, Fingerprint: fp(1), Now: first})
 		require.NoError(t, err)
-		require.Equal(t, idem.ClaimNew, res.Status)
+		require.Equal(t, idemstore.ClaimNew, res.Status)
 		require.NoError(t, tx.Commit())
-		require.Equal(t, idem.ClaimResult{Status: idem.ClaimDuplicate, Existing: fp(1), ClaimedAt: first},
-			func() idem.ClaimResult {
-				var r idem.ClaimResult
+		require.Equal(t, idemstore.ClaimResult{Status: idemstore.ClaimDuplicate, Existing: fp(1), ClaimedAt: first},
+			func() idemstore.ClaimResult {
+				var r idemstore.ClaimResult
 				require.NoError(t, fresh.store.InTx(fresh.ctx, func(ctx context.Context, tx *sql.Tx) error {
 					var err error
-					r, err = fresh.store.ClaimTx(ctx, tx, idem.ClaimParams{Key: key, Fingerprint: fp(1)})
+					r, err = fresh.store.ClaimTx(ctx, tx, idemstore.ClaimParams{Key: key, Fingerprint: fp(1)})
 					return err
 				}))
 				return r
@@ -326,7 +327,7 @@ func TestClaim(t *testing.T) {
 
 	t.Run("empty event id", func(t *testing.T) {
 		err := b.store.InTx(b.ctx, func(ctx context.Context, tx *sql.Tx) error {
-			_, err := b.store.ClaimTx(ctx, tx, idem.ClaimParams{Key: idem.Key{Consumer: "c"}, Fingerprint: fp(1)})
+			_, err := b.store.ClaimTx(ctx, tx, idemstore.ClaimParams{Key: idem.Key{Consumer: "c"}, Fingerprint: fp(1)})
 			return err
 		})
 		require.ErrorContains(t, err, "event id is empty")
@@ -384,7 +385,7 @@ func TestDeleteExpiredClaims(t *testing.T) {
 				at = cutoff.Add(time.Duration(i) * time.Minute)
 			}
 			require.NoError(t, b.store.InTx(b.ctx, func(ctx context.Context, tx *sql.Tx) error {
-				_, err := b.store.ClaimTx(ctx, tx, idem.ClaimParams{
+				_, err := b.store.ClaimTx(ctx, tx, idemstore.ClaimParams{
 					Key: idem.Key{Consumer: consumer, EventID: fmt.Sprint("e", i)}, Fingerprint: fp(1), Now: at})
 				return err
 			}))
@@ -399,7 +400,7 @@ func TestDeleteExpiredClaims(t *testing.T) {
 	// One consumer, in batches of 2: 2, 2, 1.
 	var got []int
 	for {
-		n, err := b.store.DeleteExpiredClaims(b.ctx, idem.DeleteExpiredClaimsParams{Consumer: "a@v1", Before: cutoff, Limit: 2})
+		n, err := b.store.DeleteExpiredClaims(b.ctx, idemstore.DeleteExpiredClaimsParams{Consumer: "a@v1", Before: cutoff, Limit: 2})
 		require.NoError(t, err)
 		got = append(got, n)
 		if n < 2 {
@@ -415,7 +416,7 @@ func TestDeleteExpiredClaims(t *testing.T) {
 	require.Equal(t, 5, n)
 	require.Equal(t, 4, remaining(), "recent claims stay")
 
-	_, err = b.store.DeleteExpiredClaims(b.ctx, idem.DeleteExpiredClaimsParams{Before: cutoff})
+	_, err = b.store.DeleteExpiredClaims(b.ctx, idemstore.DeleteExpiredClaimsParams{Before: cutoff})
 	require.ErrorContains(t, err, "Limit is 0")
 }
 

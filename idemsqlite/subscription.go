@@ -6,20 +6,20 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
-var _ idem.QueueSubscriptionStore = (*Store)(nil)
+var _ idemstore.QueueSubscriptionStore = (*Store)(nil)
 
 // subDeleteBatch bounds one statement of QueueUnsubscribe's job deletion, so that it holds the
 // write lock briefly.
 const subDeleteBatch = 1000
 
 // QueueSubscribe registers subscription name on topic (idempotent): from its commit on, every
-// message published to topic gets a job of its own in the queue idem.SubscriptionQueue(topic,
+// message published to topic gets a job of its own in the queue idemstore.SubscriptionQueue(topic,
 // name). Messages published before are not copied to it, as for a new subscriber of a broker.
 func (s *Store) QueueSubscribe(ctx context.Context, topic, name string) error {
-	if _, err := idem.SubscriptionQueue(topic, name); err != nil {
+	if _, err := idemstore.SubscriptionQueue(topic, name); err != nil {
 		return fmt.Errorf("idemsqlite: subscribe: %w", err)
 	}
 	if _, err := s.execWrite(ctx, s.q.subInsert, topic, name, time.Now().UnixMicro()); err != nil {
@@ -32,7 +32,7 @@ func (s *Store) QueueSubscribe(ctx context.Context, topic, name string) error {
 // at most subDeleteBatch per statement, and reports how many it deleted. A job leased at that
 // moment is deleted too: its ack then fails with idem.ErrLeaseLost.
 func (s *Store) QueueUnsubscribe(ctx context.Context, topic, name string) (int, error) {
-	queue, err := idem.SubscriptionQueue(topic, name)
+	queue, err := idemstore.SubscriptionQueue(topic, name)
 	if err != nil {
 		return 0, fmt.Errorf("idemsqlite: unsubscribe: %w", err)
 	}
@@ -72,7 +72,7 @@ func (s *Store) publishTargets(ctx context.Context, tx *sql.Tx, queue string) ([
 	}
 	targets := make([]string, len(names))
 	for i, name := range names {
-		targets[i] = queue + idem.SubscriptionSeparator + name
+		targets[i] = queue + idemstore.SubscriptionSeparator + name
 	}
 	return targets, nil
 }

@@ -38,7 +38,7 @@ func harnessOf(c *sqs.Client, fifo bool) transporttest.Harness {
 	var mu sync.Mutex
 	urls := map[string]string{} // topic → queue URL, for the sources
 	return transporttest.Harness{
-		Features: transporttest.Features{DelayedNak: true, Persistent: true, BrokerDedup: fifo},
+		Features: transporttest.Features{Takeover: true, DelayedNak: true, Persistent: true, BrokerDedup: fifo},
 		NewTopic: func(tb testing.TB) string {
 			url := newQueue(tb, c, attrs)
 			topic := url[strings.LastIndexByte(url, '/')+1:]

@@ -182,7 +182,11 @@ func (s *Source) Close() error {
 type polled struct {
 	msgs []types.Message
 	at   time.Time // when the poll was sent: SQS's 12 hours count from about then
-	err  error
+	// answered is when SQS's answer arrived. A long poll answers as soon as it has messages, so
+	// their visibility timeout starts then, less the answer's flight time (which the fence's
+	// margin covers); a FIFO receive retried with the same attempt id restarts it.
+	answered time.Time
+	err      error
 }
 
 // Receive returns up to max deliveries (at most ReceiveMax, SQS's bound per call), long polling
@@ -219,7 +223,7 @@ func (s *Source) Receive(ctx context.Context, limit int) ([]idem.Delivery, error
 				r.msgs = r.msgs[:limit]
 			}
 			if len(r.msgs) > 0 {
-				return s.handOut(r.msgs, r.at), nil
+				return s.handOut(r.msgs, r.at, r.answered), nil
 			}
 			if p.wait < time.Second {
 				// A short poll answers at once: pace the next one instead of spinning.
@@ -287,6 +291,7 @@ func (s *Source) sendPoll(n int, wait time.Duration) *pollCall {
 		defer s.calls.Done()
 		at := time.Now()
 		msgs, err := s.poll(p.n, p.wait)
+		answered := time.Now()
 		<-s.polling
 		s.mu.Lock()
 		if p.abandoned {
@@ -295,7 +300,7 @@ func (s *Source) sendPoll(n int, wait time.Duration) *pollCall {
 			s.giveBack(msgs)
 			return
 		}
-		p.done <- polled{msgs, at, err}
+		p.done <- polled{msgs: msgs, at: at, answered: answered, err: err}
 		s.mu.Unlock()
 	}()
 	return p
@@ -332,9 +337,9 @@ func (s *Source) poll(n int, wait time.Duration) ([]types.Message, error) {
 	return out.Messages, nil
 }
 
-// handOut decodes messages a caller will see, received by a poll sent at polled. A receive that
-// an earlier cancelled Receive gave back is not counted in the attempt.
-func (s *Source) handOut(msgs []types.Message, polled time.Time) []idem.Delivery {
+// handOut decodes messages a caller will see, received by a poll sent at polled and answered at
+// answered. A receive that an earlier cancelled Receive gave back is not counted in the attempt.
+func (s *Source) handOut(msgs []types.Message, polled, answered time.Time) []idem.Delivery {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]idem.Delivery, len(msgs))
@@ -344,7 +349,7 @@ func (s *Source) handOut(msgs []types.Message, polled time.Time) []idem.Delivery
 		if g, ok := s.givenBack[id]; ok {
 			m.Attempt = max(m.Attempt-g.n, 1)
 		}
-		out[i] = &Delivery{src: s, id: id, receipt: aws.ToString(sm.ReceiptHandle), received: polled, msg: m}
+		out[i] = &Delivery{src: s, id: id, receipt: aws.ToString(sm.ReceiptHandle), received: polled, msg: m, leaseUntil: answered.Add(s.cfg.Lease)}
 	}
 	return out
 }
@@ -395,6 +400,50 @@ type Delivery struct {
 	receipt  string
 	received time.Time
 	msg      idem.Message
+
+	mu sync.Mutex
+	// leaseUntil is when the message's visibility timeout passes, by this process's clock:
+	// counted from the receive's answer, then from before each Extend was sent, so SQS's own
+	// deadline is earlier by at most an answer's flight time (fenceMargin covers it). Zero once
+	// the delivery settled (deleted or nak'd).
+	leaseUntil time.Time
+}
+
+// fenceMargin is how long before leaseUntil a visibility change is already refused, so that one
+// sent just in time does not reach SQS after the message went to another worker: a tenth of the
+// lease, at most a second.
+func fenceMargin(lease time.Duration) time.Duration { return min(time.Second, lease/10) }
+
+// errLeasePassed is the fence's refusal: the lease passed, so the receipt handle may belong to
+// a message another worker holds now, and SQS may still apply a change made with it.
+func (d *Delivery) errLeasePassed(op string, until time.Time) error {
+	if until.IsZero() {
+		return fmt.Errorf("idemsqs: %s on %s: %w: the delivery was already settled; its visibility is not changed", op, d.src.name, idem.ErrLeaseLost)
+	}
+	return fmt.Errorf("idemsqs: %s on %s: %w: the visibility timeout passed at %s, so another worker may hold the message; its visibility is not changed",
+		op, d.src.name, idem.ErrLeaseLost, until.UTC().Format(time.RFC3339Nano))
+}
+
+// fenced returns an error when the lease passed (or the delivery settled), else nil.
+func (d *Delivery) fenced(op string) error {
+	d.mu.Lock()
+	until := d.leaseUntil
+	d.mu.Unlock()
+	if until.IsZero() || !time.Now().Before(until.Add(-fenceMargin(d.src.cfg.Lease))) {
+		return d.errLeasePassed(op, until)
+	}
+	return nil
+}
+
+// setLease records the lease a visibility change sent at sent set for v (0: given up).
+func (d *Delivery) setLease(sent time.Time, v time.Duration) {
+	d.mu.Lock()
+	if v <= 0 {
+		d.leaseUntil = time.Time{}
+	} else {
+		d.leaseUntil = sent.Add(v)
+	}
+	d.mu.Unlock()
 }
 
 var _ idem.Delivery = (*Delivery)(nil)
@@ -418,33 +467,48 @@ func (d *Delivery) delete(ctx context.Context, op string) error {
 	if err != nil {
 		return fmt.Errorf("idemsqs: %s on %s: %w", op, d.src.name, leaseError(err))
 	}
+	d.setLease(time.Time{}, 0)
 	d.src.settled(d.id)
 	return nil
 }
 
 // Extend sets the message's visibility timeout to the source's lease from now. SQS keeps a
 // message invisible at most 12 hours after it was received: past that Extend fails with
-// idem.ErrLeaseLost, and the consumer stops the handler.
+// idem.ErrLeaseLost, and the consumer stops the handler. Once the current lease passed (or
+// the delivery settled), Extend fails with idem.ErrLeaseLost without asking SQS, which may
+// accept a stale receipt handle and extend another worker's delivery of the message.
 func (d *Delivery) Extend(ctx context.Context) error {
+	if err := d.fenced("extend"); err != nil {
+		return err
+	}
 	left := LeaseMax - time.Since(d.received)
 	if left < time.Second {
 		return fmt.Errorf("idemsqs: extend on %s: %w: SQS holds a message at most %v after receiving it", d.src.name, idem.ErrLeaseLost, LeaseMax)
 	}
-	if err := d.visibility(ctx, min(d.src.cfg.Lease, left)); err != nil {
+	v := min(d.src.cfg.Lease, left)
+	sent := time.Now()
+	if err := d.visibility(ctx, v); err != nil {
 		return fmt.Errorf("idemsqs: extend on %s: %w", d.src.name, err)
 	}
+	d.setLease(sent, v)
 	return nil
 }
 
 // Nak asks for redelivery after delay through the visibility timeout: 0 makes the message
 // visible at once, a delay keeps it invisible until the delay passes. The delay is rounded up to
 // whole seconds and cut to what is left of SQS's 12 hours after the receive, so a longer delay
-// brings the message back early.
+// brings the message back early. Once the lease passed (or the delivery settled), Nak fails
+// with idem.ErrLeaseLost without asking SQS: the message is visible again or another worker's,
+// and a stale receipt handle SQS still accepts would move that worker's visibility timeout.
 func (d *Delivery) Nak(ctx context.Context, delay time.Duration) error {
+	if err := d.fenced("nak"); err != nil {
+		return err
+	}
 	delay = max(min(delay, LeaseMax-time.Since(d.received)), 0)
 	if err := d.visibility(ctx, delay); err != nil {
 		return fmt.Errorf("idemsqs: nak on %s: %w", d.src.name, err)
 	}
+	d.setLease(time.Time{}, 0)
 	return nil
 }
 

@@ -142,6 +142,44 @@ func TestSettleAfterDelete(t *testing.T) {
 	}
 }
 
+// TestLostLeaseIsFenced: once a delivery's visibility timeout passed, the message may have gone
+// to another worker, and SQS may accept the stale receipt handle. So Extend and Nak refuse
+// (idem.ErrLeaseLost, naming the passed deadline) without asking SQS: here the message, still
+// invisible in SQS, does not come back after the refused Nak(0). Ack still deletes: the claim
+// committed, and deleting a message another worker holds only spares it a duplicate.
+func TestLostLeaseIsFenced(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	url := newQueue(t, c, nil)
+	sink, err := idemsqs.NewSink(c, idemsqs.SinkConfig{})
+	require.NoError(t, err)
+	require.NoError(t, sink.Publish(context.Background(), url, idem.Message{EventID: "e-fenced", Payload: []byte("p")}))
+	src := openSource(t, c, url, 30*time.Second)
+	d := receiveOne(t, src, 5*time.Second).(*idemsqs.Delivery)
+
+	idemsqs.SetLeaseUntil(d, time.Now().Add(-time.Second))
+	for _, tc := range []struct {
+		name string
+		fn   func(context.Context) error
+	}{
+		{"Extend", d.Extend},
+		{"Nak(0)", func(ctx context.Context) error { return d.Nak(ctx, 0) }},
+		{"Nak(delay)", func(ctx context.Context) error { return d.Nak(ctx, 5*time.Second) }},
+	} {
+		err := tc.fn(context.Background())
+		require.True(t, errors.Is(err, idem.ErrLeaseLost), "%s after the lease passed = %v, want idem.ErrLeaseLost", tc.name, err)
+		require.ErrorContains(t, err, "visibility timeout passed", tc.name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	ds, err := src.Receive(ctx, 1)
+	require.Empty(t, ds, "the refused Nak(0) left the message invisible (err %v)", err)
+	require.NoError(t, d.Ack(context.Background()))
+	err = d.Extend(context.Background())
+	require.True(t, errors.Is(err, idem.ErrLeaseLost), "Extend after Ack = %v", err)
+	require.ErrorContains(t, err, "already settled")
+}
+
 // TestTwelveHours: SQS keeps a message invisible at most 12 hours after its receive. Near that
 // bound a long Nak is cut to what is left (the message comes back early), and an Extend past it
 // fails with idem.ErrLeaseLost without asking SQS.

@@ -134,7 +134,8 @@ func TestProcessRollback(t *testing.T) {
 			require.Empty(t, effects, "the effect is rolled back")
 			// Rolled back means nothing happened: the same message processes again.
 			if tc.wantEffect {
-				res, err := c.Process(context.Background(), msg)
+				res := c.Process(context.Background(), msg)
+				err := res.Err
 				require.NoError(t, err)
 				require.Equal(t, idem.OutcomeProcessed, res.Outcome)
 			}
@@ -151,7 +152,7 @@ func TestProcessTxCommit(t *testing.T) {
 	c := newConsumer(t, store, effectHandler)
 	msg := idemtest.Message(t, "payment.captured", "ok")
 	require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx *memTx) error {
-		_, err := c.ProcessTx(ctx, tx, msg)
+		err := c.ProcessTx(ctx, tx, msg).Err
 		return err
 	}))
 	claims, effects := store.committed()

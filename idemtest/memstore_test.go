@@ -7,9 +7,10 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
-// memStore is a minimal idem.Store whose transactions hold claims and handler effects until
+// memStore is a minimal idemstore.Store whose transactions hold claims and handler effects until
 // commit, so the tests can see what a rollback leaves behind.
 type memStore struct {
 	mu      sync.Mutex
@@ -45,7 +46,7 @@ func (s *memStore) InTx(ctx context.Context, fn func(ctx context.Context, tx *me
 	return nil
 }
 
-func (s *memStore) ClaimTx(ctx context.Context, tx *memTx, p idem.ClaimParams) (idem.ClaimResult, error) {
+func (s *memStore) ClaimTx(ctx context.Context, tx *memTx, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	fp, ok := tx.claims[p.Key]
@@ -55,11 +56,11 @@ func (s *memStore) ClaimTx(ctx context.Context, tx *memTx, p idem.ClaimParams) (
 	switch {
 	case !ok:
 		tx.claims[p.Key] = p.Fingerprint
-		return idem.ClaimResult{Status: idem.ClaimNew}, nil
+		return idemstore.ClaimResult{Status: idemstore.ClaimNew}, nil
 	case fp == p.Fingerprint:
-		return idem.ClaimResult{Status: idem.ClaimDuplicate, Existing: fp}, nil
+		return idemstore.ClaimResult{Status: idemstore.ClaimDuplicate, Existing: fp}, nil
 	}
-	return idem.ClaimResult{Status: idem.ClaimConflict, Existing: fp}, nil
+	return idemstore.ClaimResult{Status: idemstore.ClaimConflict, Existing: fp}, nil
 }
 
 func (s *memStore) committed() (claims int, effects []string) {
@@ -68,7 +69,7 @@ func (s *memStore) committed() (claims int, effects []string) {
 	return len(s.claims), append([]string(nil), s.effects...)
 }
 
-func (s *memStore) DeleteExpiredClaims(context.Context, idem.DeleteExpiredClaimsParams) (int, error) {
+func (s *memStore) DeleteExpiredClaims(context.Context, idemstore.DeleteExpiredClaimsParams) (int, error) {
 	return 0, nil
 }
 func (s *memStore) ClassifyError(error) idem.Class { return idem.ClassUnknown }
@@ -78,16 +79,16 @@ func (s *memStore) InsertDeadLetter(_ context.Context, dl idem.DeadLetter) (idem
 func (s *memStore) GetDeadLetter(context.Context, int64) (idem.DeadLetter, error) {
 	return idem.DeadLetter{}, idem.ErrNotFound
 }
-func (s *memStore) ListDeadLetters(context.Context, idem.DeadLetterFilter) ([]idem.DeadLetter, error) {
+func (s *memStore) ListDeadLetters(context.Context, idemstore.DeadLetterFilter) ([]idem.DeadLetter, error) {
 	return nil, nil
 }
-func (s *memStore) SetDeadLetterStatus(context.Context, idem.SetDeadLetterStatusParams) ([]int64, error) {
+func (s *memStore) SetDeadLetterStatus(context.Context, idemstore.SetDeadLetterStatusParams) ([]int64, error) {
 	return nil, nil
 }
 func (s *memStore) RecordRecovery(context.Context, idem.Key, int64, time.Time) ([]time.Duration, error) {
 	return nil, nil
 }
-func (s *memStore) ListAudit(context.Context, int) ([]idem.AuditEntry, error) { return nil, nil }
-func (s *memStore) DeadLetterStats(context.Context) (idem.DeadLetterStats, error) {
-	return idem.DeadLetterStats{}, nil
+func (s *memStore) ListAudit(context.Context, int) ([]idemstore.AuditEntry, error) { return nil, nil }
+func (s *memStore) DeadLetterStats(context.Context) (idemstore.DeadLetterStats, error) {
+	return idemstore.DeadLetterStats{}, nil
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// Enqueuer is the outbox's transactional write as a handler uses it; idem.OutboxStore (idempg,
+// Enqueuer is the outbox's transactional write as a handler uses it; idemstore.OutboxStore (idempg,
 // idemsqlite) satisfies it. A handler that takes an Enqueuer rather than the concrete store can
 // be tested with an Outbox.
 type Enqueuer[TTx any] interface {

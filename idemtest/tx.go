@@ -17,7 +17,7 @@ import (
 )
 
 // TxRunner runs a function in a transaction and commits it when the function returns nil, rolls
-// it back otherwise. Every idem.Store satisfies it (idempg.Store with pgx.Tx, idemsqlite.Store
+// it back otherwise. Every idemstore.Store satisfies it (idempg.Store with pgx.Tx, idemsqlite.Store
 // with *sql.Tx), so the test kit stays generic over the transaction type.
 type TxRunner[TTx any] interface {
 	InTx(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error
@@ -62,7 +62,8 @@ func ProcessRollback[TTx any](ctx context.Context, t testing.TB, c *idem.Consume
 		resErr error
 	)
 	err := Rollback(ctx, db, func(ctx context.Context, tx TTx) error {
-		res, resErr = c.ProcessTx(ctx, tx, msg)
+		res = c.ProcessTx(ctx, tx, msg)
+		resErr = res.Err
 		if inspect != nil {
 			inspect(ctx, tx, res)
 		}

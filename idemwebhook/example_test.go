@@ -11,13 +11,14 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemwebhook"
 )
 
 // One ingress per provider endpoint, each in front of the consumer whose handler applies the
 // event. (Runnable with a store in the examples module: Example_webhook.)
 func ExampleNew() {
-	var store idem.Store[*sql.Tx] // idemsqlite.New(db), or idempg.New(pool) with pgx.Tx
+	var store idemstore.Store[*sql.Tx] // idemsqlite.New(db), or idempg.New(pool) with pgx.Tx
 	consumer, err := idem.NewConsumer(store, idem.ConsumerConfig[*sql.Tx]{
 		Name: "orders@v1",
 		Handler: func(ctx context.Context, tx *sql.Tx, msg idem.Message) error {

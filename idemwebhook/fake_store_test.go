@@ -7,9 +7,10 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
-// fakeStore is a small in-memory idem.Store for the package's unit tests: transactions run one
+// fakeStore is a small in-memory idemstore.Store for the package's unit tests: transactions run one
 // at a time and commit claims and effects together. The store-backed tests (idemsqlite, idempg)
 // live in cmd/idem/internal/webhooktest.
 type fakeStore struct {
@@ -49,7 +50,7 @@ func (s *fakeStore) InTx(ctx context.Context, fn func(ctx context.Context, tx *f
 	return nil
 }
 
-func (s *fakeStore) ClaimTx(_ context.Context, tx *fakeTx, p idem.ClaimParams) (idem.ClaimResult, error) {
+func (s *fakeStore) ClaimTx(_ context.Context, tx *fakeTx, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
 	fp, ok := s.claims[p.Key]
 	if !ok {
 		fp, ok = tx.claims[p.Key]
@@ -57,14 +58,14 @@ func (s *fakeStore) ClaimTx(_ context.Context, tx *fakeTx, p idem.ClaimParams) (
 	switch {
 	case !ok:
 		tx.claims[p.Key] = p.Fingerprint
-		return idem.ClaimResult{Status: idem.ClaimNew}, nil
+		return idemstore.ClaimResult{Status: idemstore.ClaimNew}, nil
 	case fp == p.Fingerprint:
-		return idem.ClaimResult{Status: idem.ClaimDuplicate, Existing: fp}, nil
+		return idemstore.ClaimResult{Status: idemstore.ClaimDuplicate, Existing: fp}, nil
 	}
-	return idem.ClaimResult{Status: idem.ClaimConflict, Existing: fp}, nil
+	return idemstore.ClaimResult{Status: idemstore.ClaimConflict, Existing: fp}, nil
 }
 
-func (s *fakeStore) DeleteExpiredClaims(context.Context, idem.DeleteExpiredClaimsParams) (int, error) {
+func (s *fakeStore) DeleteExpiredClaims(context.Context, idemstore.DeleteExpiredClaimsParams) (int, error) {
 	return 0, errFakeUnused
 }
 
@@ -85,11 +86,11 @@ func (s *fakeStore) GetDeadLetter(context.Context, int64) (idem.DeadLetter, erro
 	return idem.DeadLetter{}, errFakeUnused
 }
 
-func (s *fakeStore) ListDeadLetters(context.Context, idem.DeadLetterFilter) ([]idem.DeadLetter, error) {
+func (s *fakeStore) ListDeadLetters(context.Context, idemstore.DeadLetterFilter) ([]idem.DeadLetter, error) {
 	return nil, errFakeUnused
 }
 
-func (s *fakeStore) SetDeadLetterStatus(context.Context, idem.SetDeadLetterStatusParams) ([]int64, error) {
+func (s *fakeStore) SetDeadLetterStatus(context.Context, idemstore.SetDeadLetterStatusParams) ([]int64, error) {
 	return nil, errFakeUnused
 }
 
@@ -97,12 +98,12 @@ func (s *fakeStore) RecordRecovery(context.Context, idem.Key, int64, time.Time) 
 	return nil, errFakeUnused
 }
 
-func (s *fakeStore) ListAudit(context.Context, int) ([]idem.AuditEntry, error) {
+func (s *fakeStore) ListAudit(context.Context, int) ([]idemstore.AuditEntry, error) {
 	return nil, errFakeUnused
 }
 
-func (s *fakeStore) DeadLetterStats(context.Context) (idem.DeadLetterStats, error) {
-	return idem.DeadLetterStats{}, errFakeUnused
+func (s *fakeStore) DeadLetterStats(context.Context) (idemstore.DeadLetterStats, error) {
+	return idemstore.DeadLetterStats{}, errFakeUnused
 }
 
 // snapshot returns the committed effects, claims and dead letters.

@@ -13,6 +13,8 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemauth"
+	"github.com/idemkit/idem/idemredact"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/retry"
 	"github.com/idemkit/idem/wire"
 )
@@ -45,7 +47,7 @@ type Config struct {
 	Verifier Verifier
 	// DeadLetters stores the deliveries refused for good (required): usually the consumer's own
 	// store, so `idem dlq` lists them beside the broker's.
-	DeadLetters idem.DeadLetterStore
+	DeadLetters idemstore.DeadLetterStore
 	// MaxBodyBytes is the largest body read (default MaxBodyBytesDefault); a larger one is
 	// answered 413 and dead-lettered as invalid_payload without its body. It may not exceed the
 	// consumer's MaxPayloadBytes.
@@ -115,11 +117,11 @@ type Handler struct {
 	provider     Provider
 	consumer     string
 	owner        string
-	process      func(ctx context.Context, msg idem.Message) (idem.Result, error)
+	process      func(ctx context.Context, msg idem.Message) idem.Result
 	policy       retry.Policy
 	rand         retry.Rand
 	now          func() time.Time
-	redactor     *idem.Redactor
+	redactor     *idemredact.Redactor
 	observer     idem.Observer
 	pauseOnPanic bool
 }
@@ -136,9 +138,9 @@ func New[TTx any](consumer *idem.Consumer[TTx], cfg Config) (*Handler, error) {
 	cc := consumer.Config()
 	cfg = cfg.WithDefaults()
 	if cfg.Logger == nil {
-		cfg.Logger = cc.Logger
+		cfg.Logger = cc.Observe.Logger
 	}
-	if err := cfg.validate(cc.MaxPayloadBytes); err != nil {
+	if err := cfg.validate(cc.Input.MaxPayloadBytes); err != nil {
 		return nil, err
 	}
 	p := cfg.Verifier.Provider()
@@ -149,12 +151,12 @@ func New[TTx any](consumer *idem.Consumer[TTx], cfg Config) (*Handler, error) {
 		consumer:     consumer.Name(),
 		owner:        cc.Owner,
 		process:      consumer.Process,
-		policy:       cc.Retry,
-		rand:         cc.Rand,
+		policy:       cc.Failure.Retry,
+		rand:         cc.Failure.Rand,
 		now:          cc.Now,
-		redactor:     idem.NewRedactor(cc.Redact),
-		observer:     cc.Observer,
-		pauseOnPanic: cc.OnPanic == idem.PanicPause,
+		redactor:     idemredact.New(cc.Failure.Redact),
+		observer:     cc.Observe.Observer,
+		pauseOnPanic: cc.Failure.OnPanic == idem.PanicPause,
 	}, nil
 }
 
@@ -162,7 +164,7 @@ func New[TTx any](consumer *idem.Consumer[TTx], cfg Config) (*Handler, error) {
 type delivery struct {
 	start time.Time
 	msg   idem.Message
-	ev    idem.Event
+	ev    idem.Observation
 }
 
 // ServeHTTP settles one delivery:
@@ -179,7 +181,7 @@ type delivery struct {
 // refusal into a 503, so the provider keeps the delivery and nothing is lost.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d := &delivery{start: h.now()}
-	d.ev = idem.Event{Consumer: h.consumer, Owner: h.owner, Queue: h.cfg.Source, Attempt: 1}
+	d.ev = idem.Observation{Consumer: h.consumer, Owner: h.owner, Queue: h.cfg.Source, Attempt: 1}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		writeProblem(w, Problem{Status: http.StatusMethodNotAllowed, Detail: "webhook deliveries are POSTed", Provider: h.provider.Name}, nil)
@@ -227,7 +229,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	d.msg = h.message(r, body, v.EventID, v.Tenant, v.Type, v.Attempt)
 	d.msg.OccurredAt = v.OccurredAt
-	res, err := h.process(r.Context(), d.msg)
+	res := h.process(r.Context(), d.msg)
+	err = res.Err
 	h.settle(w, r, d, res, err)
 }
 
@@ -245,7 +248,7 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request, d *delivery, re
 		writeJSON(w, "application/json", http.StatusOK, Answer{EventID: d.msg.EventID, Outcome: string(res.Outcome)})
 		return
 	}
-	d.ev.ErrorType = res.Class
+	d.ev.Class = res.Class
 	if ctx.Err() != nil {
 		// The provider hung up and the transaction rolled back with the request's context: no
 		// verdict on the event (it may fail only because of the cancellation), and the provider
@@ -305,7 +308,7 @@ func (h *Handler) retryLater(w http.ResponseWriter, d *delivery, delay time.Dura
 func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, d *delivery, reason idem.Reason, err error, status int, headers map[string]string, detail string) {
 	// The consumer adds the event id to its own errors; these never went through it.
 	err = fmt.Errorf("idemwebhook: %s: %w (event %q)", h.provider.Name, err, d.msg.EventID)
-	d.ev.ErrorType = idem.ClassPermanent
+	d.ev.Class = idem.ClassPermanent
 	h.refuseFP(w, r, d, reason, err, rawFingerprint(d.msg), status, headers, detail)
 }
 
@@ -334,7 +337,7 @@ func (h *Handler) refuseFP(w http.ResponseWriter, r *http.Request, d *delivery, 
 	d.ev.Tenant = d.msg.Tenant
 	if _, werr := h.cfg.DeadLetters.InsertDeadLetter(ctx, dl); werr != nil {
 		delay := h.policy.Backoff(d.msg.Attempt, h.rand)
-		d.ev.Outcome, d.ev.ErrorType, d.ev.Delay = idem.OutcomeRetried, idem.ClassTransient, delay
+		d.ev.Outcome, d.ev.Class, d.ev.Delay = idem.OutcomeRetried, idem.ClassTransient, delay
 		h.observe(d)
 		h.log(r.Context(), slog.LevelError, "idemwebhook: dead letter not written; asking the provider to retry", d, reason,
 			fmt.Errorf("write dead letter (%s: %v): %w", reason, h.redactor.Text(err.Error()), werr))
@@ -343,8 +346,8 @@ func (h *Handler) refuseFP(w http.ResponseWriter, r *http.Request, d *delivery, 
 		return
 	}
 	d.ev.Outcome, d.ev.Reason = idem.OutcomeDeadLettered, reason
-	if d.ev.ErrorType == idem.ClassUnknown {
-		d.ev.ErrorType = idem.ClassPermanent
+	if d.ev.Class == idem.ClassUnknown {
+		d.ev.Class = idem.ClassPermanent
 	}
 	h.observe(d)
 	h.log(r.Context(), slog.LevelWarn, "idemwebhook: delivery dead-lettered", d, reason, err)
@@ -415,7 +418,7 @@ func (h *Handler) log(ctx context.Context, level slog.Level, text string, d *del
 		attrs = append(attrs, slog.String("reason", string(reason)))
 	}
 	if err != nil {
-		attrs = append(attrs, slog.String("error_type", d.ev.ErrorType.String()), slog.String("error", h.redactor.Text(err.Error())))
+		attrs = append(attrs, slog.String("error_type", d.ev.Class.String()), slog.String("error", h.redactor.Text(err.Error())))
 	}
 	if d.ev.Delay > 0 {
 		attrs = append(attrs, slog.String("retry_in", d.ev.Delay.String()))

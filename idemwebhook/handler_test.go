@@ -56,7 +56,7 @@ func setup(t *testing.T, v Verifier, mutate func(*idem.ConsumerConfig[*fakeTx], 
 	t.Helper()
 	store := newFakeStore()
 	logs := new(bytes.Buffer)
-	cc := idem.ConsumerConfig[*fakeTx]{Name: "ledger@v1", Handler: effectHandler, Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	cc := idem.ConsumerConfig[*fakeTx]{Name: "ledger@v1", Handler: effectHandler, Observe: idem.ObserveConfig{Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}}
 	cfg := Config{Verifier: v, DeadLetters: store}
 	if mutate != nil {
 		mutate(&cc, &cfg)
@@ -269,8 +269,8 @@ func TestHandlerDeadLetterWriteFails(t *testing.T) {
 func TestHandlerRequestEnded(t *testing.T) {
 	obs := &recordingObserver{}
 	b := setup(t, githubVerifier(t), func(cc *idem.ConsumerConfig[*fakeTx], _ *Config) {
-		cc.UnknownIsPermanent = true // a cancellation must not pass for a permanent failure
-		cc.Observer = obs
+		cc.Failure.UnknownIsPermanent = true // a cancellation must not pass for a permanent failure
+		cc.Observe.Observer = obs
 		cc.Handler = func(ctx context.Context, tx *fakeTx, msg idem.Message) error {
 			<-ctx.Done()
 			return ctx.Err()
@@ -292,7 +292,7 @@ func TestHandlerRequestEnded(t *testing.T) {
 }
 
 func TestHandlerPanicPause(t *testing.T) {
-	b := setup(t, githubVerifier(t), func(cc *idem.ConsumerConfig[*fakeTx], _ *Config) { cc.OnPanic = idem.PanicPause })
+	b := setup(t, githubVerifier(t), func(cc *idem.ConsumerConfig[*fakeTx], _ *Config) { cc.Failure.OnPanic = idem.PanicPause })
 	w := serve(b.h, ghRequest(`{"do":"panic"}`, "d-1", keyAcme))
 	require.Equal(t, http.StatusServiceUnavailable, w.Code)
 	_, claims, dls := b.store.snapshot()
@@ -303,7 +303,7 @@ func TestHandlerPanicPause(t *testing.T) {
 func TestHandlerAttemptBudget(t *testing.T) {
 	v, err := NewQStash(QStashConfig{Secrets: []Secret{{Tenant: "acme", Key: keyAcme}}, URL: qstashURL})
 	require.NoError(t, err)
-	b := setup(t, v, func(cc *idem.ConsumerConfig[*fakeTx], _ *Config) { cc.Retry = retry.Policy{MaxAttempts: 3} })
+	b := setup(t, v, func(cc *idem.ConsumerConfig[*fakeTx], _ *Config) { cc.Failure.Retry = retry.Policy{MaxAttempts: 3} })
 	send := func(retried int) *httptest.ResponseRecorder {
 		body := `{"do":"transient"}`
 		return serve(b.h, post(body, map[string]string{HeaderQStashSignature: SignQStash(keyAcme, qstashClaims(body, time.Now())),
@@ -320,14 +320,14 @@ func TestHandlerAttemptBudget(t *testing.T) {
 }
 
 // recordingObserver keeps the events the ingress reports.
-type recordingObserver struct{ events []idem.Event }
+type recordingObserver struct{ events []idem.Observation }
 
-func (o *recordingObserver) Observe(e idem.Event) { o.events = append(o.events, e) }
-func (o *recordingObserver) Paused(string)        {}
+func (o *recordingObserver) Observe(e idem.Observation) { o.events = append(o.events, e) }
+func (o *recordingObserver) Paused(string)              {}
 
 func TestHandlerObserves(t *testing.T) {
 	obs := &recordingObserver{}
-	b := setup(t, githubVerifier(t), func(cc *idem.ConsumerConfig[*fakeTx], _ *Config) { cc.Observer = obs })
+	b := setup(t, githubVerifier(t), func(cc *idem.ConsumerConfig[*fakeTx], _ *Config) { cc.Observe.Observer = obs })
 	serve(b.h, ghRequest(`{"do":"ok"}`, "d-1", keyAcme))
 	serve(b.h, ghRequest(`{"do":"ok"}`, "d-1", keyAcme))
 	serve(b.h, ghRequest(`{"do":"transient"}`, "d-2", keyAcme))
@@ -342,7 +342,7 @@ func TestHandlerObserves(t *testing.T) {
 
 func TestNewConfigErrors(t *testing.T) {
 	store := newFakeStore()
-	c, err := idem.NewConsumer[*fakeTx](store, idem.ConsumerConfig[*fakeTx]{Name: "ledger@v1", Handler: effectHandler, MaxPayloadBytes: 1000})
+	c, err := idem.NewConsumer[*fakeTx](store, idem.ConsumerConfig[*fakeTx]{Name: "ledger@v1", Handler: effectHandler, Input: idem.InputConfig{MaxPayloadBytes: 1000}})
 	require.NoError(t, err)
 	gh := githubVerifier(t)
 	cases := []struct {

@@ -15,7 +15,7 @@ import (
 )
 
 // ExerciseBatch runs the batched path (Consumer.ProcessBatch) and the set-based path
-// (Consumer.ProcessSet) against stores built by factory, which must implement idem.BatchStore:
+// (Consumer.ProcessSet) against stores built by factory, which must implement idemstore.BatchStore:
 // every semantic of the single-event path must hold when many events share one transaction.
 func ExerciseBatch[TTx any](t *testing.T, factory Factory[TTx]) {
 	t.Helper()
@@ -62,7 +62,7 @@ func exerciseBatch[TTx any](t *testing.T, factory Factory[TTx], savepoints bool)
 				return inner(ctx, tx, msg)
 			}
 		})
-		_, err := c.Process(s.ctx, s.payment("acme", "old", Payment{Wallet: "w1", Amount: 1}))
+		err := c.Process(s.ctx, s.payment("acme", "old", Payment{Wallet: "w1", Amount: 1})).Err
 		require.NoError(s.t, err)
 		msgs := []idem.Message{
 			s.payment("acme", "a", Payment{Wallet: "w1", Amount: 10}),
@@ -107,7 +107,7 @@ func exerciseBatch[TTx any](t *testing.T, factory Factory[TTx], savepoints bool)
 		}
 		s.wallet("w1")
 		c := s.consumer("ledger@v1", batched)
-		_, err := c.Process(s.ctx, s.payment("acme", "old", Payment{Wallet: "w1", Amount: 1}))
+		err := c.Process(s.ctx, s.payment("acme", "old", Payment{Wallet: "w1", Amount: 1})).Err
 		require.NoError(s.t, err)
 		require.NoError(s.t, s.b.RejectClaims(s.ctx, "bad"))
 		msgs := []idem.Message{
@@ -220,7 +220,7 @@ func transactionEnded[TTx any](s *suite[TTx], batched func(*idem.ConsumerConfig[
 			return nil
 		}
 	})
-	_, err := c.Process(s.ctx, s.payment("acme", "old", Payment{Wallet: "w1", Amount: 1}))
+	err := c.Process(s.ctx, s.payment("acme", "old", Payment{Wallet: "w1", Amount: 1})).Err
 	require.NoError(s.t, err)
 	amounts := map[string]int64{"a": 10, "kill": 100, "b": 20, "c": 40}
 	msgs := []idem.Message{

@@ -33,7 +33,8 @@ func Benchmark[TTx any](b *testing.B, factory Factory[TTx]) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := range b.N {
-			r, err := c.Process(ctx, msgs[i])
+			r := c.Process(ctx, msgs[i])
+			err := r.Err
 			if err != nil || r.Outcome != idem.OutcomeProcessed {
 				b.Fatalf("event %d: %v %v", i, r.Outcome, err)
 			}
@@ -42,13 +43,14 @@ func Benchmark[TTx any](b *testing.B, factory Factory[TTx]) {
 	b.Run("duplicate", func(b *testing.B) {
 		c, _ := setup(b)
 		msg := PaymentMessage("acme", "evt-dup", Payment{Wallet: "w1", Amount: 1})
-		if _, err := c.Process(ctx, msg); err != nil {
+		if err := c.Process(ctx, msg).Err; err != nil {
 			b.Fatal(err)
 		}
 		b.ReportAllocs()
 		b.ResetTimer()
 		for range b.N {
-			r, err := c.Process(ctx, msg)
+			r := c.Process(ctx, msg)
+			err := r.Err
 			if err != nil || r.Outcome != idem.OutcomeDuplicate {
 				b.Fatalf("duplicate: %v %v", r.Outcome, err)
 			}

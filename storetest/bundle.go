@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // Bundle is one isolated store plus a deliberately non-idempotent business effect: an
@@ -16,7 +17,7 @@ import (
 // balance = balance + amount. Only idem can keep such an effect single.
 type Bundle[TTx any] struct {
 	// Store is migrated and private to the test (own schema or database file).
-	Store idem.Store[TTx]
+	Store idemstore.Store[TTx]
 	// CreateWallet inserts a wallet with balance 0 (committed).
 	CreateWallet func(ctx context.Context, wallet string) error
 	// Credit, inside tx, appends a ledger row (eventID, wallet, amount) and adds amount to the

@@ -9,12 +9,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
-// ExerciseDeadLetters checks a dead letter store through idem.DeadLetterStore: one pending row per
+// ExerciseDeadLetters checks a dead letter store through idemstore.DeadLetterStore: one pending row per
 // delivery (consumer, key, fingerprint) that a repeat failure updates, status changes of pending
 // rows only with one audit row each, recovery recorded once for replayed rows, the list filters,
-// the default limit and the stats. A store that is no idem.DeadLetterStore is skipped.
+// the default limit and the stats. A store that is no idemstore.DeadLetterStore is skipped.
 func ExerciseDeadLetters[TTx any](t *testing.T, factory Factory[TTx]) {
 	t.Helper()
 	t.Run("Insert", func(t *testing.T) { checkDeadLetterInsert(t, factory) })
@@ -53,24 +54,24 @@ func checkDeadLetterOwner[TTx any](t *testing.T, factory Factory[TTx]) {
 	require.NoError(t, err)
 	require.Equal(t, got.ID, again.ID)
 	require.Equal(t, "ledger-oncall", again.Owner)
-	list, err := ds.ListDeadLetters(ctx, idem.DeadLetterFilter{Consumer: "ledger@v1"})
+	list, err := ds.ListDeadLetters(ctx, idemstore.DeadLetterFilter{Consumer: "ledger@v1"})
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	require.Equal(t, "ledger-oncall", list[0].Owner)
-	byOwner, err := ds.ListDeadLetters(ctx, idem.DeadLetterFilter{Owner: "ledger-oncall"})
+	byOwner, err := ds.ListDeadLetters(ctx, idemstore.DeadLetterFilter{Owner: "ledger-oncall"})
 	require.NoError(t, err)
 	require.Len(t, byOwner, 1, "the filter by owner")
 	require.Equal(t, got.ID, byOwner[0].ID)
-	byOwner, err = ds.ListDeadLetters(ctx, idem.DeadLetterFilter{Owner: "payments"})
+	byOwner, err = ds.ListDeadLetters(ctx, idemstore.DeadLetterFilter{Owner: "payments"})
 	require.NoError(t, err)
 	require.Empty(t, byOwner, "the owner it had before the upsert")
 
 	// The audit says where a replay went.
-	changed, err := ds.SetDeadLetterStatus(ctx, idem.SetDeadLetterStatusParams{IDs: []int64{got.ID}, Status: idem.DeadLetterReplayed,
+	changed, err := ds.SetDeadLetterStatus(ctx, idemstore.SetDeadLetterStatusParams{IDs: []int64{got.ID}, Status: idem.DeadLetterReplayed,
 		Actor: "alice", Reason: "fixed", Destination: "payments.captured.eu", Now: now})
 	require.NoError(t, err)
 	require.Equal(t, []int64{got.ID}, changed)
-	changed, err = ds.SetDeadLetterStatus(ctx, idem.SetDeadLetterStatusParams{IDs: []int64{none.ID}, Status: idem.DeadLetterDiscarded,
+	changed, err = ds.SetDeadLetterStatus(ctx, idemstore.SetDeadLetterStatusParams{IDs: []int64{none.ID}, Status: idem.DeadLetterDiscarded,
 		Actor: "alice", Reason: "test data", Now: now})
 	require.NoError(t, err)
 	require.Equal(t, []int64{none.ID}, changed)
@@ -91,11 +92,11 @@ func checkDeadLetterOwner[TTx any](t *testing.T, factory Factory[TTx]) {
 
 // deadLettersOf builds a store and returns it as a dead letter store, skipping the test when it
 // is none.
-func deadLettersOf[TTx any](t *testing.T, factory Factory[TTx]) idem.DeadLetterStore {
+func deadLettersOf[TTx any](t *testing.T, factory Factory[TTx]) idemstore.DeadLetterStore {
 	t.Helper()
-	ds, ok := factory(t).Store.(idem.DeadLetterStore)
+	ds, ok := factory(t).Store.(idemstore.DeadLetterStore)
 	if !ok {
-		t.Skip("the store keeps no dead letters (not an idem.DeadLetterStore)")
+		t.Skip("the store keeps no dead letters (not an idemstore.DeadLetterStore)")
 	}
 	return ds
 }
@@ -197,7 +198,7 @@ func checkDeadLetterInsert[TTx any](t *testing.T, factory Factory[TTx]) {
 	require.True(t, z2.Fingerprint.IsZero())
 
 	// Once replayed, a new failure is a new pending row.
-	ids, err := ds.SetDeadLetterStatus(ctx, idem.SetDeadLetterStatusParams{
+	ids, err := ds.SetDeadLetterStatus(ctx, idemstore.SetDeadLetterStatusParams{
 		IDs: []int64{got.ID}, Status: idem.DeadLetterReplayed, Actor: "ops", Now: utcNow()})
 	require.NoError(t, err)
 	require.Equal(t, []int64{got.ID}, ids)
@@ -232,14 +233,14 @@ func checkDeadLetterStatusAndAudit[TTx any](t *testing.T, factory Factory[TTx]) 
 		ids = append(ids, dl.ID)
 	}
 	t1 := utcNow()
-	changed, err := ds.SetDeadLetterStatus(ctx, idem.SetDeadLetterStatusParams{
+	changed, err := ds.SetDeadLetterStatus(ctx, idemstore.SetDeadLetterStatusParams{
 		IDs: []int64{ids[1], ids[0], 9999}, Status: idem.DeadLetterReplayed, Actor: "alice", Reason: "fixed bug", Now: t1})
 	require.NoError(t, err)
 	require.Equal(t, []int64{ids[0], ids[1]}, changed, "unknown ids skipped, ordered")
 
 	// Only pending rows move: e1 is replayed already.
 	t2 := t1.Add(time.Second)
-	changed, err = ds.SetDeadLetterStatus(ctx, idem.SetDeadLetterStatusParams{
+	changed, err = ds.SetDeadLetterStatus(ctx, idemstore.SetDeadLetterStatusParams{
 		IDs: []int64{ids[0], ids[2]}, Status: idem.DeadLetterDiscarded, Actor: "bob", Reason: "spam", Now: t2})
 	require.NoError(t, err)
 	require.Equal(t, []int64{ids[2]}, changed)
@@ -251,15 +252,15 @@ func checkDeadLetterStatusAndAudit[TTx any](t *testing.T, factory Factory[TTx]) 
 	audit, err := ds.ListAudit(ctx, 0)
 	require.NoError(t, err)
 	require.Len(t, audit, 3, "one audit row per change")
-	strip := func(a idem.AuditEntry) idem.AuditEntry { a.ID = 0; return a }
-	require.Equal(t, idem.AuditEntry{At: t2, Actor: "bob", Action: "discard", DeadLetterID: ids[2], EventID: "e3", Reason: "spam"}, strip(audit[0]), "newest first")
-	require.Equal(t, idem.AuditEntry{At: t1, Actor: "alice", Action: "replay", DeadLetterID: ids[1], EventID: "e2", Reason: "fixed bug"}, strip(audit[1]))
-	require.Equal(t, idem.AuditEntry{At: t1, Actor: "alice", Action: "replay", DeadLetterID: ids[0], EventID: "e1", Reason: "fixed bug"}, strip(audit[2]))
+	strip := func(a idemstore.AuditEntry) idemstore.AuditEntry { a.ID = 0; return a }
+	require.Equal(t, idemstore.AuditEntry{At: t2, Actor: "bob", Action: "discard", DeadLetterID: ids[2], EventID: "e3", Reason: "spam"}, strip(audit[0]), "newest first")
+	require.Equal(t, idemstore.AuditEntry{At: t1, Actor: "alice", Action: "replay", DeadLetterID: ids[1], EventID: "e2", Reason: "fixed bug"}, strip(audit[1]))
+	require.Equal(t, idemstore.AuditEntry{At: t1, Actor: "alice", Action: "replay", DeadLetterID: ids[0], EventID: "e1", Reason: "fixed bug"}, strip(audit[2]))
 	limited, err := ds.ListAudit(ctx, 1)
 	require.NoError(t, err)
 	require.Len(t, limited, 1)
 
-	_, err = ds.SetDeadLetterStatus(ctx, idem.SetDeadLetterStatusParams{IDs: ids, Status: idem.DeadLetterPending})
+	_, err = ds.SetDeadLetterStatus(ctx, idemstore.SetDeadLetterStatusParams{IDs: ids, Status: idem.DeadLetterPending})
 	requireErrorNames(t, err, `status "pending"`)
 
 	// Recovery: the replayed rows of the key, once.
@@ -297,26 +298,26 @@ func checkListDeadLetters[TTx any](t *testing.T, factory Factory[TTx]) {
 		require.NoError(t, err)
 		ids = append(ids, got.ID)
 	}
-	_, err := ds.SetDeadLetterStatus(ctx, idem.SetDeadLetterStatusParams{
+	_, err := ds.SetDeadLetterStatus(ctx, idemstore.SetDeadLetterStatusParams{
 		IDs: []int64{ids[3]}, Status: idem.DeadLetterDiscarded, Actor: "ops", Now: utcNow()})
 	require.NoError(t, err)
 
 	tests := []struct {
 		name   string
-		filter idem.DeadLetterFilter
+		filter idemstore.DeadLetterFilter
 		want   []string
 	}{
-		{"all", idem.DeadLetterFilter{}, []string{"e1", "e2", "e3", "e4"}},
-		{"ids", idem.DeadLetterFilter{IDs: []int64{ids[2], ids[0]}}, []string{"e1", "e3"}},
-		{"consumer", idem.DeadLetterFilter{Consumer: "mailer@v1"}, []string{"e3", "e4"}},
-		{"tenant", idem.DeadLetterFilter{Tenant: "acme"}, []string{"e1", "e3", "e4"}},
-		{"reason", idem.DeadLetterFilter{Reason: idem.ReasonPermanentError}, []string{"e1", "e3"}},
-		{"status", idem.DeadLetterFilter{Status: idem.DeadLetterPending}, []string{"e1", "e2", "e3"}},
-		{"older than", idem.DeadLetterFilter{OlderThan: t0.Add(2 * time.Hour)}, []string{"e1", "e2"}},
-		{"limit", idem.DeadLetterFilter{Limit: 2}, []string{"e1", "e2"}},
-		{"combined", idem.DeadLetterFilter{Tenant: "acme", Status: idem.DeadLetterPending, Reason: idem.ReasonPermanentError,
+		{"all", idemstore.DeadLetterFilter{}, []string{"e1", "e2", "e3", "e4"}},
+		{"ids", idemstore.DeadLetterFilter{IDs: []int64{ids[2], ids[0]}}, []string{"e1", "e3"}},
+		{"consumer", idemstore.DeadLetterFilter{Consumer: "mailer@v1"}, []string{"e3", "e4"}},
+		{"tenant", idemstore.DeadLetterFilter{Tenant: "acme"}, []string{"e1", "e3", "e4"}},
+		{"reason", idemstore.DeadLetterFilter{Reason: idem.ReasonPermanentError}, []string{"e1", "e3"}},
+		{"status", idemstore.DeadLetterFilter{Status: idem.DeadLetterPending}, []string{"e1", "e2", "e3"}},
+		{"older than", idemstore.DeadLetterFilter{OlderThan: t0.Add(2 * time.Hour)}, []string{"e1", "e2"}},
+		{"limit", idemstore.DeadLetterFilter{Limit: 2}, []string{"e1", "e2"}},
+		{"combined", idemstore.DeadLetterFilter{Tenant: "acme", Status: idem.DeadLetterPending, Reason: idem.ReasonPermanentError,
 			OlderThan: t0.Add(90 * time.Minute)}, []string{"e1"}},
-		{"none", idem.DeadLetterFilter{Consumer: "nobody"}, nil},
+		{"none", idemstore.DeadLetterFilter{Consumer: "nobody"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -335,7 +336,7 @@ func checkListDeadLetters[TTx any](t *testing.T, factory Factory[TTx]) {
 		t.Parallel()
 		st, err := ds.DeadLetterStats(ctx)
 		require.NoError(t, err)
-		require.Equal(t, idem.DeadLetterStats{
+		require.Equal(t, idemstore.DeadLetterStats{
 			Pending:       3,
 			OldestPending: t0,
 			ByReason:      map[idem.Reason]int64{idem.ReasonPermanentError: 2, idem.ReasonKeyReuse: 1},
@@ -349,7 +350,7 @@ func checkListDeadLetters[TTx any](t *testing.T, factory Factory[TTx]) {
 			_, err := other.InsertDeadLetter(ctx, newDeadLetter("c@v1", "", string(rune('a'+i%26))+string(rune('0'+i/26)), idem.ReasonTooOld, fingerprintOf(1), t0))
 			require.NoError(t, err)
 		}
-		got, err := other.ListDeadLetters(ctx, idem.DeadLetterFilter{})
+		got, err := other.ListDeadLetters(ctx, idemstore.DeadLetterFilter{})
 		require.NoError(t, err)
 		require.Len(t, got, 100)
 		st, err := other.DeadLetterStats(ctx)

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // queueReleaser is a queue store that gives a leased job back as if it had never been fetched
@@ -17,10 +18,10 @@ type queueReleaser interface {
 }
 
 // ExerciseQueueFirstFetch checks that a queue store records when each job was first fetched
-// (idem.QueueJob.FirstFetchedAt), which the consumer's retry budget counts from across process
+// (idemstore.QueueJob.FirstFetchedAt), which the consumer's retry budget counts from across process
 // restarts: set by the first fetch, unchanged by a nak, a lost lease and later fetches, and
 // cleared by a release that takes back the job's only attempt (QueueRelease, when the store has
-// it). Call it for stores that record the time; a store that is no idem.QueueStore is skipped.
+// it). Call it for stores that record the time; a store that is no idemstore.QueueStore is skipped.
 func ExerciseQueueFirstFetch[TTx any](t *testing.T, factory Factory[TTx]) {
 	t.Helper()
 	ctx := context.Background()
@@ -29,22 +30,22 @@ func ExerciseQueueFirstFetch[TTx any](t *testing.T, factory Factory[TTx]) {
 	base := func() time.Time { return time.Now().Add(time.Second).Truncate(time.Microsecond).UTC() }
 	const lease = time.Minute
 
-	open := func(t *testing.T) idem.QueueStore {
+	open := func(t *testing.T) idemstore.QueueStore {
 		t.Helper()
-		qs, ok := factory(t).Store.(idem.QueueStore)
+		qs, ok := factory(t).Store.(idemstore.QueueStore)
 		if !ok {
-			t.Skip("the store has no queue table (not an idem.QueueStore)")
+			t.Skip("the store has no queue table (not an idemstore.QueueStore)")
 		}
 		return qs
 	}
-	publish := func(t *testing.T, qs idem.QueueStore, queue, eventID string) {
+	publish := func(t *testing.T, qs idemstore.QueueStore, queue, eventID string) {
 		t.Helper()
 		require.NoError(t, qs.QueuePublish(ctx, queue, idem.Message{EventID: eventID, Type: "t", Payload: []byte("{}")}))
 	}
 	// fetch fetches the one job of queue at now and checks its attempt count and first fetch.
-	fetch := func(t *testing.T, qs idem.QueueStore, queue string, now time.Time, attempt int, first time.Time, why string) idem.QueueJob {
+	fetch := func(t *testing.T, qs idemstore.QueueStore, queue string, now time.Time, attempt int, first time.Time, why string) idemstore.QueueJob {
 		t.Helper()
-		jobs, err := qs.QueueFetch(ctx, idem.QueueFetchParams{Queue: queue, Max: 10, Lease: lease, Now: now})
+		jobs, err := qs.QueueFetch(ctx, idemstore.QueueFetchParams{Queue: queue, Max: 10, Lease: lease, Now: now})
 		require.NoError(t, err)
 		require.Len(t, jobs, 1, "%s: one job available", why)
 		j := jobs[0]
@@ -53,9 +54,9 @@ func ExerciseQueueFirstFetch[TTx any](t *testing.T, factory Factory[TTx]) {
 		require.True(t, j.FirstFetchedAt.Equal(first), "%s: FirstFetchedAt is %s, want %s", why, j.FirstFetchedAt, first)
 		return j
 	}
-	nak := func(t *testing.T, qs idem.QueueStore, j idem.QueueJob, now time.Time) {
+	nak := func(t *testing.T, qs idemstore.QueueStore, j idemstore.QueueJob, now time.Time) {
 		t.Helper()
-		require.NoError(t, qs.QueueNak(ctx, idem.QueueNakParams{ID: j.ID, Token: j.Token, Now: now, Error: "boom"}))
+		require.NoError(t, qs.QueueNak(ctx, idemstore.QueueNakParams{ID: j.ID, Token: j.Token, Now: now, Error: "boom"}))
 	}
 
 	t.Run("SetOnceAcrossNakAndLostLease", func(t *testing.T) {

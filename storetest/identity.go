@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // testDeadLettersOfLongestAndHostileIdentities runs messages with the longest valid identities
@@ -59,7 +60,7 @@ func testDeadLettersOfLongestAndHostileIdentities[TTx any](s *suite[TTx]) {
 	require.EqualValues(s.t, 1, s.ledger(longID), "the longest identity is applied")
 	require.EqualValues(s.t, 1, s.claims(idem.Key{Tenant: longTenant, Consumer: "ledger@v1", EventID: longID}))
 
-	list, err := s.b.Store.ListDeadLetters(s.ctx, idem.DeadLetterFilter{Consumer: "ledger@v1", Limit: 100})
+	list, err := s.b.Store.ListDeadLetters(s.ctx, idemstore.DeadLetterFilter{Consumer: "ledger@v1", Limit: 100})
 	require.NoError(s.t, err)
 	require.Len(s.t, list, 1+len(hostile), "one dead letter per refused message, listed")
 	byID := map[string]idem.DeadLetter{}
@@ -74,7 +75,7 @@ func testDeadLettersOfLongestAndHostileIdentities[TTx any](s *suite[TTx]) {
 	require.Equal(s.t, idem.ReasonPermanentError, full.Reason)
 	require.Equal(s.t, longTenant, full.Message.Tenant)
 	require.Equal(s.t, longType, full.Message.Type)
-	byTenant, err := s.b.Store.ListDeadLetters(s.ctx, idem.DeadLetterFilter{Tenant: longTenant})
+	byTenant, err := s.b.Store.ListDeadLetters(s.ctx, idemstore.DeadLetterFilter{Tenant: longTenant})
 	require.NoError(s.t, err)
 	require.Len(s.t, byTenant, 1, "listed by its tenant")
 

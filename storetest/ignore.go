@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // ignoreReason is the reason the ignore checks' handler gives.
@@ -35,12 +36,12 @@ func ignoring[TTx any](calls *atomic.Int64) func(cfg *idem.ConsumerConfig[TTx]) 
 // requireIgnoreAudited checks that the store wrote one audit row for the ignored eventID.
 func (s *suite[TTx]) requireIgnoreAudited(consumer, eventID string) {
 	s.t.Helper()
-	if _, ok := s.b.Store.(idem.IgnoreStore[TTx]); !ok {
+	if _, ok := s.b.Store.(idemstore.IgnoreStore[TTx]); !ok {
 		return
 	}
 	rows, err := s.b.Store.ListAudit(s.ctx, 1000)
 	require.NoError(s.t, err)
-	var found []idem.AuditEntry
+	var found []idemstore.AuditEntry
 	for _, a := range rows {
 		if a.EventID == eventID && a.Action == idem.AuditActionIgnore {
 			found = append(found, a)
@@ -61,7 +62,8 @@ func ignoreChecks[TTx any](run func(name string, fn func(s *suite[TTx]))) {
 		var calls atomic.Int64
 		c := s.consumer("ledger@v1", ignoring[TTx](&calls))
 		msg := s.payment("acme", "gone-1", Payment{Wallet: "w1", Amount: 5})
-		r, err := c.Process(s.ctx, msg)
+		r := c.Process(s.ctx, msg)
+		err := r.Err
 		require.NoError(s.t, err)
 		require.Equal(s.t, idem.OutcomeIgnored, r.Outcome)
 		require.Equal(s.t, idem.Reason(ignoreReason), r.Reason)
@@ -71,21 +73,23 @@ func ignoreChecks[TTx any](run func(name string, fn func(s *suite[TTx]))) {
 		s.requireIgnoreAudited("ledger@v1", "gone-1")
 
 		msg.Attempt = 2
-		r, err = c.Process(s.ctx, msg)
+		r = c.Process(s.ctx, msg)
+		err = r.Err
 		require.NoError(s.t, err)
 		require.Equal(s.t, idem.OutcomeDuplicate, r.Outcome, "a redelivery is a duplicate")
 		require.EqualValues(s.t, 1, calls.Load(), "the handler ran once")
 		s.requireIgnoreAudited("ledger@v1", "gone-1")
 
-		r, err = c.Process(s.ctx, s.payment("acme", "ok-1", Payment{Wallet: "w1", Amount: 7}))
+		r = c.Process(s.ctx, s.payment("acme", "ok-1", Payment{Wallet: "w1", Amount: 7}))
+		err = r.Err
 		require.NoError(s.t, err)
 		require.Equal(s.t, idem.OutcomeProcessed, r.Outcome)
 		require.EqualValues(s.t, 7, s.balance("w1"))
 	})
 
 	run("IgnoreInCallersTransaction", func(s *suite[TTx]) {
-		if _, ok := s.b.Store.(idem.BatchStore[TTx]); !ok {
-			s.t.Skip("storetest: ProcessTx rolls back an ignored handler's effect alone only in a savepoint; the store has none (idem.BatchStore)")
+		if _, ok := s.b.Store.(idemstore.BatchStore[TTx]); !ok {
+			s.t.Skip("storetest: ProcessTx rolls back an ignored handler's effect alone only in a savepoint; the store has none (idemstore.BatchStore)")
 		}
 		s.wallet("w1")
 		var calls atomic.Int64
@@ -93,7 +97,8 @@ func ignoreChecks[TTx any](run func(name string, fn func(s *suite[TTx]))) {
 		var r idem.Result
 		err := s.b.Store.InTx(s.ctx, func(ctx context.Context, tx TTx) error {
 			var err error
-			r, err = c.ProcessTx(ctx, tx, s.payment("acme", "gone-tx", Payment{Wallet: "w1", Amount: 5}))
+			r = c.ProcessTx(ctx, tx, s.payment("acme", "gone-tx", Payment{Wallet: "w1", Amount: 5}))
+			err = r.Err
 			return err
 		})
 		require.NoError(s.t, err)

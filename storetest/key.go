@@ -8,12 +8,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // bucketWidth is the store's claim bucket, or a day for a plain inbox, so the key checks move
 // times across what would be a partition boundary on any store.
 func (s *suite[TTx]) bucketWidth() time.Duration {
-	if bs, ok := s.b.Store.(idem.BucketedStore); ok && bs.ClaimBucket() > 0 {
+	if bs, ok := s.b.Store.(idemstore.BucketedStore); ok && bs.ClaimBucket() > 0 {
 		return bs.ClaimBucket()
 	}
 	return 24 * time.Hour
@@ -38,15 +39,17 @@ func keyChecks[TTx any](run func(name string, fn func(s *suite[TTx]))) {
 			if i == 0 {
 				want = idem.OutcomeProcessed
 			}
-			r, err := c.Process(s.ctx, PaymentMessageAt("acme", "evt-1", at, p))
+			r := c.Process(s.ctx, PaymentMessageAt("acme", "evt-1", at, p))
+			err := r.Err
 			require.NoError(s.t, err, "occurred at %v", at)
 			require.Equal(s.t, want, r.Outcome, "occurred at %v", at)
 		}
 		// Another payload under the key is key reuse, whatever its time.
-		r, err := c.Process(s.ctx, PaymentMessageAt("acme", "evt-1", base.Add(-w+2*time.Minute), Payment{Wallet: "w1", Amount: 6}))
+		r := c.Process(s.ctx, PaymentMessageAt("acme", "evt-1", base.Add(-w+2*time.Minute), Payment{Wallet: "w1", Amount: 6}))
+		err := r.Err
 		require.ErrorIs(s.t, err, idem.ErrKeyReuse)
 		require.Equal(s.t, idem.OutcomeKeyReuse, r.Outcome)
-		if _, ok := s.b.Store.(idem.BatchStore[TTx]); ok {
+		if _, ok := s.b.Store.(idemstore.BatchStore[TTx]); ok {
 			bc := s.consumer("ledger@v1", func(cfg *idem.ConsumerConfig[TTx]) { cfg.Batch = idem.BatchConfig{Enabled: true} })
 			rs := bc.ProcessBatch(s.ctx, []idem.Message{
 				PaymentMessageAt("acme", "evt-1", base.Add(-w+3*time.Minute), p),
@@ -67,7 +70,8 @@ func keyChecks[TTx any](run func(name string, fn func(s *suite[TTx]))) {
 		then := time.Now().UTC().Add(-2 * w)
 		early := s.consumer("ledger@v1", func(cfg *idem.ConsumerConfig[TTx]) { cfg.Now = func() time.Time { return then } })
 		msg := PaymentMessageAt("acme", "evt-1", then.Add(-time.Minute), Payment{Wallet: "w1", Amount: 5})
-		r, err := early.Process(s.ctx, msg)
+		r := early.Process(s.ctx, msg)
+		err := r.Err
 		require.NoError(s.t, err)
 		require.Equal(s.t, idem.OutcomeProcessed, r.Outcome)
 
@@ -75,14 +79,15 @@ func keyChecks[TTx any](run func(name string, fn func(s *suite[TTx]))) {
 		for _, at := range []time.Time{msg.OccurredAt, time.Now().UTC()} {
 			m := msg
 			m.OccurredAt = at
-			r, err = late.Process(s.ctx, m)
+			r = late.Process(s.ctx, m)
+			err = r.Err
 			require.NoError(s.t, err)
 			require.Equal(s.t, idem.OutcomeDuplicate, r.Outcome, "occurred at %v", at)
 		}
 		reuse := PaymentMessageAt("acme", "evt-1", msg.OccurredAt, Payment{Wallet: "w1", Amount: 6})
-		_, err = late.Process(s.ctx, reuse)
+		err = late.Process(s.ctx, reuse).Err
 		require.ErrorIs(s.t, err, idem.ErrKeyReuse)
-		if _, ok := s.b.Store.(idem.BatchStore[TTx]); ok {
+		if _, ok := s.b.Store.(idemstore.BatchStore[TTx]); ok {
 			bc := s.consumer("ledger@v1", func(cfg *idem.ConsumerConfig[TTx]) { cfg.Batch = idem.BatchConfig{Enabled: true} })
 			rs := bc.ProcessBatch(s.ctx, []idem.Message{msg, reuse, PaymentMessageAt("acme", "evt-2", time.Now().UTC(), Payment{Wallet: "w1", Amount: 1})})
 			require.Equal(s.t, idem.OutcomeDuplicate, rs[0].Outcome, "batched: %v", rs[0].Err)
@@ -99,7 +104,7 @@ func keyChecks[TTx any](run func(name string, fn func(s *suite[TTx]))) {
 		s.wallet("w1")
 		w := s.bucketWidth()
 		base := time.Now().UTC()
-		_, batching := s.b.Store.(idem.BatchStore[TTx])
+		_, batching := s.b.Store.(idemstore.BatchStore[TTx])
 		const n = 24
 		type outcome struct {
 			r   idem.Result
@@ -127,11 +132,11 @@ func keyChecks[TTx any](run func(name string, fn func(s *suite[TTx]))) {
 				if batch != nil {
 					r = batch.ProcessBatch(s.ctx, []idem.Message{own, msg})[1]
 				} else {
-					r, _ = single.Process(s.ctx, msg)
+					r = single.Process(s.ctx, msg)
 				}
 				// A deadlock or serialization failure is retried, as Run would.
 				for try := 0; try < 5 && r.Outcome == idem.OutcomeFailed && r.Class == idem.ClassTransient; try++ {
-					r, _ = single.Process(s.ctx, msg)
+					r = single.Process(s.ctx, msg)
 				}
 				outcomes[i] = outcome{r, r.Err}
 			})

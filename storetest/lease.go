@@ -7,24 +7,24 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
-// ExerciseLeases checks a lease store through idem.LeaseStore: a free or expired lease goes to
+// ExerciseLeases checks a lease store through idemstore.LeaseStore: a free or expired lease goes to
 // the asker with a larger token, its owner renews it keeping the token, only the owner releases
 // it, LeaseList lists the unexpired leases of a prefix (no wildcards), and an empty owner or a
-// zero TTL is refused. A store that is no idem.LeaseStore is skipped.
+// zero TTL is refused. A store that is no idemstore.LeaseStore is skipped.
 func ExerciseLeases[TTx any](t *testing.T, factory Factory[TTx]) {
 	t.Helper()
 	ctx := context.Background()
-	ls, ok := factory(t).Store.(idem.LeaseStore)
+	ls, ok := factory(t).Store.(idemstore.LeaseStore)
 	if !ok {
-		t.Skip("the store has no leases (not an idem.LeaseStore)")
+		t.Skip("the store has no leases (not an idemstore.LeaseStore)")
 	}
 	t0 := utcNow()
 	acquire := func(name, owner string, at time.Time) (int64, bool) {
 		t.Helper()
-		tok, ok, err := ls.LeaseAcquire(ctx, idem.LeaseParams{Name: name, Owner: owner, TTL: time.Minute, Now: at})
+		tok, ok, err := ls.LeaseAcquire(ctx, idemstore.LeaseParams{Name: name, Owner: owner, TTL: time.Minute, Now: at})
 		require.NoError(t, err)
 		return tok, ok
 	}
@@ -71,7 +71,7 @@ func ExerciseLeases[TTx any](t *testing.T, factory Factory[TTx]) {
 
 	list, err := ls.LeaseList(ctx, "relay/", t1)
 	require.NoError(t, err)
-	require.Equal(t, []idem.Lease{
+	require.Equal(t, []idemstore.Lease{
 		{Name: "relay/p0", Owner: "b", Token: 4, LeaseUntil: t1.Add(time.Minute)},
 		{Name: "relay/p1", Owner: "c", Token: 1, LeaseUntil: t1.Add(time.Minute)},
 	}, list)
@@ -82,8 +82,8 @@ func ExerciseLeases[TTx any](t *testing.T, factory Factory[TTx]) {
 	require.NoError(t, err)
 	require.Len(t, list, 4)
 
-	_, _, err = ls.LeaseAcquire(ctx, idem.LeaseParams{Name: "x", Owner: "", TTL: time.Second})
+	_, _, err = ls.LeaseAcquire(ctx, idemstore.LeaseParams{Name: "x", Owner: "", TTL: time.Second})
 	require.ErrorContains(t, err, "owner")
-	_, _, err = ls.LeaseAcquire(ctx, idem.LeaseParams{Name: "x", Owner: "a"})
+	_, _, err = ls.LeaseAcquire(ctx, idemstore.LeaseParams{Name: "x", Owner: "a"})
 	require.ErrorContains(t, err, "TTL")
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // OutboxConfig is what the outbox checks ask of a store they open.
@@ -23,8 +24,8 @@ type OutboxConfig struct {
 // OutboxBundle is one isolated store for the outbox checks, plus the few hooks only the
 // store's SQL can do.
 type OutboxBundle[TTx any] struct {
-	// Store is migrated and private to the test; it must be an idem.OutboxStore[TTx].
-	Store idem.Store[TTx]
+	// Store is migrated and private to the test; it must be an idemstore.OutboxStore[TTx].
+	Store idemstore.Store[TTx]
 	// InsertOrder, inside tx, inserts a business row with primary key id (a second insert of a
 	// committed id fails). Optional: the enqueue-in-a-transaction check is skipped without it.
 	InsertOrder func(ctx context.Context, tx TTx, id string) error
@@ -41,7 +42,7 @@ type OutboxFactory[TTx any] func(tb testing.TB, cfg OutboxConfig) OutboxBundle[T
 // back with the business write; fetches return a partition's rows in enqueue order, per key;
 // published and dead rows leave the fetch, failed ones stay with their attempt; published rows
 // are deleted in batches; OutboxWait wakes on a commit, on its poll and on its context. A store
-// that is no idem.OutboxStore is skipped.
+// that is no idemstore.OutboxStore is skipped.
 func ExerciseOutbox[TTx any](t *testing.T, factory OutboxFactory[TTx]) {
 	t.Helper()
 	t.Run("EnqueueTx", func(t *testing.T) { checkOutboxEnqueueTx(t, factory) })
@@ -60,8 +61,8 @@ type openedOutbox[TTx any] struct {
 
 // outboxTxStore is a store with an outbox.
 type outboxTxStore[TTx any] interface {
-	idem.Store[TTx]
-	idem.OutboxStore[TTx]
+	idemstore.Store[TTx]
+	idemstore.OutboxStore[TTx]
 }
 
 // openOutbox opens a bundle with cfg, skipping the test when its store has no outbox.
@@ -70,7 +71,7 @@ func openOutbox[TTx any](t *testing.T, f OutboxFactory[TTx], cfg OutboxConfig) *
 	b := f(t, cfg)
 	s, ok := b.Store.(outboxTxStore[TTx])
 	if !ok {
-		t.Skip("the store has no outbox (not an idem.OutboxStore)")
+		t.Skip("the store has no outbox (not an idemstore.OutboxStore)")
 	}
 	return &openedOutbox[TTx]{OutboxBundle: b, ctx: context.Background(), store: s}
 }
@@ -113,12 +114,12 @@ func checkOutboxEnqueueTx[TTx any](t *testing.T, f OutboxFactory[TTx]) {
 		return b.store.EnqueueTx(ctx, tx, in, outgoingEvent("no-occurred", ""))
 	}))
 
-	rows, err := b.store.OutboxFetch(b.ctx, idem.OutboxFetchParams{Partitions: allOutboxPartitions(b.store), Limit: 10})
+	rows, err := b.store.OutboxFetch(b.ctx, idemstore.OutboxFetchParams{Partitions: allOutboxPartitions(b.store), Limit: 10})
 	require.NoError(t, err)
 	require.Equal(t, []string{"committed", "no-occurred"}, outboxEventIDs(rows))
 	r := rows[0]
 	require.Equal(t, in, r.Outgoing)
-	require.Equal(t, idem.OutboxPartition(in, 4), r.Partition)
+	require.Equal(t, idemstore.OutboxPartition(in, 4), r.Partition)
 	require.False(t, r.CreatedAt.Before(before))
 	require.Equal(t, r.CreatedAt, r.NextAttemptAt, "due at once")
 	require.Zero(t, r.Attempts)
@@ -152,8 +153,8 @@ func checkOutboxFetchPartitions[TTx any](t *testing.T, f OutboxFactory[TTx]) {
 
 	for _, k := range keys {
 		t.Run(k, func(t *testing.T) {
-			part := idem.OutboxPartition(outgoingEvent("", k), 8)
-			rows, err := b.store.OutboxFetch(b.ctx, idem.OutboxFetchParams{Partitions: []int{part}, Limit: 100})
+			part := idemstore.OutboxPartition(outgoingEvent("", k), 8)
+			rows, err := b.store.OutboxFetch(b.ctx, idemstore.OutboxFetchParams{Partitions: []int{part}, Limit: 100})
 			require.NoError(t, err)
 			var ofKey []string
 			for i, r := range rows {
@@ -169,12 +170,12 @@ func checkOutboxFetchPartitions[TTx any](t *testing.T, f OutboxFactory[TTx]) {
 		})
 	}
 
-	rows, err := b.store.OutboxFetch(b.ctx, idem.OutboxFetchParams{Partitions: allOutboxPartitions(b.store), Limit: 5})
+	rows, err := b.store.OutboxFetch(b.ctx, idemstore.OutboxFetchParams{Partitions: allOutboxPartitions(b.store), Limit: 5})
 	require.NoError(t, err)
 	require.Len(t, rows, 5)
 	require.Equal(t, outboxEventIDs(rows), []string{"k-a-0", "k-b-0", "k-c-0", "k-a-1", "k-b-1"})
 
-	none, err := b.store.OutboxFetch(b.ctx, idem.OutboxFetchParams{})
+	none, err := b.store.OutboxFetch(b.ctx, idemstore.OutboxFetchParams{})
 	require.NoError(t, err)
 	require.Empty(t, none)
 }
@@ -183,9 +184,9 @@ func checkOutboxMark[TTx any](t *testing.T, f OutboxFactory[TTx]) {
 	t.Parallel()
 	b := openOutbox(t, f, OutboxConfig{Partitions: 1})
 	b.enqueue(t, outgoingEvent("e1", ""), outgoingEvent("e2", ""), outgoingEvent("e3", ""), outgoingEvent("e4", ""))
-	fetch := func() []idem.OutboxRow {
+	fetch := func() []idemstore.OutboxRow {
 		t.Helper()
-		rows, err := b.store.OutboxFetch(b.ctx, idem.OutboxFetchParams{Partitions: []int{0}})
+		rows, err := b.store.OutboxFetch(b.ctx, idemstore.OutboxFetchParams{Partitions: []int{0}})
 		require.NoError(t, err)
 		return rows
 	}
@@ -196,7 +197,7 @@ func checkOutboxMark[TTx any](t *testing.T, f OutboxFactory[TTx]) {
 	require.Equal(t, []string{"e2", "e4"}, outboxEventIDs(fetch()))
 
 	next := utcNow().Add(time.Minute)
-	require.NoError(t, b.store.OutboxMarkFailed(b.ctx, idem.OutboxFailParams{
+	require.NoError(t, b.store.OutboxMarkFailed(b.ctx, idemstore.OutboxFailParams{
 		ID: rows[1].ID, Attempts: 1, LastError: "broker down", NextAttemptAt: next}))
 	got := fetch()
 	require.Equal(t, []string{"e2", "e4"}, outboxEventIDs(got), "a failed row stays, not yet due")
@@ -204,14 +205,14 @@ func checkOutboxMark[TTx any](t *testing.T, f OutboxFactory[TTx]) {
 	require.Equal(t, "broker down", got[0].LastError)
 	require.Equal(t, next, got[0].NextAttemptAt)
 
-	require.NoError(t, b.store.OutboxMarkFailed(b.ctx, idem.OutboxFailParams{
+	require.NoError(t, b.store.OutboxMarkFailed(b.ctx, idemstore.OutboxFailParams{
 		ID: rows[1].ID, Attempts: 5, LastError: "gave up", NextAttemptAt: next, Dead: true}))
 	require.Equal(t, []string{"e4"}, outboxEventIDs(fetch()), "a dead row is out of the relay's way")
 	st, err := b.store.OutboxStats(b.ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, st.Backlog)
 
-	err = b.store.OutboxMarkFailed(b.ctx, idem.OutboxFailParams{ID: 9999})
+	err = b.store.OutboxMarkFailed(b.ctx, idemstore.OutboxFailParams{ID: 9999})
 	require.ErrorIs(t, err, idem.ErrNotFound)
 	require.ErrorContains(t, err, "9999")
 }
@@ -225,7 +226,7 @@ func checkOutboxDeletePublished[TTx any](t *testing.T, f OutboxFactory[TTx]) {
 	for i := range 6 {
 		b.enqueue(t, outgoingEvent(fmt.Sprint("e", i), ""))
 	}
-	rows, err := b.store.OutboxFetch(b.ctx, idem.OutboxFetchParams{Partitions: []int{0}})
+	rows, err := b.store.OutboxFetch(b.ctx, idemstore.OutboxFetchParams{Partitions: []int{0}})
 	require.NoError(t, err)
 	require.Len(t, rows, 6)
 	t0 := utcNow()

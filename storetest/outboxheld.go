@@ -8,14 +8,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // outboxOf returns the bundle's store as an outbox, skipping the test when it has none.
-func outboxOf[TTx any](t *testing.T, b Bundle[TTx]) idem.OutboxStore[TTx] {
+func outboxOf[TTx any](t *testing.T, b Bundle[TTx]) idemstore.OutboxStore[TTx] {
 	t.Helper()
-	ob, ok := b.Store.(idem.OutboxStore[TTx])
+	ob, ok := b.Store.(idemstore.OutboxStore[TTx])
 	if !ok {
-		t.Skip("the store has no outbox (not an idem.OutboxStore)")
+		t.Skip("the store has no outbox (not an idemstore.OutboxStore)")
 	}
 	return ob
 }
@@ -27,7 +28,7 @@ func outgoingEvent(eventID, key string) idem.Outgoing {
 }
 
 // enqueueOutgoing commits msgs to the outbox in one transaction of the store.
-func enqueueOutgoing[TTx any](t *testing.T, store idem.Store[TTx], ob idem.OutboxStore[TTx], msgs ...idem.Outgoing) {
+func enqueueOutgoing[TTx any](t *testing.T, store idemstore.Store[TTx], ob idemstore.OutboxStore[TTx], msgs ...idem.Outgoing) {
 	t.Helper()
 	require.NoError(t, store.InTx(context.Background(), func(ctx context.Context, tx TTx) error {
 		return ob.EnqueueTx(ctx, tx, msgs...)
@@ -35,7 +36,7 @@ func enqueueOutgoing[TTx any](t *testing.T, store idem.Store[TTx], ob idem.Outbo
 }
 
 // allOutboxPartitions lists every partition of the outbox.
-func allOutboxPartitions(ob idem.OutboxRelayStore) []int {
+func allOutboxPartitions(ob idemstore.OutboxRelayStore) []int {
 	ps := make([]int, ob.OutboxPartitions())
 	for i := range ps {
 		ps[i] = i
@@ -44,7 +45,7 @@ func allOutboxPartitions(ob idem.OutboxRelayStore) []int {
 }
 
 // outboxEventIDs lists the event ids of rows, in order.
-func outboxEventIDs(rows []idem.OutboxRow) []string {
+func outboxEventIDs(rows []idemstore.OutboxRow) []string {
 	out := make([]string, len(rows))
 	for i, r := range rows {
 		out[i] = r.Outgoing.EventID
@@ -56,7 +57,7 @@ func outboxEventIDs(rows []idem.OutboxRow) []string {
 // budget counts from it), and that a dead row with a dead letter stays in the fetch, holding its
 // key and merged in id order with live rows under the limit, until it is marked published; a
 // dead row without one (written before the dead letter id existed) is out of the way. A store
-// that is no idem.OutboxStore is skipped.
+// that is no idemstore.OutboxStore is skipped.
 func ExerciseOutboxHeldRows[TTx any](t *testing.T, factory Factory[TTx]) {
 	t.Helper()
 	ctx := context.Background()
@@ -64,27 +65,27 @@ func ExerciseOutboxHeldRows[TTx any](t *testing.T, factory Factory[TTx]) {
 	ob := outboxOf(t, b)
 	enqueueOutgoing(t, b.Store, ob, outgoingEvent("e1", "k"), outgoingEvent("e2", "k"), outgoingEvent("e3", "j"))
 	parts := allOutboxPartitions(ob)
-	fetchN := func(limit int) []idem.OutboxRow {
-		rows, err := ob.OutboxFetch(ctx, idem.OutboxFetchParams{Partitions: parts, Limit: limit})
+	fetchN := func(limit int) []idemstore.OutboxRow {
+		rows, err := ob.OutboxFetch(ctx, idemstore.OutboxFetchParams{Partitions: parts, Limit: limit})
 		require.NoError(t, err)
 		return rows
 	}
-	fetch := func() []idem.OutboxRow { return fetchN(10) }
+	fetch := func() []idemstore.OutboxRow { return fetchN(10) }
 	now := func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
 	rows := fetch()
 	require.Equal(t, []string{"e1", "e2", "e3"}, outboxEventIDs(rows), "enqueue order")
 	require.True(t, rows[0].FirstAttemptAt.IsZero(), "never tried")
 
 	first := now().Add(-time.Hour)
-	require.NoError(t, ob.OutboxMarkFailed(ctx, idem.OutboxFailParams{
+	require.NoError(t, ob.OutboxMarkFailed(ctx, idemstore.OutboxFailParams{
 		ID: rows[0].ID, Attempts: 1, LastError: "down", NextAttemptAt: now(), FirstAttemptAt: first}))
 	got := fetch()[0]
 	require.Equal(t, first, got.FirstAttemptAt, "first attempt")
 	require.False(t, got.Dead)
 
-	require.NoError(t, ob.OutboxMarkFailed(ctx, idem.OutboxFailParams{
+	require.NoError(t, ob.OutboxMarkFailed(ctx, idemstore.OutboxFailParams{
 		ID: rows[0].ID, Attempts: 2, LastError: "gave up", NextAttemptAt: now(), FirstAttemptAt: first, Dead: true, DeadLetterID: 42}))
-	require.NoError(t, ob.OutboxMarkFailed(ctx, idem.OutboxFailParams{
+	require.NoError(t, ob.OutboxMarkFailed(ctx, idemstore.OutboxFailParams{
 		ID: rows[2].ID, Attempts: 1, LastError: "no dead letter", NextAttemptAt: now(), Dead: true}))
 	held := fetch()
 	require.Equal(t, []string{"e1", "e2"}, outboxEventIDs(held), "the dead row with a dead letter stays; the one without is gone")

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // PaymentMessageAt is PaymentMessage with the producer's occurrence time, which a partitioned
@@ -23,11 +24,11 @@ func PaymentMessageAt(tenant, eventID string, occurredAt time.Time, p Payment) i
 }
 
 // ExercisePartitioned runs the checks of a partitioned inbox against stores built by factory,
-// whose Store must implement idem.BucketedStore with ClaimBucket() > 0 and keep partitions from
+// whose Store must implement idemstore.BucketedStore with ClaimBucket() > 0 and keep partitions from
 // at least 2 days back to at least one bucket ahead (the checks' events span that). The
 // consumer requires each event's OccurredAt; every guarantee of Exercise must hold for events
 // that carry one, and the batched path is checked too when the store implements
-// idem.BatchStore.
+// idemstore.BatchStore.
 //
 // The key is (tenant, consumer@version, event_id) alone, as on every store: neither the
 // event's occurrence time nor the bucket the first claim went to may make one event two keys
@@ -41,8 +42,8 @@ func ExercisePartitioned[TTx any](t *testing.T, factory Factory[TTx]) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := factory(t)
-			bs, ok := b.Store.(idem.BucketedStore)
-			require.True(t, ok, "ExercisePartitioned: the store (%T) does not implement idem.BucketedStore", b.Store)
+			bs, ok := b.Store.(idemstore.BucketedStore)
+			require.True(t, ok, "ExercisePartitioned: the store (%T) does not implement idemstore.BucketedStore", b.Store)
 			bucket := bs.ClaimBucket()
 			require.Positive(t, bucket, "ExercisePartitioned: the store's ClaimBucket is 0: its inbox is not partitioned")
 			start := time.Now().UTC().Truncate(bucket).Add(-2 * bucket)
@@ -59,11 +60,13 @@ func ExercisePartitioned[TTx any](t *testing.T, factory Factory[TTx]) {
 		s.wallet("w1")
 		c := s.consumer("ledger@v1", nil)
 		msg := PaymentMessageAt("acme", "evt-1", start.Add(time.Minute), Payment{Wallet: "w1", Amount: 500})
-		r, err := c.Process(s.ctx, msg)
+		r := c.Process(s.ctx, msg)
+		err := r.Err
 		require.NoError(s.t, err)
 		require.Equal(s.t, idem.OutcomeProcessed, r.Outcome)
 		msg.Attempt = 2
-		r, err = c.Process(s.ctx, msg)
+		r = c.Process(s.ctx, msg)
+		err = r.Err
 		require.NoError(s.t, err)
 		require.Equal(s.t, idem.OutcomeDuplicate, r.Outcome)
 		require.EqualValues(s.t, 1, s.ledger("evt-1"))
@@ -83,7 +86,8 @@ func ExercisePartitioned[TTx any](t *testing.T, factory Factory[TTx]) {
 		for range n {
 			wg.Go(func() {
 				<-begin
-				r, err := c.Process(s.ctx, msg)
+				r := c.Process(s.ctx, msg)
+				err := r.Err
 				switch {
 				case err != nil:
 					errs <- err
@@ -111,9 +115,10 @@ func ExercisePartitioned[TTx any](t *testing.T, factory Factory[TTx]) {
 	run("KeyReuseInOneBucketAppliesNothing", func(s *suite[TTx], _ time.Duration, start time.Time) {
 		s.wallet("w1")
 		c := s.consumer("ledger@v1", nil)
-		_, err := c.Process(s.ctx, PaymentMessageAt("acme", "evt-1", start.Add(time.Minute), Payment{Wallet: "w1", Amount: 100}))
+		err := c.Process(s.ctx, PaymentMessageAt("acme", "evt-1", start.Add(time.Minute), Payment{Wallet: "w1", Amount: 100})).Err
 		require.NoError(s.t, err)
-		r, err := c.Process(s.ctx, PaymentMessageAt("acme", "evt-1", start.Add(2*time.Minute), Payment{Wallet: "w1", Amount: 999}))
+		r := c.Process(s.ctx, PaymentMessageAt("acme", "evt-1", start.Add(2*time.Minute), Payment{Wallet: "w1", Amount: 999}))
+		err = r.Err
 		require.ErrorIs(s.t, err, idem.ErrKeyReuse)
 		require.Equal(s.t, idem.OutcomeKeyReuse, r.Outcome)
 		require.Equal(s.t, idem.ReasonKeyReuse, r.Reason)
@@ -131,10 +136,12 @@ func ExercisePartitioned[TTx any](t *testing.T, factory Factory[TTx]) {
 		s.wallet("w1")
 		c := s.consumer("ledger@v1", nil)
 		p := Payment{Wallet: "w1", Amount: 5}
-		r, err := c.Process(s.ctx, PaymentMessageAt("acme", "evt-1", start.Add(time.Minute), p))
+		r := c.Process(s.ctx, PaymentMessageAt("acme", "evt-1", start.Add(time.Minute), p))
+		err := r.Err
 		require.NoError(s.t, err)
 		require.Equal(s.t, idem.OutcomeProcessed, r.Outcome)
-		r, err = c.Process(s.ctx, PaymentMessageAt("acme", "evt-1", start.Add(bucket-time.Minute), p))
+		r = c.Process(s.ctx, PaymentMessageAt("acme", "evt-1", start.Add(bucket-time.Minute), p))
+		err = r.Err
 		require.NoError(s.t, err)
 		require.Equal(s.t, idem.OutcomeDuplicate, r.Outcome)
 		require.EqualValues(s.t, 1, s.ledger("evt-1"))
@@ -146,7 +153,8 @@ func ExercisePartitioned[TTx any](t *testing.T, factory Factory[TTx]) {
 		c := s.consumer("ledger@v1", nil)
 		msg := PaymentMessage("acme", "evt-1", Payment{Wallet: "w1", Amount: 5})
 		msg.PublishedAt = time.Now() // a broker's time is no substitute for the producer's
-		r, err := c.Process(s.ctx, msg)
+		r := c.Process(s.ctx, msg)
+		err := r.Err
 		require.ErrorIs(s.t, err, idem.ErrInvalidPayload)
 		require.Equal(s.t, idem.OutcomeFailed, r.Outcome)
 		require.Equal(s.t, idem.ClassPermanent, r.Class)
@@ -159,11 +167,12 @@ func ExercisePartitioned[TTx any](t *testing.T, factory Factory[TTx]) {
 	run("TooOldEventIsRefused", func(s *suite[TTx], _ time.Duration, _ time.Time) {
 		s.wallet("w1")
 		c := s.consumer("ledger@v1", func(cfg *idem.ConsumerConfig[TTx]) {
-			cfg.Retention = 48 * time.Hour
-			cfg.RedeliveryWindow = time.Hour
+			cfg.Claims.Retention = 48 * time.Hour
+			cfg.Claims.RedeliveryWindow = time.Hour
 		})
 		now := time.Now()
-		r, err := c.Process(s.ctx, PaymentMessageAt("acme", "evt-old", now.Add(-49*time.Hour), Payment{Wallet: "w1", Amount: 1}))
+		r := c.Process(s.ctx, PaymentMessageAt("acme", "evt-old", now.Add(-49*time.Hour), Payment{Wallet: "w1", Amount: 1}))
+		err := r.Err
 		require.ErrorIs(s.t, err, idem.ErrTooOld)
 		require.Equal(s.t, idem.ReasonTooOld, r.Reason)
 		require.Equal(s.t, idem.ClassPermanent, r.Class)
@@ -171,7 +180,8 @@ func ExercisePartitioned[TTx any](t *testing.T, factory Factory[TTx]) {
 		require.EqualValues(s.t, 0, s.claims(key("evt-old")))
 
 		// Just inside the consumer's horizon the event applies: its partition still exists.
-		r, err = c.Process(s.ctx, PaymentMessageAt("acme", "evt-recent", now.Add(-47*time.Hour), Payment{Wallet: "w1", Amount: 1}))
+		r = c.Process(s.ctx, PaymentMessageAt("acme", "evt-recent", now.Add(-47*time.Hour), Payment{Wallet: "w1", Amount: 1}))
+		err = r.Err
 		require.NoError(s.t, err)
 		require.Equal(s.t, idem.OutcomeProcessed, r.Outcome)
 		require.EqualValues(s.t, 1, s.balance("w1"))
@@ -188,7 +198,8 @@ func ExercisePartitioned[TTx any](t *testing.T, factory Factory[TTx]) {
 		}
 		for round, want := range []idem.Outcome{idem.OutcomeProcessed, idem.OutcomeDuplicate} {
 			for _, m := range msgs {
-				r, err := c.Process(s.ctx, m)
+				r := c.Process(s.ctx, m)
+				err := r.Err
 				require.NoError(s.t, err, "round %d, %s at %v", round, m.EventID, m.OccurredAt)
 				require.Equal(s.t, want, r.Outcome, "round %d, %s at %v", round, m.EventID, m.OccurredAt)
 			}
@@ -197,8 +208,8 @@ func ExercisePartitioned[TTx any](t *testing.T, factory Factory[TTx]) {
 	})
 
 	run("BatchTakesEachPath", func(s *suite[TTx], bucket time.Duration, start time.Time) {
-		if _, ok := s.b.Store.(idem.BatchStore[TTx]); !ok {
-			s.t.Skip("the store does not implement idem.BatchStore")
+		if _, ok := s.b.Store.(idemstore.BatchStore[TTx]); !ok {
+			s.t.Skip("the store does not implement idemstore.BatchStore")
 		}
 		s.wallet("w1")
 		c := s.consumer("ledger@v1", func(cfg *idem.ConsumerConfig[TTx]) {
@@ -223,7 +234,7 @@ func ExercisePartitioned[TTx any](t *testing.T, factory Factory[TTx]) {
 			PaymentMessageAt("acme", "old", at, Payment{Wallet: "w1", Amount: 1}),
 			PaymentMessageAt("acme", "twin", at, Payment{Wallet: "w1", Amount: 1}),
 		} {
-			_, err := c.Process(s.ctx, m)
+			err := c.Process(s.ctx, m).Err
 			require.NoError(s.t, err)
 		}
 		msgs := []idem.Message{
@@ -270,8 +281,8 @@ func ExercisePartitioned[TTx any](t *testing.T, factory Factory[TTx]) {
 	})
 
 	run("ConcurrentOverlappingBatchesApplyOnce", func(s *suite[TTx], bucket time.Duration, start time.Time) {
-		if _, ok := s.b.Store.(idem.BatchStore[TTx]); !ok {
-			s.t.Skip("the store does not implement idem.BatchStore")
+		if _, ok := s.b.Store.(idemstore.BatchStore[TTx]); !ok {
+			s.t.Skip("the store does not implement idemstore.BatchStore")
 		}
 		s.wallet("w1")
 		c := s.consumer("ledger@v1", func(cfg *idem.ConsumerConfig[TTx]) { cfg.Batch = idem.BatchConfig{Enabled: true} })

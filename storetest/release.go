@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // ExerciseQueueRelease checks QueueRelease, which gives back a job a Receive fetched but did not
@@ -17,17 +18,17 @@ import (
 func ExerciseQueueRelease[TTx any](t *testing.T, factory Factory[TTx]) {
 	t.Helper()
 	ctx := context.Background()
-	qs, ok := factory(t).Store.(idem.QueueStore)
+	qs, ok := factory(t).Store.(idemstore.QueueStore)
 	if !ok {
-		t.Skip("the store has no queue table (not an idem.QueueStore)")
+		t.Skip("the store has no queue table (not an idemstore.QueueStore)")
 	}
 	rel, ok := qs.(queueReleaser)
 	if !ok {
 		t.Skip("the store has no QueueRelease")
 	}
 	require.NoError(t, qs.QueuePublish(ctx, "q", idem.Message{EventID: "e1", Payload: []byte("p")}))
-	fetch := func() []idem.QueueJob {
-		jobs, err := qs.QueueFetch(ctx, idem.QueueFetchParams{Queue: "q", Max: 10, Lease: time.Hour, Now: time.Now()})
+	fetch := func() []idemstore.QueueJob {
+		jobs, err := qs.QueueFetch(ctx, idemstore.QueueFetchParams{Queue: "q", Max: 10, Lease: time.Hour, Now: time.Now()})
 		require.NoError(t, err)
 		return jobs
 	}

@@ -8,6 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemdlq"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 )
 
@@ -28,16 +30,16 @@ func replayChecks[TTx any](run func(string, func(*suite[TTx]))) {
 		}
 		withTopic, without := insert("evt-nats", "payments.captured.eu"), insert("evt-nowhere", "")
 		sink := idemtest.NewSink()
-		rp := idem.NewReplayer(s.b.Store, sink)
+		rp := idemdlq.NewReplayer(s.b.Store, sink, idemdlq.ReplayerConfig{})
 
 		// Not the broker it arrived from: its topic is not a destination.
-		_, err := rp.Replay(s.ctx, idem.ReplayParams{Selection: idem.Selection{IDs: []int64{withTopic.ID}, Actor: "ops", Limit: 1}})
+		_, err := rp.Replay(s.ctx, idemdlq.ReplayParams{Selection: idemdlq.Selection{IDs: []int64{withTopic.ID}, Actor: "ops", Limit: 1}})
 		require.ErrorContains(s.t, err, "name the topic")
-		_, err = rp.Replay(s.ctx, idem.ReplayParams{ArrivalTopic: true, Selection: idem.Selection{IDs: []int64{without.ID}, Actor: "ops", Limit: 1}})
+		_, err = rp.Replay(s.ctx, idemdlq.ReplayParams{ArrivalTopic: true, Selection: idemdlq.Selection{IDs: []int64{without.ID}, Actor: "ops", Limit: 1}})
 		require.ErrorContains(s.t, err, "name the topic", "no topic recorded, no queue source")
 		require.Empty(s.t, sink.Published())
 
-		res, err := rp.Replay(s.ctx, idem.ReplayParams{ArrivalTopic: true, Selection: idem.Selection{IDs: []int64{withTopic.ID}, Actor: "ops", Limit: 1}})
+		res, err := rp.Replay(s.ctx, idemdlq.ReplayParams{ArrivalTopic: true, Selection: idemdlq.Selection{IDs: []int64{withTopic.ID}, Actor: "ops", Limit: 1}})
 		require.NoError(s.t, err)
 		require.Equal(s.t, []int64{withTopic.ID}, res.Replayed)
 		require.Equal(s.t, []string{"evt-nats"}, sink.EventIDs("payments.captured.eu"))
@@ -52,7 +54,7 @@ func replayChecks[TTx any](run func(string, func(*suite[TTx]))) {
 	// after the retention, its claim collected. A replay of the dead letter then carries a new
 	// publish time, so only the original event time the replayer sends along keeps it too_old.
 	run("LateReplayIsTooOld", func(s *suite[TTx]) {
-		if bs, ok := s.b.Store.(idem.BucketedStore); ok && bs.ClaimBucket() > 0 {
+		if bs, ok := s.b.Store.(idemstore.BucketedStore); ok && bs.ClaimBucket() > 0 {
 			s.t.Skip("a partitioned inbox collects whole partitions; the too_old check is the same code")
 		}
 		s.wallet("w1")
@@ -61,8 +63,8 @@ func replayChecks[TTx any](run func(string, func(*suite[TTx]))) {
 		var fail bool
 		credit := CreditHandler(s.b)
 		c := s.consumer("ledger@v1", func(cfg *idem.ConsumerConfig[TTx]) {
-			cfg.Retention = 48 * time.Hour
-			cfg.RedeliveryWindow = time.Hour
+			cfg.Claims.Retention = 48 * time.Hour
+			cfg.Claims.RedeliveryWindow = time.Hour
 			cfg.Now = func() time.Time { return clock }
 			cfg.Handler = func(ctx context.Context, tx TTx, msg idem.Message) error {
 				if fail {
@@ -75,7 +77,8 @@ func replayChecks[TTx any](run func(string, func(*suite[TTx]))) {
 		msg.OccurredAt, msg.PublishedAt = time.Time{}, t0
 
 		fail = true
-		r, err := c.Process(s.ctx, msg)
+		r := c.Process(s.ctx, msg)
+		err := r.Err
 		require.Error(s.t, err)
 		dl, err := s.b.Store.InsertDeadLetter(s.ctx, idem.DeadLetter{
 			Consumer: "ledger@v1", Message: msg, Fingerprint: r.Fingerprint, Reason: idem.ReasonPermanentError,
@@ -85,7 +88,7 @@ func replayChecks[TTx any](run func(string, func(*suite[TTx]))) {
 
 		fail = false
 		clock = t0.Add(time.Minute)
-		_, err = c.Process(s.ctx, msg)
+		err = c.Process(s.ctx, msg).Err
 		require.NoError(s.t, err, "a copy is applied")
 		clock = t0.Add(49 * time.Hour)
 		n, err := c.CollectGarbage(s.ctx, 10)
@@ -93,8 +96,8 @@ func replayChecks[TTx any](run func(string, func(*suite[TTx]))) {
 		require.Equal(s.t, 1, n, "the copy's claim is collected after the retention")
 
 		sink := idemtest.NewSink()
-		res, err := idem.NewReplayer(s.b.Store, sink).Replay(s.ctx, idem.ReplayParams{
-			Selection: idem.Selection{IDs: []int64{dl.ID}, Actor: "ops", Limit: 1},
+		res, err := idemdlq.NewReplayer(s.b.Store, sink, idemdlq.ReplayerConfig{}).Replay(s.ctx, idemdlq.ReplayParams{
+			Selection: idemdlq.Selection{IDs: []int64{dl.ID}, Actor: "ops", Limit: 1},
 		})
 		require.NoError(s.t, err)
 		require.Equal(s.t, []int64{dl.ID}, res.Replayed)
@@ -106,7 +109,8 @@ func replayChecks[TTx any](run func(string, func(*suite[TTx]))) {
 
 		clock = t0.Add(50 * time.Hour)
 		replay.PublishedAt = clock // the broker stamps the replay anew
-		r, err = c.Process(s.ctx, replay)
+		r = c.Process(s.ctx, replay)
+		err = r.Err
 		require.ErrorIs(s.t, err, idem.ErrTooOld)
 		require.Equal(s.t, idem.ReasonTooOld, r.Reason)
 		require.EqualValues(s.t, 1, s.ledger("evt-late"), "applied once")
@@ -115,7 +119,8 @@ func replayChecks[TTx any](run func(string, func(*suite[TTx]))) {
 		bad := replay.Clone()
 		bad.EventID = "evt-late-bad"
 		bad.Headers[idem.HeaderReplayEventTime] = "yesterday"
-		r, err = c.Process(s.ctx, bad)
+		r = c.Process(s.ctx, bad)
+		err = r.Err
 		require.ErrorIs(s.t, err, idem.ErrInvalidPayload)
 		require.Equal(s.t, idem.ReasonInvalidPayload, r.Reason)
 	})

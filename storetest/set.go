@@ -87,7 +87,7 @@ func setChecks[TTx any](run func(name string, fn func(s *suite[TTx])), batched f
 		s.wallet("w1")
 		h := &setHandler[TTx]{b: s.b}
 		c := consumer(s, h)
-		_, err := c.Process(s.ctx, s.payment("acme", "old", Payment{Wallet: "w1", Amount: 1}))
+		err := c.Process(s.ctx, s.payment("acme", "old", Payment{Wallet: "w1", Amount: 1})).Err
 		require.NoError(s.t, err)
 		msgs := []idem.Message{
 			s.payment("acme", "a", Payment{Wallet: "w1", Amount: 10}),

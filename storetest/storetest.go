@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // Payment is the event the suite's handler applies: credit Amount to Wallet.
@@ -69,10 +70,10 @@ func (s *suite[TTx]) payment(tenant, eventID string, p Payment) idem.Message {
 func (s *suite[TTx]) consumer(name string, mod func(*idem.ConsumerConfig[TTx])) *idem.Consumer[TTx] {
 	s.t.Helper()
 	cfg := idem.ConsumerConfig[TTx]{Name: name, Handler: CreditHandler(s.b)}
-	if bs, ok := s.b.Store.(idem.BucketedStore); ok && bs.ClaimBucket() > 0 {
+	if bs, ok := s.b.Store.(idemstore.BucketedStore); ok && bs.ClaimBucket() > 0 {
 		// A partitioned inbox keeps claims for its partition retention; the consumer's may not
 		// be longer.
-		cfg.Retention, cfg.RedeliveryWindow = bs.ClaimRetention(), time.Hour
+		cfg.Claims.Retention, cfg.Claims.RedeliveryWindow = bs.ClaimRetention(), time.Hour
 	}
 	if mod != nil {
 		mod(&cfg)
@@ -128,11 +129,13 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 		s.wallet("w1")
 		c := s.consumer("ledger@v1", nil)
 		msg := s.payment("acme", "evt-1", Payment{Wallet: "w1", Amount: 500})
-		r, err := c.Process(s.ctx, msg)
+		r := c.Process(s.ctx, msg)
+		err := r.Err
 		require.NoError(s.t, err)
 		require.Equal(s.t, idem.OutcomeProcessed, r.Outcome)
 		msg.Attempt = 2
-		r, err = c.Process(s.ctx, msg)
+		r = c.Process(s.ctx, msg)
+		err = r.Err
 		require.NoError(s.t, err)
 		require.Equal(s.t, idem.OutcomeDuplicate, r.Outcome)
 		require.EqualValues(s.t, 1, s.ledger("evt-1"))
@@ -153,7 +156,8 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 			go func() {
 				defer wg.Done()
 				<-start
-				r, err := c.Process(s.ctx, msg)
+				r := c.Process(s.ctx, msg)
+				err := r.Err
 				if err != nil {
 					errs <- err
 					return
@@ -183,9 +187,10 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 	run("KeyReuseAppliesNothing", func(s *suite[TTx]) {
 		s.wallet("w1")
 		c := s.consumer("ledger@v1", nil)
-		_, err := c.Process(s.ctx, s.payment("acme", "evt-1", Payment{Wallet: "w1", Amount: 100}))
+		err := c.Process(s.ctx, s.payment("acme", "evt-1", Payment{Wallet: "w1", Amount: 100})).Err
 		require.NoError(s.t, err)
-		r, err := c.Process(s.ctx, s.payment("acme", "evt-1", Payment{Wallet: "w1", Amount: 999}))
+		r := c.Process(s.ctx, s.payment("acme", "evt-1", Payment{Wallet: "w1", Amount: 999}))
+		err = r.Err
 		require.ErrorIs(s.t, err, idem.ErrKeyReuse)
 		require.Equal(s.t, idem.OutcomeKeyReuse, r.Outcome)
 		require.Equal(s.t, idem.ReasonKeyReuse, r.Reason)
@@ -217,7 +222,8 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 			}
 		})
 		msg := s.payment("acme", "evt-1", Payment{Wallet: "w1", Amount: 42})
-		r, err := c.Process(s.ctx, msg)
+		r := c.Process(s.ctx, msg)
+		err := r.Err
 		require.Error(s.t, err)
 		require.Equal(s.t, idem.OutcomeFailed, r.Outcome)
 		require.Equal(s.t, idem.ClassTransient, r.Class, "unknown errors are transient by default")
@@ -227,7 +233,8 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 
 		fail.Store(false)
 		msg.Attempt = 2
-		r, err = c.Process(s.ctx, msg)
+		r = c.Process(s.ctx, msg)
+		err = r.Err
 		require.NoError(s.t, err)
 		require.Equal(s.t, idem.OutcomeProcessed, r.Outcome)
 		require.EqualValues(s.t, 1, s.claims(r.Key))
@@ -246,7 +253,8 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 				panic("handler bug")
 			}
 		})
-		r, err := c.Process(s.ctx, s.payment("acme", "evt-1", Payment{Wallet: "w1", Amount: 42}))
+		r := c.Process(s.ctx, s.payment("acme", "evt-1", Payment{Wallet: "w1", Amount: 42}))
+		err := r.Err
 		require.Error(s.t, err)
 		require.Equal(s.t, idem.ReasonHandlerPanic, r.Reason)
 		require.Equal(s.t, idem.ClassPermanent, r.Class)
@@ -258,7 +266,8 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 		// Wallet "missing" does not exist: the ledger insert happens, the balance update
 		// touches no row, ExpectRows fails and both roll back with the claim.
 		c := s.consumer("ledger@v1", nil)
-		r, err := c.Process(s.ctx, s.payment("acme", "evt-1", Payment{Wallet: "missing", Amount: 42}))
+		r := c.Process(s.ctx, s.payment("acme", "evt-1", Payment{Wallet: "missing", Amount: 42}))
+		err := r.Err
 		require.ErrorIs(s.t, err, idem.ErrNoRows)
 		require.Equal(s.t, idem.ClassPermanent, r.Class)
 		require.Equal(s.t, idem.ReasonPermanentError, r.Reason)
@@ -273,7 +282,7 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 		msg := s.payment("acme", "evt-1", Payment{Wallet: "w1", Amount: 10})
 		for range 2 {
 			for _, c := range []*idem.Consumer[TTx]{ledger, notifier} {
-				_, err := c.Process(s.ctx, msg)
+				err := c.Process(s.ctx, msg).Err
 				require.NoError(s.t, err)
 			}
 		}
@@ -287,7 +296,7 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 		v1 := s.consumer("ledger@v1", nil)
 		v2 := s.consumer("ledger@v2", nil)
 		for _, c := range []*idem.Consumer[TTx]{v1, v1, v2, v2, v1} {
-			_, err := c.Process(s.ctx, msg)
+			err := c.Process(s.ctx, msg).Err
 			require.NoError(s.t, err)
 		}
 		require.EqualValues(s.t, 2, s.ledger("evt-1"), "v1 once, v2 once")
@@ -298,7 +307,7 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 		s.wallet("w1")
 		c := s.consumer("ledger@v1", nil)
 		for _, tenant := range []string{"acme", "globex", "acme", "globex"} {
-			_, err := c.Process(s.ctx, s.payment(tenant, "evt-1", Payment{Wallet: "w1", Amount: 3}))
+			err := c.Process(s.ctx, s.payment(tenant, "evt-1", Payment{Wallet: "w1", Amount: 3})).Err
 			require.NoError(s.t, err)
 		}
 		require.EqualValues(s.t, 2, s.ledger("evt-1"))
@@ -306,22 +315,22 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 	})
 
 	run("GarbageCollectionRemovesOnlyExpired", func(s *suite[TTx]) {
-		if bs, ok := s.b.Store.(idem.BucketedStore); ok && bs.ClaimBucket() > 0 {
+		if bs, ok := s.b.Store.(idemstore.BucketedStore); ok && bs.ClaimBucket() > 0 {
 			s.t.Skip("a partitioned inbox collects whole partitions (storetest.ExercisePartitioned and the store's own tests cover it)")
 		}
 		s.wallet("w1")
 		now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
 		clock := now
 		c := s.consumer("ledger@v1", func(cfg *idem.ConsumerConfig[TTx]) {
-			cfg.Retention = 48 * time.Hour
-			cfg.RedeliveryWindow = time.Hour
+			cfg.Claims.Retention = 48 * time.Hour
+			cfg.Claims.RedeliveryWindow = time.Hour
 			cfg.Now = func() time.Time { return clock }
 		})
 		// Three claims 72h, 47h and 1h old; retention 48h keeps the last two.
 		ages := []time.Duration{72 * time.Hour, 47 * time.Hour, time.Hour}
 		for i, age := range ages {
 			clock = now.Add(-age)
-			_, err := c.Process(s.ctx, s.payment("acme", fmt.Sprintf("evt-%d", i), Payment{Wallet: "w1", Amount: 1}))
+			err := c.Process(s.ctx, s.payment("acme", fmt.Sprintf("evt-%d", i), Payment{Wallet: "w1", Amount: 1})).Err
 			require.NoError(s.t, err)
 		}
 		clock = now
@@ -335,7 +344,7 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 		other := s.consumer("notifier@v1", func(cfg *idem.ConsumerConfig[TTx]) {
 			cfg.Now = func() time.Time { return now.Add(-100 * time.Hour) }
 		})
-		_, err = other.Process(s.ctx, s.payment("acme", "evt-x", Payment{Wallet: "w1", Amount: 1}))
+		err = other.Process(s.ctx, s.payment("acme", "evt-x", Payment{Wallet: "w1", Amount: 1})).Err
 		require.NoError(s.t, err)
 		n, err = c.CollectGarbage(s.ctx, 10)
 		require.NoError(s.t, err)
@@ -346,12 +355,13 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 	run("TooOldEventIsRefused", func(s *suite[TTx]) {
 		s.wallet("w1")
 		c := s.consumer("ledger@v1", func(cfg *idem.ConsumerConfig[TTx]) {
-			cfg.Retention = 48 * time.Hour
-			cfg.RedeliveryWindow = time.Hour
+			cfg.Claims.Retention = 48 * time.Hour
+			cfg.Claims.RedeliveryWindow = time.Hour
 		})
 		msg := s.payment("acme", "evt-old", Payment{Wallet: "w1", Amount: 1})
 		msg.OccurredAt = time.Now().Add(-49 * time.Hour)
-		r, err := c.Process(s.ctx, msg)
+		r := c.Process(s.ctx, msg)
+		err := r.Err
 		require.ErrorIs(s.t, err, idem.ErrTooOld)
 		require.Equal(s.t, idem.ReasonTooOld, r.Reason)
 		require.EqualValues(s.t, 0, s.ledger("evt-old"))
@@ -360,7 +370,7 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 	run("FingerprintIgnoresKeyOrderAndWhitespace", func(s *suite[TTx]) {
 		s.wallet("w1")
 		c := s.consumer("ledger@v1", func(cfg *idem.ConsumerConfig[TTx]) {
-			cfg.Fingerprint.Exclude = []string{"delivered_at"}
+			cfg.Input.Fingerprint.Exclude = []string{"delivered_at"}
 		})
 		base := idem.Message{EventID: "evt-1", Tenant: "acme", Type: "payment.captured", OccurredAt: s.at}
 		for i, tc := range []struct {
@@ -375,7 +385,7 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 		} {
 			msg := base
 			msg.Payload = []byte(tc.payload)
-			r, _ := c.Process(s.ctx, msg)
+			r := c.Process(s.ctx, msg)
 			require.Equal(s.t, tc.want, r.Outcome, "delivery %d: %s", i, tc.payload)
 		}
 		require.EqualValues(s.t, 1, s.ledger("evt-1"))
@@ -385,22 +395,24 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 	run("FingerprintFieldsSubset", func(s *suite[TTx]) {
 		s.wallet("w1")
 		c := s.consumer("ledger@v1", func(cfg *idem.ConsumerConfig[TTx]) {
-			cfg.Fingerprint.Fields = []string{"wallet", "amount"}
+			cfg.Input.Fingerprint.Fields = []string{"wallet", "amount"}
 		})
-		r, err := c.Process(s.ctx, s.payment("acme", "evt-1", Payment{Wallet: "w1", Amount: 5, Note: "first"}))
+		r := c.Process(s.ctx, s.payment("acme", "evt-1", Payment{Wallet: "w1", Amount: 5, Note: "first"}))
+		err := r.Err
 		require.NoError(s.t, err)
 		require.Equal(s.t, idem.OutcomeProcessed, r.Outcome)
-		r, err = c.Process(s.ctx, s.payment("acme", "evt-1", Payment{Wallet: "w1", Amount: 5, Note: "second"}))
+		r = c.Process(s.ctx, s.payment("acme", "evt-1", Payment{Wallet: "w1", Amount: 5, Note: "second"}))
+		err = r.Err
 		require.NoError(s.t, err)
 		require.Equal(s.t, idem.OutcomeDuplicate, r.Outcome, "a field outside the fingerprint may change")
-		_, err = c.Process(s.ctx, s.payment("acme", "evt-1", Payment{Wallet: "w1", Amount: 6, Note: "second"}))
+		err = c.Process(s.ctx, s.payment("acme", "evt-1", Payment{Wallet: "w1", Amount: 6, Note: "second"})).Err
 		require.ErrorIs(s.t, err, idem.ErrKeyReuse, "a fingerprinted field may not")
 		require.EqualValues(s.t, 5, s.balance("w1"))
 	})
 
 	run("InvalidInputIsPermanent", func(s *suite[TTx]) {
 		s.wallet("w1")
-		c := s.consumer("ledger@v1", func(cfg *idem.ConsumerConfig[TTx]) { cfg.MaxPayloadBytes = 64 })
+		c := s.consumer("ledger@v1", func(cfg *idem.ConsumerConfig[TTx]) { cfg.Input.MaxPayloadBytes = 64 })
 		for _, tc := range []struct {
 			name string
 			msg  idem.Message
@@ -410,7 +422,8 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 			{"duplicate keys", idem.Message{EventID: "e2", Tenant: "acme", Payload: []byte(`{"amount":1,"amount":2}`)}},
 			{"invalid json for handler", idem.Message{EventID: "e3", Tenant: "acme", Payload: []byte(`{"wallet":`)}},
 		} {
-			r, err := c.Process(s.ctx, tc.msg)
+			r := c.Process(s.ctx, tc.msg)
+			err := r.Err
 			require.Error(s.t, err, tc.name)
 			require.Equal(s.t, idem.ClassPermanent, r.Class, tc.name)
 			require.Contains(s.t, []idem.Reason{idem.ReasonInvalidPayload, idem.ReasonPermanentError}, r.Reason, tc.name)
@@ -444,14 +457,14 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 		require.Equal(s.t, msg.Headers, got.Message.Headers, "original headers kept for replay")
 		require.Equal(s.t, fp, got.Fingerprint)
 
-		list, err := st.ListDeadLetters(s.ctx, idem.DeadLetterFilter{Consumer: "ledger@v1", Status: idem.DeadLetterPending})
+		list, err := st.ListDeadLetters(s.ctx, idemstore.DeadLetterFilter{Consumer: "ledger@v1", Status: idem.DeadLetterPending})
 		require.NoError(s.t, err)
 		require.Len(s.t, list, 1)
 
-		changed, err := st.SetDeadLetterStatus(s.ctx, idem.SetDeadLetterStatusParams{IDs: []int64{first.ID}, Status: idem.DeadLetterReplayed, Actor: "ops", Reason: "fixed", Now: now.Add(time.Hour)})
+		changed, err := st.SetDeadLetterStatus(s.ctx, idemstore.SetDeadLetterStatusParams{IDs: []int64{first.ID}, Status: idem.DeadLetterReplayed, Actor: "ops", Reason: "fixed", Now: now.Add(time.Hour)})
 		require.NoError(s.t, err)
 		require.Equal(s.t, []int64{first.ID}, changed)
-		changed, err = st.SetDeadLetterStatus(s.ctx, idem.SetDeadLetterStatusParams{IDs: []int64{first.ID}, Status: idem.DeadLetterDiscarded, Actor: "ops", Reason: "again", Now: now.Add(time.Hour)})
+		changed, err = st.SetDeadLetterStatus(s.ctx, idemstore.SetDeadLetterStatusParams{IDs: []int64{first.ID}, Status: idem.DeadLetterDiscarded, Actor: "ops", Reason: "again", Now: now.Add(time.Hour)})
 		require.NoError(s.t, err)
 		require.Empty(s.t, changed, "only pending dead letters change")
 		audit, err := st.ListAudit(s.ctx, 10)
@@ -478,7 +491,7 @@ func Exercise[TTx any](t *testing.T, factory Factory[TTx]) {
 		rec, err = st.RecordRecovery(s.ctx, fastKey, fast.ID, now.Add(3*time.Hour))
 		require.NoError(s.t, err)
 		require.Equal(s.t, []time.Duration{now.Add(3 * time.Hour).Sub(fast.FirstFailed)}, rec, "the pending dead letter named by the replay is marked")
-		changed, err = st.SetDeadLetterStatus(s.ctx, idem.SetDeadLetterStatusParams{IDs: []int64{fast.ID}, Status: idem.DeadLetterReplayed, Actor: "ops", Reason: "fixed", Now: now.Add(4 * time.Hour)})
+		changed, err = st.SetDeadLetterStatus(s.ctx, idemstore.SetDeadLetterStatusParams{IDs: []int64{fast.ID}, Status: idem.DeadLetterReplayed, Actor: "ops", Reason: "fixed", Now: now.Add(4 * time.Hour)})
 		require.NoError(s.t, err)
 		require.Equal(s.t, []int64{fast.ID}, changed)
 		got, err = st.GetDeadLetter(s.ctx, fast.ID)

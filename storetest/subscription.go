@@ -11,9 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
-// ExerciseQueueSubscriptions checks fan-out on the queue table (idem.QueueSubscriptionStore):
+// ExerciseQueueSubscriptions checks fan-out on the queue table (idemstore.QueueSubscriptionStore):
 // each subscription gets its own job of every later message, fetchers of one subscription share
 // its jobs, and a publish to the topic wakes a wait on a subscription's queue. ExerciseQueue
 // runs it; a store whose other queue checks run elsewhere can run it alone. A store without
@@ -27,7 +28,7 @@ func ExerciseQueueSubscriptions[TTx any](t *testing.T, factory QueueFactory[TTx]
 // subscriptionStore is a queue store with subscriptions.
 type subscriptionStore[TTx any] interface {
 	queueTxStore[TTx]
-	idem.QueueSubscriptionStore
+	idemstore.QueueSubscriptionStore
 }
 
 // openSubscriptions opens a queue bundle, skipping the test when its store has no subscriptions.
@@ -36,23 +37,23 @@ func openSubscriptions[TTx any](t *testing.T, f QueueFactory[TTx], cfg QueueConf
 	b := openQueue(t, f, cfg)
 	s, ok := b.store.(subscriptionStore[TTx])
 	if !ok {
-		t.Skip("the store has no queue subscriptions (not an idem.QueueSubscriptionStore)")
+		t.Skip("the store has no queue subscriptions (not an idemstore.QueueSubscriptionStore)")
 	}
 	return b, s
 }
 
 // fetchAll leases every available job of queue (up to 100) and returns their event ids.
-func fetchAll[TTx any](t *testing.T, b *openedQueue[TTx], queue string) ([]idem.QueueJob, []string) {
+func fetchAll[TTx any](t *testing.T, b *openedQueue[TTx], queue string) ([]idemstore.QueueJob, []string) {
 	t.Helper()
-	jobs, err := b.store.QueueFetch(b.ctx, idem.QueueFetchParams{Queue: queue, Max: 100, Lease: time.Minute, Now: time.Now()})
+	jobs, err := b.store.QueueFetch(b.ctx, idemstore.QueueFetchParams{Queue: queue, Max: 100, Lease: time.Minute, Now: time.Now()})
 	require.NoError(t, err)
 	return jobs, jobEventIDs(jobs)
 }
 
-// subQueue is idem.SubscriptionQueue for names the test knows to be valid.
+// subQueue is idemstore.SubscriptionQueue for names the test knows to be valid.
 func subQueue(t *testing.T, topic, name string) string {
 	t.Helper()
-	q, err := idem.SubscriptionQueue(topic, name)
+	q, err := idemstore.SubscriptionQueue(topic, name)
 	require.NoError(t, err)
 	return q
 }
@@ -101,7 +102,7 @@ func checkQueueSubscriptions[TTx any](t *testing.T, f QueueFactory[TTx]) {
 
 	// Each subscription settles its own jobs: a nak of one and an ack of the other.
 	require.NoError(t, b.store.QueueAck(ctx, ledgerJobs[0].ID, ledgerJobs[0].Token))
-	require.NoError(t, b.store.QueueNak(ctx, idem.QueueNakParams{ID: emailJobs[0].ID, Token: emailJobs[0].Token, Now: time.Now()}))
+	require.NoError(t, b.store.QueueNak(ctx, idemstore.QueueNakParams{ID: emailJobs[0].ID, Token: emailJobs[0].Token, Now: time.Now()}))
 	again, got := fetchAll(t, b, email)
 	require.Equal(t, []string{"e1"}, got, "the nak'ed e-mail job comes back, its ledger twin's ack does not touch it")
 	require.Equal(t, 2, again[0].Message.Attempt, "attempts are counted per subscription")
@@ -110,7 +111,7 @@ func checkQueueSubscriptions[TTx any](t *testing.T, f QueueFactory[TTx]) {
 
 	// Fetchers of one subscription compete: they share its jobs, none twice.
 	require.NoError(t, b.store.QueuePublish(ctx, "t", queueMessages("c1", "c2", "c3", "c4", "c5")...))
-	first, err := b.store.QueueFetch(ctx, idem.QueueFetchParams{Queue: ledger, Max: 2, Lease: time.Minute, Now: time.Now()})
+	first, err := b.store.QueueFetch(ctx, idemstore.QueueFetchParams{Queue: ledger, Max: 2, Lease: time.Minute, Now: time.Now()})
 	require.NoError(t, err)
 	_, rest := fetchAll(t, b, ledger)
 	require.Equal(t, []string{"c1", "c2"}, jobEventIDs(first))

@@ -49,7 +49,7 @@ type memState struct {
 
 func (b *memBroker) harness() transporttest.Harness {
 	return transporttest.Harness{
-		Features: transporttest.Features{BrokerDedup: true, DelayedNak: true, Persistent: true, FanOut: true},
+		Features: transporttest.Features{FencedSettle: true, BrokerDedup: true, DelayedNak: true, Persistent: true, FanOut: true},
 		NewTopic: func(tb testing.TB) string {
 			b.mu.Lock()
 			defer b.mu.Unlock()
@@ -198,6 +198,10 @@ func (d *memDelivery) settle(ctx context.Context, f func(st *memState)) error {
 	}
 	d.src.b.mu.Lock()
 	defer d.src.b.mu.Unlock()
+	if d.st.attempts != d.msg.Attempt {
+		// Delivered again since: this delivery's lease is gone, and with it its right to settle.
+		return fmt.Errorf("event %s: delivered again (attempt %d) since attempt %d: %w", d.msg.EventID, d.st.attempts, d.msg.Attempt, idem.ErrLeaseLost)
+	}
 	f(d.st)
 	return nil
 }

@@ -41,6 +41,11 @@ type Features struct {
 	// whose lease another one took over can no longer be settled: its Ack, Extend, Nak and Term
 	// fail with idem.ErrLeaseLost (see takeover.go).
 	FencedSettle bool
+	// Takeover: two sources opened under the same name share its messages, and a message whose
+	// delivery's lease ran out goes to the other one; implied by FencedSettle. Then a late Nak or
+	// Extend of the old delivery must leave the new owner's lease alone (see takeover.go). Not
+	// JetStream: a durable's AckWait belongs to the consumer, so its sources share one lease.
+	Takeover bool
 	// FanOut: sources opened under different names on one topic each receive every message
 	// published after they were opened (subscriptions, consumer groups, durables), and sources
 	// of one name share theirs (see fanout.go).
@@ -119,6 +124,7 @@ func Exercise(t *testing.T, h Harness) {
 		{name: "ReceiveCancelledSteady", run: testReceiveCancelledSteady},
 		{name: "ConcurrentReceiveAck", run: testConcurrentReceiveAck},
 		{name: "FencedSettle", needs: feature(h.Features.FencedSettle, "FencedSettle"), run: testFencedSettle},
+		{name: "LateSettleKeepsTakeover", needs: feature(h.Features.Takeover || h.Features.FencedSettle, "Takeover"), run: testLateSettleKeepsTakeover},
 		{name: "FanOut", needs: feature(h.Features.FanOut, "FanOut"), run: testFanOut},
 	}
 	for _, c := range checks {

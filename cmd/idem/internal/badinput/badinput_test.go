@@ -19,6 +19,7 @@ import (
 	"github.com/idemkit/idem/consumertest"
 	"github.com/idemkit/idem/idemauth"
 	"github.com/idemkit/idem/idemschema"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/retry"
 	"github.com/idemkit/idem/storetest"
 )
@@ -277,7 +278,7 @@ func runCatalogue[TTx any](t *testing.T, b storetest.Bundle[TTx], tr transport) 
 	require.NoError(t, err)
 	verifier, err := idemauth.NewVerifier(ring, idemauth.VerifierConfig{TenantField: "tenant_id"})
 	require.NoError(t, err)
-	validator, err := idemschema.New(map[string][]byte{"payment.captured": []byte(paymentSchema)}, idemschema.Options{})
+	validator, err := idemschema.New(map[string][]byte{"payment.captured": []byte(paymentSchema)}, idemschema.Config{})
 	require.NoError(t, err)
 
 	var authed, validated, handled counter
@@ -300,26 +301,34 @@ func runCatalogue[TTx any](t *testing.T, b storetest.Bundle[TTx], tr transport) 
 			}
 			return idem.ExpectRows(n, 1)
 		},
-		Authenticator: idem.AuthenticatorFunc(func(ctx context.Context, msg *idem.Message) error {
-			start := time.Now()
-			defer func() { authed.add(msg.EventID, time.Since(start)) }()
-			return verifier.Authenticate(ctx, msg)
-		}),
-		Validator: idem.ValidatorFunc(func(ctx context.Context, msg idem.Message) error {
-			start := time.Now()
-			defer func() { validated.add(msg.EventID, time.Since(start)) }()
-			return validator.Validate(ctx, msg)
-		}),
-		// MaxPayloadBytes is left at its default on purpose: the oversized case tests it.
-		Retry:     retry.Policy{MaxAttempts: 5, MaxElapsed: time.Minute, Base: 20 * time.Millisecond, Cap: 100 * time.Millisecond},
-		Retention: 48 * time.Hour,
-		// Covers every transport's redelivery window (RabbitMQ: message TTL + longest delay tier
-		// + consumer_timeout), which Run checks (idem.CheckSourceLimits).
-		RedeliveryWindow: 24 * time.Hour,
-		Workers:          4,
-		ShutdownTimeout:  5 * time.Second,
-		Observer:         rec,
-		Logger:           slog.New(slog.NewTextHandler(logs, nil)),
+		// Input.MaxPayloadBytes is left at its default on purpose: the oversized case tests it.
+		Workers:         4,
+		ShutdownTimeout: 5 * time.Second,
+		Input: idem.InputConfig{
+			Authenticator: idem.AuthenticatorFunc(func(ctx context.Context, msg *idem.Message) error {
+				start := time.Now()
+				defer func() { authed.add(msg.EventID, time.Since(start)) }()
+				return verifier.Authenticate(ctx, msg)
+			}),
+			Validator: idem.ValidatorFunc(func(ctx context.Context, msg idem.Message) error {
+				start := time.Now()
+				defer func() { validated.add(msg.EventID, time.Since(start)) }()
+				return validator.Validate(ctx, msg)
+			}),
+		},
+		Failure: idem.FailureConfig{
+			Retry: retry.Policy{MaxAttempts: 5, MaxElapsed: time.Minute, Base: 20 * time.Millisecond, Cap: 100 * time.Millisecond},
+		},
+		Claims: idem.ClaimConfig{
+			Retention: 48 * time.Hour,
+			// Covers every transport's redelivery window (RabbitMQ: message TTL + longest delay tier
+			// + consumer_timeout), which Run checks (idem.CheckSourceLimits).
+			RedeliveryWindow: 24 * time.Hour,
+		},
+		Observe: idem.ObserveConfig{
+			Observer: rec,
+			Logger:   slog.New(slog.NewTextHandler(logs, nil)),
+		},
 	})
 	require.NoError(t, err)
 
@@ -338,7 +347,7 @@ func runCatalogue[TTx any](t *testing.T, b storetest.Bundle[TTx], tr transport) 
 
 	deadLetters := func(t *testing.T, id string) []idem.DeadLetter {
 		t.Helper()
-		all, err := b.Store.ListDeadLetters(ctx, idem.DeadLetterFilter{Limit: 1000})
+		all, err := b.Store.ListDeadLetters(ctx, idemstore.DeadLetterFilter{Limit: 1000})
 		require.NoError(t, err)
 		var out []idem.DeadLetter
 		for _, dl := range all {
@@ -447,7 +456,7 @@ func runCatalogue[TTx any](t *testing.T, b storetest.Bundle[TTx], tr transport) 
 	for _, tc := range cases {
 		known[tc.id] = true
 	}
-	all, err := b.Store.ListDeadLetters(ctx, idem.DeadLetterFilter{Limit: 1000})
+	all, err := b.Store.ListDeadLetters(ctx, idemstore.DeadLetterFilter{Limit: 1000})
 	require.NoError(t, err)
 	for _, dl := range all {
 		require.True(t, known[dl.Message.EventID], "unexpected dead letter of event %q: %s", dl.Message.EventID, dl.Error)

@@ -24,6 +24,7 @@ import (
 	"github.com/idemkit/idem/idemqueue"
 	"github.com/idemkit/idem/idemredis"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/testenv"
 )
 
@@ -46,7 +47,7 @@ type transport struct {
 const lease = 1500 * time.Millisecond
 
 // queueSource is the queue-table source the catalogue consumes from.
-func queueSource[TTx any](t *testing.T, store idem.QueueTxStore[TTx], queue string) idem.Source {
+func queueSource[TTx any](t *testing.T, store idemstore.QueueTxStore[TTx], queue string) idem.Source {
 	t.Helper()
 	src, err := idemqueue.NewSource(store, idemqueue.SourceConfig{Queue: queue, Lease: lease, MaxWait: 200 * time.Millisecond})
 	require.NoError(t, err)
@@ -74,11 +75,24 @@ func sqliteQueue(t *testing.T, store *idemsqlite.Store) transport {
 		publishWithoutID: func(t *testing.T, m idem.Message) {
 			t.Helper()
 			require.Error(t, sink.Publish(context.Background(), queue, m), "the sink refuses an empty event id")
+			// Since migration 053 a writer takes the job's id from its queue's range, in the
+			// transaction of the insert (docs/sqlite.md), as idemsqlite's own publish does.
+			ctx, ranges := context.Background(), table+"_ranges"
 			now := time.Now().UnixMicro()
-			_, err := store.DB().ExecContext(context.Background(),
-				`INSERT INTO `+table+` (queue, event_id, tenant, type, payload, headers, enqueued_at, available_at)
-				 VALUES (?, '', ?, ?, ?, '{}', ?, ?)`, queue, m.Tenant, m.Type, m.Payload, now, now)
+			tx, err := store.DB().BeginTx(ctx, nil)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback() }()
+			_, err = tx.ExecContext(ctx, `INSERT INTO `+ranges+` (queue, base, last_id)
+				SELECT ?1, m + (1 << 44), m + (1 << 44) FROM (SELECT coalesce(max(base), 0) AS m FROM `+ranges+`) WHERE true
+				ON CONFLICT (queue) DO NOTHING`, queue)
+			require.NoError(t, err, "give %s its id range", queue)
+			var id int64
+			require.NoError(t, tx.QueryRowContext(ctx, `UPDATE `+ranges+` SET last_id = last_id + 1 WHERE queue = ? RETURNING last_id`, queue).Scan(&id))
+			_, err = tx.ExecContext(ctx,
+				`INSERT INTO `+table+` (id, queue, event_id, tenant, type, payload, headers, enqueued_at, available_at)
+				 VALUES (?, ?, '', ?, ?, ?, '{}', ?, ?)`, id, queue, m.Tenant, m.Type, m.Payload, now, now)
 			require.NoError(t, err, "insert a job without event id into %s", table)
+			require.NoError(t, tx.Commit())
 		},
 	}
 	tr.publishAgain = func(t *testing.T, m idem.Message) { tr.publish(t, m) }

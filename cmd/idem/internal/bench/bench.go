@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"runtime"
 	"slices"
@@ -28,12 +29,16 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/idemredact"
 )
 
 // Options configures a run.
 type Options struct {
 	// PostgresURL is the database to measure (required).
 	PostgresURL string
+	// MySQLDSN enables the mysql_* cases when set: a MySQL 8 or MariaDB server (a
+	// go-sql-driver/mysql DSN) on which the run creates a database of its own.
+	MySQLDSN string
 	// NATSURL enables the JetStream pipeline case when set.
 	NATSURL string
 	// SQSURL enables the SQS pipeline case when set: an sqs://HOST:PORT?region=REGION broker URL.
@@ -62,6 +67,9 @@ type Options struct {
 	Wallets int
 	// Logf reports progress (default discards).
 	Logf func(format string, args ...any)
+	// Extra adds cases to the run's known ones (see Case); Cases selects them by name, and they
+	// run after the built-in cases, in the order Cases names them.
+	Extra []Case
 }
 
 // WithDefaults fills zero fields.
@@ -76,7 +84,10 @@ func (o Options) WithDefaults() Options {
 		o.BatchSizes = []int{10, 100, 500}
 	}
 	if len(o.Cases) == 0 {
-		o.Cases = []string{"baseline", "ceiling", "per_event", "batched", "set_batch", "pipeline_queue", "pipeline_jetstream", "pipeline_sqs", "pipeline_kafka", "outbox_e2e", "memory"}
+		o.Cases = []string{"baseline", "ceiling", "per_event", "batched", "set_batch", "pipeline_queue", "pipeline_jetstream", "pipeline_sqs", "pipeline_kafka", "pipeline_pubsub", "outbox_e2e", "memory"}
+		if o.MySQLDSN != "" {
+			o.Cases = append(o.Cases, mysqlCases...)
+		}
 	}
 	if o.LargeInboxClaims == 0 {
 		o.LargeInboxClaims = 10_000_000
@@ -114,11 +125,18 @@ func (o Options) Validate() error {
 			return fmt.Errorf("bench: batch size %d: want 1..10000", b)
 		}
 	}
-	known := map[string]bool{"baseline": true, "ceiling": true, "per_event": true, "batched": true, "set_batch": true, "set_ceiling": true, "pipeline_queue": true, "pipeline_jetstream": true, "pipeline_sqs": true, "pipeline_redis": true, "pipeline_amqp": true, "pipeline_kafka": true, "outbox_e2e": true, "memory": true, "large_inbox": true,
+	known := map[string]bool{"baseline": true, "ceiling": true, "per_event": true, "batched": true, "set_batch": true, "set_ceiling": true, "pipeline_queue": true, "pipeline_jetstream": true, "pipeline_sqs": true, "pipeline_redis": true, "pipeline_amqp": true, "pipeline_kafka": true, "pipeline_pubsub": true, "outbox_e2e": true, "relay": true, "relay_ceiling": true, "memory": true, "large_inbox": true,
 		"sqlite_ceiling": true, "sqlite_per_event": true, "sqlite_batched": true, "sqlite_set_batch": true, "sqlite_pipeline": true}
+	for _, c := range mysqlCases {
+		known[c] = true
+	}
+	extra, err := o.validateExtra(known)
+	if err != nil {
+		return err
+	}
 	for _, c := range o.Cases {
-		if !known[c] {
-			return fmt.Errorf("bench: unknown case %q (known: baseline, ceiling, per_event, batched, set_batch, set_ceiling, large_inbox, pipeline_queue, pipeline_jetstream, pipeline_sqs, pipeline_redis, pipeline_amqp, pipeline_kafka, outbox_e2e, memory, sqlite_ceiling, sqlite_per_event, sqlite_batched, sqlite_set_batch, sqlite_pipeline)", c)
+		if !known[c] && !extra[c] {
+			return fmt.Errorf("bench: unknown case %q (known: %s)", c, strings.Join(slices.Sorted(maps.Keys(known)), ", "))
 		}
 	}
 	return nil
@@ -183,7 +201,7 @@ func newEnv(ctx context.Context, opts Options) (*env, error) {
 func newEnvWith(ctx context.Context, opts Options, part idempg.PartitionConfig) (*env, error) {
 	cfg, err := pgxpool.ParseConfig(opts.PostgresURL)
 	if err != nil {
-		return nil, fmt.Errorf("bench: %s: %w", idem.RedactURL(opts.PostgresURL), err)
+		return nil, fmt.Errorf("bench: %s: %w", idemredact.URL(opts.PostgresURL), err)
 	}
 	maxC := int32(4)
 	for _, c := range opts.Concurrency {
@@ -203,9 +221,7 @@ func newEnvWith(ctx context.Context, opts Options, part idempg.PartitionConfig) 
 		e.close()
 		return nil, fmt.Errorf("bench: migrate: %w", err)
 	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE `+e.schema+`.wallets (id int PRIMARY KEY, balance bigint NOT NULL);
-		CREATE TABLE `+e.schema+`.ledger (id bigserial PRIMARY KEY, event_id text NOT NULL, wallet int NOT NULL, amount bigint NOT NULL);
-		INSERT INTO `+e.schema+`.wallets SELECT g, 0 FROM generate_series(0, `+fmt.Sprint(opts.Wallets-1)+`) g`); err != nil {
+	if err := (Ledger{Schema: e.schema, Wallets: opts.Wallets}).Create(ctx, pool); err != nil {
 		e.close()
 		return nil, fmt.Errorf("bench: business tables: %w", err)
 	}
@@ -225,17 +241,9 @@ func (e *env) close() {
 	e.pool.Close()
 }
 
-// credit is the business effect every case applies: an append-only ledger row and a balance
-// update, not idempotent by themselves.
+// credit is the business effect every case applies (Ledger.Credit in the env's schema).
 func (e *env) credit(ctx context.Context, tx pgx.Tx, eventID string, wallet int) error {
-	if _, err := tx.Exec(ctx, `INSERT INTO `+e.schema+`.ledger (event_id, wallet, amount) VALUES ($1, $2, 1)`, eventID, wallet); err != nil {
-		return err
-	}
-	tag, err := tx.Exec(ctx, `UPDATE `+e.schema+`.wallets SET balance = balance + 1 WHERE id = $1`, wallet)
-	if err != nil {
-		return err
-	}
-	return idem.ExpectRows(tag.RowsAffected(), 1)
+	return Ledger{Schema: e.schema, Wallets: e.opts.Wallets}.Credit(ctx, tx, eventID, wallet)
 }
 
 // creditSet applies credit to every event of a set in one statement: a multi-row ledger insert
@@ -286,7 +294,9 @@ func (e *env) consumer(name string, batch int) (*idem.Consumer[pgx.Tx], error) {
 		Handler: func(ctx context.Context, tx pgx.Tx, msg idem.Message) error {
 			return e.credit(ctx, tx, msg.EventID, walletOf(msg, e.opts.Wallets))
 		},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Observe: idem.ObserveConfig{
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		},
 	}
 	if batch > 1 {
 		cfg.Batch = idem.BatchConfig{Enabled: true, Size: batch}
@@ -357,6 +367,13 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 		}
 		defer l.close()
 	}
+	var m *my
+	if opts.MySQLDSN != "" && slices.ContainsFunc(opts.Cases, func(c string) bool { return strings.HasPrefix(c, "mysql_") }) {
+		if m, err = newMy(ctx, e); err != nil {
+			return nil, err
+		}
+		defer m.close()
+	}
 	var out []Result
 	add := func(r Result, err error) error {
 		if err != nil {
@@ -423,6 +440,11 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 				}
 			}
 		}
+		if m != nil {
+			if err := m.run(ctx, conc, want, add); err != nil {
+				return out, err
+			}
+		}
 	}
 	if want("sqlite_pipeline") {
 		for _, batch := range []int{0, 100} {
@@ -459,8 +481,9 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 		{"pipeline_sqs", opts.SQSURL != "", e.pipelineSQS},
 		{"pipeline_redis", opts.RedisURL != "", e.pipelineRedis},
 		{"pipeline_amqp", opts.AMQPURL != "", e.pipelineAMQP},
-		// In-process (kfake): nothing to give.
+		// In-process (kfake, pstest): nothing to give.
 		{"pipeline_kafka", true, e.pipelineKafka},
+		{"pipeline_pubsub", true, e.pipelinePubSub},
 	} {
 		if !want(b.name) || !b.on {
 			continue
@@ -476,6 +499,17 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 			return out, err
 		}
 	}
+	// The relay beside its ceiling: each drains a backlog of Events fresh rows of one outbox.
+	if want("relay") && opts.NATSURL != "" {
+		if err := add(e.relay(ctx)); err != nil {
+			return out, err
+		}
+	}
+	if want("relay_ceiling") && opts.NATSURL != "" {
+		if err := add(e.relayCeiling(ctx)); err != nil {
+			return out, err
+		}
+	}
 	if want("large_inbox") {
 		rs, err := e.largeInbox(ctx)
 		for _, r := range rs {
@@ -484,6 +518,9 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 		if err != nil {
 			return out, err
 		}
+	}
+	if err := runExtra(ctx, opts, add); err != nil {
+		return out, err
 	}
 	return out, nil
 }
@@ -522,7 +559,8 @@ func (e *env) perEvent(ctx context.Context, conc int, name string) (Result, erro
 	}
 	msgs := e.messages(e.opts.Events)
 	d, err := parallel(ctx, msgs, conc, 1, func(ctx context.Context, part []idem.Message) error {
-		r, err := c.Process(ctx, part[0])
+		r := c.Process(ctx, part[0])
+		err := r.Err
 		if err == nil && r.Outcome != idem.OutcomeProcessed {
 			err = fmt.Errorf("event %s: outcome %s", part[0].EventID, r.Outcome)
 		}
@@ -685,7 +723,7 @@ func Ratios(rs []Result) []Ratio {
 	ratio("per_event/baseline", "per_event / baseline (8 workers)", pe, bl, ok1, ok4, 0.8, true)
 	// The issue holds the queue-table and JetStream pipelines to 0.8; the other brokers' are
 	// measured only.
-	for _, p := range []string{"pipeline_queue", "pipeline_jetstream", "pipeline_sqs", "pipeline_redis", "pipeline_amqp", "pipeline_kafka"} {
+	for _, p := range []string{"pipeline_queue", "pipeline_jetstream", "pipeline_sqs", "pipeline_redis", "pipeline_amqp", "pipeline_kafka", "pipeline_pubsub"} {
 		target := 0.0
 		if p == "pipeline_queue" || p == "pipeline_jetstream" {
 			target = 0.8
@@ -695,6 +733,20 @@ func Ratios(rs []Result) []Ratio {
 		pb, okB := find(p, 8, 100)
 		ratio(p+"_batched/batched", p+"(100) / batched(100) (8 workers)", pb, ba, okB, ok3, target, true)
 	}
+	rl, okR := find("relay", 1, 100)
+	rc, okRC := find("relay_ceiling", 1, 100)
+	ratio("relay/relay_ceiling", "relay / relay_ceiling (batch 100)", rl, rc, okR, okRC, 0.8, true)
+	// MySQL, side by side in the same run, each path against the same SQL without idem; no
+	// targets (0: none) yet.
+	mbl, okMB := find("mysql_baseline", 8, 0)
+	mce, okMC := find("mysql_ceiling", 8, 0)
+	mpe, okME := find("mysql_per_event", 8, 0)
+	mba, okMBa := find("mysql_batched", 8, 100)
+	msb, okMS := find("mysql_set_batch", 8, 100)
+	ratio("mysql_per_event/mysql_ceiling", "mysql_per_event / mysql_ceiling (8 workers)", mpe, mce, okME, okMC, 0, true)
+	ratio("mysql_per_event/mysql_baseline", "mysql_per_event / mysql_baseline (8 workers)", mpe, mbl, okME, okMB, 0, true)
+	ratio("mysql_batched/mysql_per_event", "mysql_batched(100) / mysql_per_event (8 workers)", mba, mpe, okMBa, okME, 0, true)
+	ratio("mysql_set_batch/mysql_per_event", "mysql_set_batch(100) / mysql_per_event (8 workers)", msb, mpe, okMS, okME, 0, true)
 	// SQLite, side by side in the same run; only the pipeline's ratio has a target (0: none).
 	sce, okC := find("sqlite_ceiling", 8, 0)
 	spe, okE := find("sqlite_per_event", 8, 0)

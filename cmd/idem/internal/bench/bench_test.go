@@ -120,6 +120,7 @@ func TestSmokeBrokers(t *testing.T) {
 		{"pipeline_redis", func(t *testing.T) Options { return Options{RedisURL: testenv.URL(t, testenv.RedisVar)} }},
 		{"pipeline_amqp", func(t *testing.T) Options { return Options{AMQPURL: testenv.AMQP(t)} }},
 		{"pipeline_kafka", func(*testing.T) Options { return Options{} }},
+		{"pipeline_pubsub", func(*testing.T) Options { return Options{} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -141,4 +142,23 @@ func TestSmokeBrokers(t *testing.T) {
 			require.Positive(t, RatioMap(Ratios(rs))[tc.name+"/per_event"])
 		})
 	}
+}
+
+// TestSmokeRelay keeps the relay cases running: both drain their backlog, and the ratio the
+// issue holds the relay to is computed.
+func TestSmokeRelay(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rs, err := Run(ctx, Options{
+		PostgresURL: testenv.Postgres(t), NATSURL: testenv.NATS(t),
+		Events: 300, Concurrency: []int{8}, Cases: []string{"relay", "relay_ceiling"}, Logf: t.Logf,
+	})
+	require.NoError(t, err)
+	require.Len(t, rs, 2)
+	for _, r := range rs {
+		require.Equal(t, 300, r.Events, "%+v", r)
+		require.Positive(t, r.EventsPerS, "%+v", r)
+	}
+	require.Positive(t, RatioMap(Ratios(rs))["relay/relay_ceiling"])
 }

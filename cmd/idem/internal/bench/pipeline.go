@@ -19,6 +19,7 @@ import (
 	"github.com/idemkit/idem/idemnats"
 	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/idemqueue"
+	"github.com/idemkit/idem/idemredact"
 )
 
 // latencies is an idem.Observer that records, for each processed event, the time from its
@@ -38,7 +39,7 @@ func (l *latencies) publishedAt(id string, t time.Time) {
 	l.mu.Unlock()
 }
 
-func (l *latencies) Observe(ev idem.Event) {
+func (l *latencies) Observe(ev idem.Observation) {
 	if ev.Outcome != idem.OutcomeProcessed {
 		return
 	}
@@ -69,8 +70,10 @@ func (e *env) pipeline(ctx context.Context, name string, workers, batch int, src
 		Handler: func(ctx context.Context, tx pgx.Tx, msg idem.Message) error {
 			return e.credit(ctx, tx, msg.EventID, walletOf(msg, e.opts.Wallets))
 		},
-		Observer: lat,
-		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Observe: idem.ObserveConfig{
+			Observer: lat,
+			Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		},
 	}
 	if batch > 1 {
 		cfg.Batch = idem.BatchConfig{Enabled: true, Size: batch}
@@ -179,7 +182,7 @@ func (e *env) pipelineQueue(ctx context.Context, workers, batch int) (Result, er
 func (e *env) pipelineJetStream(ctx context.Context, workers, batch int) (Result, error) {
 	nc, err := nats.Connect(e.opts.NATSURL)
 	if err != nil {
-		return Result{}, fmt.Errorf("pipeline_jetstream: connect to %s: %w", idem.RedactURL(e.opts.NATSURL), err)
+		return Result{}, fmt.Errorf("pipeline_jetstream: connect to %s: %w", idemredact.URL(e.opts.NATSURL), err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -192,7 +195,9 @@ func (e *env) pipelineJetStream(ctx context.Context, workers, batch int) (Result
 		return Result{}, err
 	}
 	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), stream) }()
-	src, err := idemnats.NewSource(ctx, js, idemnats.SourceConfig{Stream: stream, Durable: "bench", MaxWait: time.Second})
+	// Fetch ahead and acks without a confirmation round trip: both opt-in (see
+	// idemnats.SourceConfig), both keep the ack after the commit.
+	src, err := idemnats.NewSource(ctx, js, idemnats.SourceConfig{Stream: stream, Durable: "bench", MaxWait: time.Second, Prefetch: 16, AsyncAck: true})
 	if err != nil {
 		return Result{}, err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemnats"
+	"github.com/idemkit/idem/idemredact"
 	"github.com/idemkit/idem/idemrelay"
 )
 
@@ -65,7 +66,7 @@ type soakObserver struct {
 	count    int64
 }
 
-func (o *soakObserver) Observe(ev idem.Event) {
+func (o *soakObserver) Observe(ev idem.Observation) {
 	if ev.Outcome != idem.OutcomeProcessed {
 		return
 	}
@@ -107,7 +108,7 @@ func Soak(ctx context.Context, so SoakOptions) (SoakReport, error) {
 	defer e.close()
 	nc, err := nats.Connect(so.NATSURL)
 	if err != nil {
-		return SoakReport{}, fmt.Errorf("soak: connect to %s: %w", idem.RedactURL(so.NATSURL), err)
+		return SoakReport{}, fmt.Errorf("soak: connect to %s: %w", idemredact.URL(so.NATSURL), err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -121,7 +122,7 @@ func Soak(ctx context.Context, so SoakOptions) (SoakReport, error) {
 	}
 	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), stream) }()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	relay, err := idemrelay.New(e.store, e.store, idemnats.NewSink(js), idemrelay.Config{Logger: quiet, Topic: func(idem.Outgoing) string { return subject }})
+	relay, err := idemrelay.New(e.store, idemnats.NewSink(js), idemrelay.Config{Logger: quiet, Topic: func(idem.Outgoing) string { return subject }})
 	if err != nil {
 		return SoakReport{}, err
 	}
@@ -132,9 +133,13 @@ func Soak(ctx context.Context, so SoakOptions) (SoakReport, error) {
 	defer func() { _ = src.Close() }()
 	obs := &soakObserver{started: map[string]time.Time{}}
 	c, err := idem.NewConsumer(e.store, idem.ConsumerConfig[pgx.Tx]{
-		Name: "soak@v1", Workers: 8, Observer: obs, Logger: quiet,
+		Name: "soak@v1", Workers: 8,
 		Handler: func(ctx context.Context, tx pgx.Tx, msg idem.Message) error {
 			return e.credit(ctx, tx, msg.EventID, walletOf(msg, e.opts.Wallets))
+		},
+		Observe: idem.ObserveConfig{
+			Observer: obs,
+			Logger:   quiet,
 		},
 	})
 	if err != nil {

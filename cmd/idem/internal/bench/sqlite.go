@@ -57,8 +57,8 @@ func (l *lite) close() {
 	_ = os.RemoveAll(l.dir)
 }
 
-// credit is env.credit on SQLite.
-func (l *lite) credit(ctx context.Context, tx *sql.Tx, eventID string, wallet int) error {
+// creditSQL is env.credit on the database/sql stores (SQLite and MySQL share its SQL).
+func creditSQL(ctx context.Context, tx *sql.Tx, eventID string, wallet int) error {
 	if _, err := tx.ExecContext(ctx, `INSERT INTO ledger (event_id, wallet, amount) VALUES (?, ?, 1)`, eventID, wallet); err != nil {
 		return err
 	}
@@ -97,25 +97,36 @@ func (l *lite) creditSet(ctx context.Context, tx *sql.Tx, msgs []idem.Message) e
 }
 
 func (l *lite) consumer(name string, batch int, set bool) (*idem.Consumer[*sql.Tx], error) {
+	return idem.NewConsumer(l.store, sqlConsumerConfig(name, batch, set, l.e.opts.Wallets, creditSQL, l.creditSet))
+}
+
+// sqlConsumerConfig is the consumer of the database/sql stores' cases: credit per event, and
+// creditSet as its set handler when set.
+func sqlConsumerConfig(name string, batch int, set bool, wallets int,
+	credit func(ctx context.Context, tx *sql.Tx, eventID string, wallet int) error,
+	creditSet func(ctx context.Context, tx *sql.Tx, msgs []idem.Message) error) idem.ConsumerConfig[*sql.Tx] {
 	cfg := idem.ConsumerConfig[*sql.Tx]{
 		Name: name,
 		Handler: func(ctx context.Context, tx *sql.Tx, msg idem.Message) error {
-			return l.credit(ctx, tx, msg.EventID, walletOf(msg, l.e.opts.Wallets))
+			return credit(ctx, tx, msg.EventID, walletOf(msg, wallets))
 		},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Observe: idem.ObserveConfig{
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		},
 	}
 	if batch > 1 {
 		cfg.Batch = idem.BatchConfig{Enabled: true, Size: batch}
 	}
 	if set {
-		cfg.SetHandler = l.creditSet
+		cfg.SetHandler = creditSet
 	}
-	return idem.NewConsumer(l.store, cfg)
+	return cfg
 }
 
-func liteResult(name string, conc, batch, n int, d time.Duration) Result {
+// storeResult is result for a case on another store than PostgreSQL.
+func storeResult(store, name string, conc, batch, n int, d time.Duration) Result {
 	r := result(name, conc, batch, n, d)
-	r.Store = "sqlite"
+	r.Store = store
 	return r
 }
 
@@ -135,26 +146,45 @@ func (l *lite) ceiling(ctx context.Context, conc int) (Result, error) {
 			part[0].Tenant, part[0].EventID, fp, time.Now().UnixMicro()).Scan(&at); err != nil {
 			return err
 		}
-		if err := l.credit(ctx, tx, part[0].EventID, walletOf(part[0], l.e.opts.Wallets)); err != nil {
+		if err := creditSQL(ctx, tx, part[0].EventID, walletOf(part[0], l.e.opts.Wallets)); err != nil {
 			return err
 		}
 		return tx.Commit()
 	})
-	return liteResult("sqlite_ceiling", conc, 0, len(msgs), d), err
+	return storeResult("sqlite", "sqlite_ceiling", conc, 0, len(msgs), d), err
 }
 
-// process runs msgs through c in chunks of batch (1: Process, else ProcessBatch or ProcessSet).
-func (l *lite) process(ctx context.Context, name string, c *idem.Consumer[*sql.Tx], conc, batch int, set bool) (Result, error) {
-	n := l.e.opts.Events
+// runSQLCase runs store's per-event case (batch 1), or its batched or set-based case, through
+// a ledger@v1 consumer from newConsumer.
+func runSQLCase(ctx context.Context, e *env, store string, newConsumer func(name string, batch int, set bool) (*idem.Consumer[*sql.Tx], error),
+	conc, batch int, set bool) (Result, error) {
+	c, err := newConsumer("ledger@v1", batch, set)
+	if err != nil {
+		return Result{}, err
+	}
+	name := store + "_per_event"
+	switch {
+	case batch > 1 && set:
+		name = store + "_set_batch"
+	case batch > 1:
+		name = store + "_batched"
+	}
+	return processSQL(ctx, e, store, name, c, conc, batch, set)
+}
+
+// processSQL runs e's events through c in chunks of batch (1: Process, else ProcessBatch or
+// ProcessSet) and reports them as case name on store.
+func processSQL(ctx context.Context, e *env, store, name string, c *idem.Consumer[*sql.Tx], conc, batch int, set bool) (Result, error) {
+	n := e.opts.Events
 	if batch > 1 {
 		n = max(n, conc*batch*2)
 	}
-	msgs := l.e.messages(n)
+	msgs := e.messages(n)
 	d, err := parallel(ctx, msgs, conc, batch, func(ctx context.Context, part []idem.Message) error {
 		var rs []idem.Result
 		switch {
 		case batch <= 1:
-			r, _ := c.Process(ctx, part[0])
+			r := c.Process(ctx, part[0])
 			rs = []idem.Result{r}
 		case set:
 			rs = c.ProcessSet(ctx, part)
@@ -171,27 +201,15 @@ func (l *lite) process(ctx context.Context, name string, c *idem.Consumer[*sql.T
 	if batch <= 1 {
 		batch = 0
 	}
-	return liteResult(name, conc, batch, len(msgs), d), err
+	return storeResult(store, name, conc, batch, len(msgs), d), err
 }
 
 func (l *lite) perEvent(ctx context.Context, conc int) (Result, error) {
-	c, err := l.consumer("ledger@v1", 0, false)
-	if err != nil {
-		return Result{}, err
-	}
-	return l.process(ctx, "sqlite_per_event", c, conc, 1, false)
+	return runSQLCase(ctx, l.e, "sqlite", l.consumer, conc, 1, false)
 }
 
 func (l *lite) batched(ctx context.Context, conc, batch int, set bool) (Result, error) {
-	c, err := l.consumer("ledger@v1", batch, set)
-	if err != nil {
-		return Result{}, err
-	}
-	name := "sqlite_batched"
-	if set {
-		name = "sqlite_set_batch"
-	}
-	return l.process(ctx, name, c, conc, batch, set)
+	return runSQLCase(ctx, l.e, "sqlite", l.consumer, conc, batch, set)
 }
 
 // pipeline is pipeline_queue on SQLite: publish to the queue table, Consumer.Run with workers,
@@ -209,7 +227,7 @@ func (l *lite) pipeline(ctx context.Context, workers, batch int) (Result, error)
 		return Result{}, err
 	}
 	cfg := c.Config()
-	cfg.Workers, cfg.Observer = workers, lat
+	cfg.Workers, cfg.Observe.Observer = workers, lat
 	if c, err = idem.NewConsumer(l.store, cfg); err != nil {
 		return Result{}, err
 	}

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -18,10 +19,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
 	"github.com/idemkit/idem/idemnats"
 )
 
@@ -73,9 +75,11 @@ const outageGrace = 30 * time.Second
 
 // Options configures a chaos run. Zero fields take the defaults above (see WithDefaults).
 type Options struct {
-	// PostgresURL is the database (required). The run works in a fresh schema of its own,
-	// dropped at the end unless Keep.
-	PostgresURL string
+	// PostgresURL is the database, or MySQLDSN a MySQL 8 or MariaDB 10.6+ one (a
+	// go-sql-driver/mysql DSN); one of the two is required. The run works in a fresh schema
+	// (PostgreSQL) or database (MySQL: CREATE DATABASE and TRIGGER needed) of its own, dropped
+	// at the end unless Keep.
+	PostgresURL, MySQLDSN string
 	// Duration is how long chaos goes on (default DurationDefault); the system then drains.
 	Duration time.Duration
 	// DrainTimeout bounds the drain after the chaos (default DrainTimeoutDefault).
@@ -143,17 +147,10 @@ type Options struct {
 
 // WithDefaults returns o with zero fields set to their defaults.
 func (o Options) WithDefaults() Options {
-	if o.Duration == 0 {
-		o.Duration = DurationDefault
-	}
-	if o.DrainTimeout == 0 {
-		o.DrainTimeout = DrainTimeoutDefault
-	}
-	if o.RetryBudget == 0 {
-		o.RetryBudget = RetryBudgetDefault
-	}
-	if o.PlainInbox {
-		o.InboxBucket = 0
+	o.Duration, o.DrainTimeout = cmp.Or(o.Duration, DurationDefault), cmp.Or(o.DrainTimeout, DrainTimeoutDefault)
+	o.RetryBudget = cmp.Or(o.RetryBudget, RetryBudgetDefault)
+	if o.PlainInbox || o.MySQLDSN != "" {
+		o.InboxBucket = 0 // idemmysql has no partitioned claims table
 	} else if o.InboxBucket == 0 {
 		o.InboxBucket = InboxBucketDefault
 	}
@@ -182,18 +179,8 @@ func (o Options) WithDefaults() Options {
 	} else if o.NATSRestarts == 0 {
 		o.NATSRestarts = max(2, int(o.Duration/time.Minute))
 	}
-	if o.Rate == 0 {
-		o.Rate = RateDefault
-	}
-	if o.Consumers == 0 {
-		o.Consumers = ConsumersDefault
-	}
-	if o.Relays == 0 {
-		o.Relays = RelaysDefault
-	}
-	if o.Workers == 0 {
-		o.Workers = WorkersDefault
-	}
+	o.Rate, o.Consumers = cmp.Or(o.Rate, RateDefault), cmp.Or(o.Consumers, ConsumersDefault)
+	o.Relays, o.Workers = cmp.Or(o.Relays, RelaysDefault), cmp.Or(o.Workers, WorkersDefault)
 	if o.Duplicates == 0 && o.Transient == 0 && o.Poison == 0 {
 		o.Duplicates, o.Transient, o.Poison = DuplicatesDefault, TransientDefault, PoisonDefault
 	}
@@ -206,10 +193,17 @@ func (o Options) WithDefaults() Options {
 // Validate reports every invalid field of o (after WithDefaults), each by name.
 func (o Options) Validate() error {
 	var errs []error
-	if o.PostgresURL == "" {
-		errs = append(errs, errors.New("PostgresURL is empty"))
-	} else if _, _, err := pgTarget(o.PostgresURL); err != nil {
-		errs = append(errs, fmt.Errorf("PostgresURL: %w", err))
+	switch {
+	case (o.PostgresURL == "") == (o.MySQLDSN == ""):
+		errs = append(errs, errors.New("want one of PostgresURL and MySQLDSN"))
+	case o.PostgresURL != "":
+		if _, _, err := pgTarget(o.PostgresURL); err != nil {
+			errs = append(errs, fmt.Errorf("PostgresURL: %w", err))
+		}
+	default:
+		if _, _, err := mysqlTarget(o.MySQLDSN); err != nil {
+			errs = append(errs, fmt.Errorf("MySQLDSN: %w", err))
+		}
 	}
 	if o.Duration <= 0 {
 		errs = append(errs, fmt.Errorf("Duration is %v, want > 0", o.Duration))
@@ -302,9 +296,11 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	h := &harness{o: o, logf: logf, counters: map[string]int{}}
 	id := newRunID()
 	h.runID = id
-	h.r = Report{RunID: id, Schema: "idem_chaos_" + id[len(id)-8:], Seed: o.Seed, KillsByRole: map[string]int{}}
+	h.r = Report{RunID: id, Schema: "idem_chaos_" + id[len(id)-8:], Seed: o.Seed, KillsByRole: map[string]int{}, Store: string(payments.Postgres)}
+	if o.MySQLDSN != "" {
+		h.r.Store = string(payments.MySQL)
+	}
 	h.r.Broker, _ = brokerKind(o.BrokerURL)
-	h.t = newTables(h.r.Schema)
 	return h.run(ctx, exe)
 }
 
@@ -320,8 +316,8 @@ type harness struct {
 	o     Options
 	logf  func(string, ...any)
 	runID string
-	t     tables
-	pool  *pgxpool.Pool
+	// db is the harness's own connection to the run's database, never through the proxy.
+	db    *runDB
 	proxy *Proxy
 	nats  *natsServer
 	js    jetstream.JetStream
@@ -353,24 +349,21 @@ func (h *harness) addStat(_, counter string, n int) {
 func (h *harness) run(ctx context.Context, exe string) (Report, error) {
 	o := h.o
 	var err error
-	pcfg, err := pgxpool.ParseConfig(o.PostgresURL)
+	if o.MySQLDSN != "" {
+		h.db, err = openMySQLRun(ctx, o.MySQLDSN, h.r.Schema, h.runID)
+	} else {
+		h.db, err = openPostgresRun(ctx, o.PostgresURL, h.r.Schema, h.runID, o.InboxBucket)
+	}
 	if err != nil {
-		return h.r, fmt.Errorf("chaos: PostgresURL: %w", err)
-	}
-	pcfg.MaxConns = 4
-	if h.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
-		return h.r, fmt.Errorf("chaos: connect to PostgreSQL: %w", err)
-	}
-	defer h.pool.Close()
-	if err := setupSchema(ctx, h.pool, h.r.Schema, h.runID, o.InboxBucket); err != nil {
 		return h.r, fmt.Errorf("chaos: %w", err)
 	}
+	defer h.db.close()
 	if !o.Keep {
 		defer func() {
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
-			if err := dropSchema(dctx, h.pool, h.r.Schema); err != nil {
-				h.logf("drop schema %s: %v", h.r.Schema, err)
+			if err := h.db.drop(dctx); err != nil {
+				h.logf("drop %s: %v", h.r.Schema, err)
 			}
 		}()
 	}
@@ -405,17 +398,17 @@ func (h *harness) run(ctx context.Context, exe string) (Report, error) {
 		roleBrokerURL, _, _ = proxiedBrokerURL(o.BrokerURL, h.brokerProxy.Addr())
 	}
 
-	network, target, err := pgTarget(o.PostgresURL)
+	network, target, err := o.dbTarget()
 	if err != nil {
-		return h.r, fmt.Errorf("chaos: PostgresURL: %w", err)
+		return h.r, fmt.Errorf("chaos: %w", err)
 	}
 	if h.proxy, err = NewProxy(network, target); err != nil {
 		return h.r, err
 	}
 	defer h.proxy.Close()
-	roleURL, err := proxiedURL(o.PostgresURL, h.proxy.Addr())
+	roleURL, roleDSN, err := o.roleDatabase(h.proxy.Addr(), h.r.Schema)
 	if err != nil {
-		return h.r, fmt.Errorf("chaos: PostgresURL: %w", err)
+		return h.r, fmt.Errorf("chaos: %w", err)
 	}
 
 	runCtx, cancelRun := context.WithCancel(ctx)
@@ -423,7 +416,7 @@ func (h *harness) run(ctx context.Context, exe string) (Report, error) {
 	h.sup = newSupervisor(runCtx, exe, o.Command, o.Verbose, h.logf, h.addStat)
 	defer h.sup.killAll()
 	base := RoleArgs{
-		PostgresURL: roleURL, Schema: h.r.Schema, NATSURL: natsURL, BrokerURL: roleBrokerURL,
+		PostgresURL: roleURL, MySQLDSN: roleDSN, Schema: h.r.Schema, NATSURL: natsURL, BrokerURL: roleBrokerURL,
 		Stream: h.stream, Subject: h.subject, Durable: h.durable, RunID: h.runID, Seed: o.Seed,
 		Rate: o.Rate, Duplicates: o.Duplicates, Transient: o.Transient, Poison: o.Poison, Workers: o.Workers,
 		RetryBudget: o.RetryBudget, InboxBucket: o.InboxBucket,
@@ -486,14 +479,14 @@ func (h *harness) run(ctx context.Context, exe string) (Report, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	r := &h.r
-	if err := check(cctx, h.pool, h.t, h.runID, r); err != nil {
+	if err := check(cctx, h.db, h.runID, r); err != nil {
 		return *r, fmt.Errorf("chaos: %w", err)
 	}
 	firstSeqs := func(ctx context.Context) (map[int]uint64, error) { return streamFirstSeqs(ctx, h.js, h.stream) }
 	if h.broker != nil {
 		firstSeqs = h.broker.firstSeqs
 	}
-	if err := checkOrder(cctx, h.pool, h.t, firstSeqs, h.runID, r); err != nil {
+	if err := checkOrder(cctx, h.db.DB, firstSeqs, h.runID, r); err != nil {
 		return *r, fmt.Errorf("chaos: %w", err)
 	}
 	r.UnexpectedExits = h.sup.unexpectedExits()
@@ -659,24 +652,21 @@ func (h *harness) outage(ctx context.Context, d time.Duration) {
 	h.count(func(r *Report) { r.outages++; r.outageTime += ended.Sub(started) })
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if _, err := h.pool.Exec(rctx, h.t.sql(`INSERT INTO {outages} (started_at, ended_at, grace) VALUES ($1, $2, $3)`),
-		started, ended, h.o.RetryBudget+outageGrace); err != nil {
-		h.count(func(r *Report) {
-			r.Violations = append(r.Violations, fmt.Sprintf("record a database outage: %v", err))
-		})
+	if err := h.db.RecordOutage(rctx, started, ended, h.o.RetryBudget+outageGrace); err != nil {
+		h.count(func(r *Report) { r.Violations = append(r.Violations, err.Error()) })
 	}
 }
 
 // deadLetterLoop makes every dead-letter write fail for DeadLetterFailFor, every
-// DeadLetterFailEvery: a trigger on the dead-letter table refuses the insert (SQLSTATE 53100)
+// DeadLetterFailEvery: a trigger on the dead-letter table refuses the insert (SQLSTATE 53100;
+// error 1041 on MySQL)
 // while the switch in the faults table is on. The harness flips it over its own connection.
 func (h *harness) deadLetterLoop(ctx context.Context) {
 	rng := h.rng(4)
 	set := func(on bool) error {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		_, err := h.pool.Exec(sctx, h.t.sql(`UPDATE {faults} SET refuse_dead_letters = $1`), on)
-		return err
+		return h.db.setRefuseDeadLetters(sctx, on)
 	}
 	for sleepCtx(ctx, randIn(rng, h.o.DeadLetterFailEvery)) {
 		d := randIn(rng, h.o.DeadLetterFailFor)
@@ -786,7 +776,7 @@ func (h *harness) drain(ctx context.Context) {
 	var last string
 	for {
 		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		st, err := readDrainState(qctx, h.pool, h.t, h.runID)
+		st, err := readDrainState(qctx, h.db, h.runID)
 		var backlog int
 		if err == nil {
 			backlog, err = h.brokerBacklog(qctx)
@@ -826,6 +816,39 @@ func (h *harness) brokerBacklog(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("consumer %s info: %w", h.durable, err)
 	}
 	return int(info.NumPending) + info.NumAckPending, nil
+}
+
+// dbTarget returns where the run's database server listens: the proxy's target.
+func (o Options) dbTarget() (network, address string, err error) {
+	if o.MySQLDSN != "" {
+		network, address, err = mysqlTarget(o.MySQLDSN)
+		if err != nil {
+			return "", "", fmt.Errorf("MySQLDSN: %w", err)
+		}
+		return network, address, nil
+	}
+	network, address, err = pgTarget(o.PostgresURL)
+	if err != nil {
+		return "", "", fmt.Errorf("PostgresURL: %w", err)
+	}
+	return network, address, nil
+}
+
+// roleDatabase returns how the roles reach the run's database through the proxy at addr: a
+// PostgreSQL URL, or a MySQL DSN naming the run's database db.
+func (o Options) roleDatabase(addr, db string) (pgURL, mysqlDSN string, err error) {
+	if o.MySQLDSN != "" {
+		cfg, err := mysql.ParseDSN(o.MySQLDSN)
+		if err != nil {
+			return "", "", fmt.Errorf("MySQLDSN: %w", err)
+		}
+		return "", runDSN(cfg, addr, db), nil
+	}
+	pgURL, err = proxiedURL(o.PostgresURL, addr)
+	if err != nil {
+		return "", "", fmt.Errorf("PostgresURL: %w", err)
+	}
+	return pgURL, "", nil
 }
 
 // pgTarget returns where PostgreSQL listens: ("tcp", host:port) or ("unix", socket path).

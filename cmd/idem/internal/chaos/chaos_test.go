@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
 	"github.com/idemkit/idem/internal/testenv"
 )
 
@@ -57,7 +58,14 @@ func (w *logWriter) Write(p []byte) (int, error) {
 // happened.
 func runChaos(t *testing.T, broker string, d time.Duration, timeout time.Duration) Report {
 	t.Helper()
-	pg := testenv.Postgres(t)
+	return runChaosOn(t, Options{PostgresURL: testenv.Postgres(t), BrokerURL: broker}, d, timeout)
+}
+
+// runChaosOn is runChaos on the database and broker of db (PostgresURL or MySQLDSN, and
+// BrokerURL).
+func runChaosOn(t *testing.T, db Options, d time.Duration, timeout time.Duration) Report {
+	t.Helper()
+	broker := db.BrokerURL
 	exe := buildRoleBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -69,7 +77,8 @@ func runChaos(t *testing.T, broker string, d time.Duration, timeout time.Duratio
 		brokerFaults = [2]time.Duration{3 * time.Second, 5 * time.Second}
 	}
 	r, err := Run(ctx, Options{
-		PostgresURL:      pg,
+		PostgresURL:      db.PostgresURL,
+		MySQLDSN:         db.MySQLDSN,
 		BrokerURL:        broker,
 		BrokerFaultEvery: brokerFaults,
 		Duration:         d,
@@ -100,7 +109,9 @@ func runChaos(t *testing.T, broker string, d time.Duration, timeout time.Duratio
 		require.GreaterOrEqual(t, r.NATSRestarts, 1, "NATS restarts")
 		classes = append(classes, "sink_refusals")
 	} else {
-		require.Positive(t, r.BrokerConnsKilled, "broker connections closed")
+		// A server-side close may find none of the run's connections (the clients are still
+		// reconnecting after a cut): the fault counts as injected, the number closed may be 0.
+		require.Positive(t, r.Faults["broker_connection_kills"].Count, "broker connection kills")
 		classes = append(classes, "broker_connection_kills", "broker_stalls_and_cuts")
 	}
 	require.Greater(t, r.Events, 0)
@@ -109,7 +120,11 @@ func runChaos(t *testing.T, broker string, d time.Duration, timeout time.Duratio
 	require.Positive(t, r.TransientInjected)
 	require.Positive(t, r.Retries)
 	require.Positive(t, r.DeadLetters["invalid_payload"])
-	require.Positive(t, r.DeadLetters["key_reuse"])
+	// A key-reuse order waits until its target is applied, so a short run slowed by an outage
+	// may send none (the verdict checks each one sent).
+	if r.Poison[payments.PoisonKeyReuse] > 0 {
+		require.Positive(t, r.DeadLetters["key_reuse"], "key_reuse dead letters")
+	}
 	// The fault classes of issue 10 happened, and per-key order held.
 	for _, k := range classes {
 		require.Positive(t, r.Faults[k].Count, "fault class %s", k)
@@ -131,7 +146,22 @@ func TestChaosShort(t *testing.T) {
 	require.GreaterOrEqual(t, r.Kills, 10)
 }
 
-// TestChaosLong is the long run, by hand: IDEM_CHAOS_LONG=1 IDEM_CHAOS_DURATION=10m.
+// TestChaosShortMySQL is TestChaosShort on MariaDB (or MySQL 8, IDEM_MYSQL_URL) in a database
+// of the run's own: 20 s of chaos with the same faults (kills, database cuts and stalls
+// through the proxy, one outage past the retry budget, dead-letter writes refused by a
+// trigger, NATS restarts), then the drain and the verdict from the database.
+func TestChaosShortMySQL(t *testing.T) {
+	// Not parallel: beside TestChaosShort, two runs of a dozen processes each on a 2-core CI
+	// machine starve the producers' last sends at the drain.
+	if testing.Short() {
+		t.Skip("skipping the chaos run in -short mode")
+	}
+	r := runChaosOn(t, Options{MySQLDSN: testenv.URL(t, testenv.MySQLVar)}, 20*time.Second, 4*time.Minute)
+	require.Equal(t, "mysql", r.Store)
+}
+
+// TestChaosLong is the long run, by hand: IDEM_CHAOS_LONG=1 IDEM_CHAOS_DURATION=10m (and
+// IDEM_CHAOS_STORE=mysql for MariaDB).
 func TestChaosLong(t *testing.T) {
 	if os.Getenv("IDEM_CHAOS_LONG") != "1" {
 		t.Skip("set IDEM_CHAOS_LONG=1 (and IDEM_CHAOS_DURATION, default 10m) for the long chaos run")
@@ -142,7 +172,13 @@ func TestChaosLong(t *testing.T) {
 		d, err = time.ParseDuration(s)
 		require.NoError(t, err, "IDEM_CHAOS_DURATION")
 	}
-	runChaos(t, os.Getenv("IDEM_CHAOS_BROKER"), d, d+10*time.Minute)
+	db := Options{BrokerURL: os.Getenv("IDEM_CHAOS_BROKER")}
+	if os.Getenv("IDEM_CHAOS_STORE") == "mysql" {
+		db.MySQLDSN = testenv.URL(t, testenv.MySQLVar)
+	} else {
+		db.PostgresURL = testenv.Postgres(t)
+	}
+	runChaosOn(t, db, d, d+10*time.Minute)
 }
 
 // TestChaosShortBrokers is the CI variant on RabbitMQ and Redis: 20 s of chaos each, one after

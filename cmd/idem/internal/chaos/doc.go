@@ -1,5 +1,7 @@
 // Package chaos is idem's chaos harness: it runs the demo's payments scenario with the
-// producer, the outbox relays and the consumers as separate OS processes and, while they work,
+// producer, the outbox relays and the consumers as separate OS processes, on PostgreSQL
+// (Options.PostgresURL, a schema of the run's own) or MySQL/MariaDB (Options.MySQLDSN, a
+// database of the run's own), and, while they work,
 //
 //   - sends SIGKILL to a random one of them every KillEvery (1–3 s) and restarts it;
 //   - cuts the database connections (all dropped, new ones refused for a moment) or stalls them
@@ -21,7 +23,8 @@
 //     a dead letter says why not), but only one written during the outage or its grace
 //     (budget + 30 s, the outages table); none may be lost or applied twice.
 //   - dead_letter_write_failures: windows in which a trigger on the dead-letter table refuses
-//     every insert as a full disk would (SQLSTATE 53100). The poison messages of the window must
+//     every insert as a full disk would (SQLSTATE 53100; on MySQL a SIGNAL of error 1041, counted
+//     by AUTO_INCREMENT values a rollback keeps). The poison messages of the window must
 //     still end as exactly one dead letter each, none dropped, none looping. A consumer that
 //     pauses itself over it (ErrPaused) is started again in its process after a second, as an
 //     orchestrator would; the pauses are counted (consumer_pauses).
@@ -30,17 +33,19 @@
 //     The producer first offers each to the outbox (with CR/LF too, which no NATS header can
 //     carry), which must refuse it, then publishes it straight to the stream as a foreign
 //     producer would; each must end as exactly one invalid_payload dead letter, matched by the
-//     order index it carries (header Chaos-Order), and never be applied.
+//     order index it carries (header payments.HeaderOrder), and never be applied.
 //   - resent_occurred_at: valid events enqueued again with the same id and payload but an
 //     OccurredAt moved by 1 to 72 hours either way; each must still be applied once. The
 //     claims table is partitioned by day of OccurredAt (Options.InboxBucket; PlainInbox for the
-//     plain table), so most re-sends land in another partition than their first claim.
+//     plain table, the only one on MySQL), so most re-sends land in another partition than
+//     their first claim.
 //   - sink_refusals: the relay's broker refuses one message of a pipelined batch now and then
 //     (0.5% of pipelined messages: its PubAck fails while the rest of the batch goes on); each
 //     wallet's payments must still reach the stream in commit order.
 //
-// Then it lets the system drain and checks, from the database alone (the queries are in
-// verdict.go, to rerun by hand on a schema kept with Options.Keep): every valid event applied
+// Then it lets the system drain and checks, from the database alone (payments.Check, the
+// verdict the demo reads too, in every dialect, to rerun by hand on a schema kept with
+// Options.Keep): every valid event applied
 // exactly once, none lost, balances exact, every poison message dead-lettered once with the
 // right reason, no outbox row left unpublished, no claim without its effect and no effect
 // without its claim. From the stream (order.go) it checks per-key order: the events are keyed
@@ -48,6 +53,10 @@
 // order violation. The order in which the consumers apply a wallet's payments is reported for
 // information only: they apply concurrently, and idem orders publishes, not applications.
 // [Run] returns a [Report]; its WriteTable prints the numbers.
+//
+// The roles reach the database through a small generic layer (store.go: the scenario's SQL
+// written once, and a store as a few functions over its transaction type), so every role runs
+// the same code on either database.
 //
 // The roles run as child processes of one binary: the idem command's hidden `idem chaos-role`,
 // which calls [RoleMain]. Each child is in a process group of its own, killed when the run ends

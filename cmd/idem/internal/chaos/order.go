@@ -7,15 +7,15 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
 )
 
 // headerOrder carries the order index on every message of the scenario (originals, copies,
 // re-sends and the poison messages), so that the stream and the dead letters can be matched
 // with the orders table whatever the event id is.
-const headerOrder = "Chaos-Order"
+const headerOrder = payments.HeaderOrder
 
 // qApplyInversions: ledger rows applied after a later order of their wallet (by ledger id,
 // the commit order of the consumers' transactions). The consumers run many deliveries at
@@ -23,10 +23,10 @@ const headerOrder = "Chaos-Order"
 // relay's publishes per key, not the consumers' applications.
 const qApplyInversions = `SELECT count(*) FROM (
 		SELECT o.id, max(o.id) OVER (PARTITION BY l.wallet_id ORDER BY l.id
-			ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before
+			ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev
 		FROM {ledger} l JOIN {orders} o ON o.run_id = l.run_id AND o.event_id = l.event_id AND o.valid
-		WHERE l.run_id = $1) AS x
-	WHERE x.id < x.before`
+		WHERE l.run_id = ?) AS x
+	WHERE x.id < x.prev`
 
 // streamFirstSeqs reads the whole stream and returns, for each order index, the stream
 // sequence of the first message that carried it.
@@ -90,17 +90,17 @@ type walletOrder struct {
 }
 
 // validOrders returns the run's valid orders by index.
-func validOrders(ctx context.Context, pool *pgxpool.Pool, t tables, runID string) ([]walletOrder, error) {
-	rows, err := pool.Query(ctx, t.sql(`SELECT id, wallet_id FROM {orders} WHERE run_id = $1 AND valid ORDER BY id`), runID)
-	if err != nil {
-		return nil, fmt.Errorf("read valid orders: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (walletOrder, error) {
+func validOrders(ctx context.Context, db *payments.DB, runID string) ([]walletOrder, error) {
+	var out []walletOrder
+	err := db.Rows(ctx, `SELECT id, wallet_id FROM {orders} WHERE run_id = ? AND valid ORDER BY id`, []any{runID}, func(scan func(...any) error) error {
 		var o walletOrder
 		var id int64
-		err := r.Scan(&id, &o.wallet)
+		if err := scan(&id, &o.wallet); err != nil {
+			return err
+		}
 		o.index = int(id)
-		return o, err
+		out = append(out, o)
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read valid orders: %w", err)
@@ -134,7 +134,7 @@ func streamOrderViolations(orders []walletOrder, first map[int]uint64) int {
 // checkOrder fills r's order counts: from the stream, the valid orders that reached it after
 // a later order of their wallet (a violation each); from the ledger, the apply-order
 // inversions (information).
-func checkOrder(ctx context.Context, pool *pgxpool.Pool, t tables, firstSeqs func(context.Context) (map[int]uint64, error), runID string, r *Report) error {
+func checkOrder(ctx context.Context, db *payments.DB, firstSeqs func(context.Context) (map[int]uint64, error), runID string, r *Report) error {
 	first, err := firstSeqs(ctx)
 	if errors.Is(err, errNoReadback) {
 		r.Notes = append(r.Notes, "per-key order not checked: "+err.Error())
@@ -143,12 +143,12 @@ func checkOrder(ctx context.Context, pool *pgxpool.Pool, t tables, firstSeqs fun
 	} else if err != nil {
 		return fmt.Errorf("check run %s: %w", runID, err)
 	}
-	orders, err := validOrders(ctx, pool, t, runID)
+	orders, err := validOrders(ctx, db, runID)
 	if err != nil {
 		return fmt.Errorf("check run %s: %w", runID, err)
 	}
 	r.OrderViolations = streamOrderViolations(orders, first)
-	if err := pool.QueryRow(ctx, t.sql(qApplyInversions), runID).Scan(&r.ApplyOrderInversions); err != nil {
+	if r.ApplyOrderInversions, err = db.Count(ctx, qApplyInversions, runID); err != nil {
 		return fmt.Errorf("check run %s: count apply-order inversions: %w", runID, err)
 	}
 	if r.OrderViolations > 0 {

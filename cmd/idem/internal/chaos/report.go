@@ -16,7 +16,10 @@ import (
 // chaos counters from the harness; the delivery counters from the roles' stat lines, which a
 // SIGKILL may cut short by a line or two, so they are a lower bound.
 type Report struct {
-	RunID  string `json:"run_id"`
+	RunID string `json:"run_id"`
+	// Store is the dialect of the run's database (postgres, mysql); Schema its schema
+	// (PostgreSQL) or database (MySQL) of its own.
+	Store  string `json:"store"`
 	Schema string `json:"schema"`
 	Seed   int64  `json:"seed"`
 	// ChaosMS is how long the chaos phase ran; DrainMS how long the system took to drain after.
@@ -139,7 +142,7 @@ type FaultClass struct {
 func (r Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, f string, args ...any) { fmt.Fprintf(tw, "%s\t"+f+"\n", append([]any{k}, args...)...) }
-	row("run", "%s (seed %d, schema %s)", r.RunID, r.Seed, r.Schema)
+	row("run", "%s (seed %d, %s %s)", r.RunID, r.Seed, r.Store, r.Schema)
 	row("duration", "%.1f s of chaos, %.1f s to drain", float64(r.ChaosMS)/1000, float64(r.DrainMS)/1000)
 	row("events", "%d (%d valid, poison: %s)", r.Events, r.Valid, payments.CountText(r.Poison))
 	row("injected", "%d duplicates, %d transient failures", r.DuplicatesInjected, r.TransientInjected)
@@ -200,7 +203,7 @@ func (r *Report) buildFaults(counters map[string]int, budget, inboxBucket time.D
 				"valid_dead_lettered": r.validDeadLettered, "retries_exhausted_after_outage_info": r.exhausted},
 		},
 		"dead_letter_write_failures": {
-			Injected: "windows in which a trigger refuses every dead-letter write (SQLSTATE 53100)",
+			Injected: "windows in which a trigger refuses every dead-letter write (SQLSTATE 53100; error 1041 on MySQL)",
 			Count:    r.dlWindows,
 			Detail:   map[string]int{"refused_writes": r.dlRefused, "consumer_pauses": counters["paused_restart"]},
 			Verdict: map[string]int{"bad_poison": r.BadPoison, "poison_without_dead_letter": r.lostPoison,

@@ -26,7 +26,7 @@ const (
 )
 
 // RoleCommand is the hidden command of the idem binary that runs one role; the harness starts
-// `<Executable> chaos-role --role … --pg … …` unless Options.Command says otherwise.
+// `<Executable> chaos-role --role … --pg (or --mysql) … …` unless Options.Command says otherwise.
 const RoleCommand = "chaos-role"
 
 // statPrefix starts the lines a role writes to its stats writer: "@chaos <counter> <n>".
@@ -50,9 +50,11 @@ const (
 type RoleArgs struct {
 	// Name tells processes of one role apart in logs ("consumer-2").
 	Name string
-	// PostgresURL reaches PostgreSQL (through the harness's proxy).
-	PostgresURL string
-	// Schema holds idem's and the scenario's tables of the run.
+	// PostgresURL reaches PostgreSQL, or MySQLDSN MySQL or MariaDB (a go-sql-driver/mysql DSN
+	// naming the run's database), through the harness's proxy; one of the two is set.
+	PostgresURL, MySQLDSN string
+	// Schema holds idem's and the scenario's tables of the run (PostgreSQL; on MySQL the
+	// run's database, which MySQLDSN names, does).
 	Schema string
 	// NATSURL reaches the harness's NATS server; BrokerURL a RabbitMQ or Redis server instead
 	// (one of the two is set).
@@ -85,7 +87,7 @@ func (a RoleArgs) Flags(role string) []string {
 	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 	return []string{
 		"--role", role, "--name", a.Name,
-		"--pg", a.PostgresURL, "--schema", a.Schema,
+		"--pg", a.PostgresURL, "--mysql", a.MySQLDSN, "--schema", a.Schema,
 		"--nats", a.NATSURL, "--broker", a.BrokerURL, "--stream", a.Stream, "--subject", a.Subject, "--durable", a.Durable,
 		"--run", a.RunID, "--seed", strconv.FormatInt(a.Seed, 10), "--rate", strconv.Itoa(a.Rate),
 		"--duplicates", f(a.Duplicates), "--transient", f(a.Transient), "--poison", f(a.Poison),
@@ -111,6 +113,7 @@ func RoleMain(ctx context.Context, argv []string, stdin io.Reader, stdout, stder
 	fs.StringVar(&role, "role", "", "producer, relay or consumer")
 	fs.StringVar(&a.Name, "name", "", "process name for logs")
 	fs.StringVar(&a.PostgresURL, "pg", "", "PostgreSQL URL")
+	fs.StringVar(&a.MySQLDSN, "mysql", "", "MySQL or MariaDB DSN (instead of --pg)")
 	fs.StringVar(&a.Schema, "schema", "", "schema of the run")
 	fs.StringVar(&a.NATSURL, "nats", "", "NATS URL")
 	fs.StringVar(&a.BrokerURL, "broker", "", "RabbitMQ or Redis URL (instead of --nats)")
@@ -164,10 +167,10 @@ func RunRole(ctx context.Context, role string, a RoleArgs) error {
 	}
 	a.Logger = a.Logger.With(slog.String("role", a.Name))
 	var errs []error
-	if a.PostgresURL == "" {
-		errs = append(errs, errors.New("--pg is empty"))
+	if (a.PostgresURL == "") == (a.MySQLDSN == "") {
+		errs = append(errs, errors.New("want one of --pg and --mysql"))
 	}
-	if a.Schema == "" {
+	if a.Schema == "" && a.PostgresURL != "" {
 		errs = append(errs, errors.New("--schema is empty"))
 	}
 	if a.RunID == "" {

@@ -8,12 +8,9 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/payments"
 	"github.com/idemkit/idem/idemnats"
-	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/retry"
 )
 
@@ -33,16 +30,11 @@ func runConsumer(ctx context.Context, a RoleArgs, st *stats) error {
 	if a.Workers <= 0 {
 		a.Workers = WorkersDefault
 	}
-	pool, err := openPool(ctx, a.PostgresURL, int32(a.Workers)+2)
+	store, err := openRoleStore(ctx, a, a.Workers+2)
 	if err != nil {
 		return fmt.Errorf("chaos: consumer: %w", err)
 	}
-	defer pool.Close()
-	store, err := idempg.NewWithConfig(pool, storeConfig(a.Schema, a.InboxBucket))
-	if err != nil {
-		return fmt.Errorf("chaos: consumer: %w", err)
-	}
-	defer store.Close()
+	defer store.close()
 	open, closeBroker, err := consumerSource(a)
 	if err != nil {
 		return fmt.Errorf("chaos: consumer: %w", err)
@@ -66,14 +58,7 @@ func runConsumer(ctx context.Context, a RoleArgs, st *stats) error {
 }
 
 // consumeOnce runs the consumer until ctx ends (nil) or it pauses itself (ErrPaused).
-func consumeOnce(ctx context.Context, a RoleArgs, st *stats, store *idempg.Store, open func(context.Context) (idem.Source, error)) error {
-	t := newTables(a.Schema)
-	h := &ledgerHandler{
-		seed: a.Seed, transient: a.Transient, stats: st,
-		insertLedger: t.sql(`INSERT INTO {ledger} (run_id, event_id, wallet_id, amount_cents) VALUES ($1, $2, $3, $4)`),
-		creditWallet: t.sql(`UPDATE {wallets} SET balance_cents = balance_cents + $1 WHERE run_id = $2 AND id = $3`),
-		runID:        a.RunID,
-	}
+func consumeOnce(ctx context.Context, a RoleArgs, st *stats, store roleStore, open func(context.Context) (idem.Source, error)) error {
 	// The broker may be down (restarting) when the process starts: keep trying.
 	var (
 		src idem.Source
@@ -102,21 +87,7 @@ func consumeOnce(ctx context.Context, a RoleArgs, st *stats, store *idempg.Store
 	if w, ok := src.(idem.RedeliveryWindower); ok {
 		window = max(window, w.RedeliveryWindow())
 	}
-	consumer, err := idem.NewConsumer(store, idem.ConsumerConfig[pgx.Tx]{
-		Name:             payments.ConsumerName,
-		Handler:          h.credit,
-		Validator:        idem.ValidatorFunc(payments.Validate),
-		Retry:            consumerRetry(a.RetryBudget),
-		RedeliveryWindow: window,
-		Workers:          a.Workers,
-		ShutdownTimeout:  5 * time.Second,
-		Logger:           a.Logger,
-		Observer:         statsObserver{st},
-	})
-	if err != nil {
-		return fmt.Errorf("chaos: consumer: %w", err)
-	}
-	if err := consumer.Run(ctx, src); err != nil {
+	if err := store.consume(ctx, a, st, src, window); err != nil {
 		return fmt.Errorf("chaos: consumer: %w", err)
 	}
 	return nil
@@ -151,15 +122,16 @@ func consumerSource(a RoleArgs) (func(context.Context) (idem.Source, error), fun
 
 // ledgerHandler is ledger@v1: one ledger row and the wallet's balance, in the transaction that
 // holds the event's claim. Chosen events fail their first attempt on purpose.
-type ledgerHandler struct {
+type ledgerHandler[TX any] struct {
 	seed                       int64
 	transient                  float64
 	stats                      *stats
 	runID                      string
 	insertLedger, creditWallet string
+	exec                       func(ctx context.Context, tx TX, q string, args ...any) (int64, error)
 }
 
-func (h *ledgerHandler) credit(ctx context.Context, tx pgx.Tx, msg idem.Message) error {
+func (h *ledgerHandler[TX]) credit(ctx context.Context, tx TX, msg idem.Message) error {
 	if msg.Attempt == 1 && injectTransient(h.seed, h.transient, msg.EventID) {
 		h.stats.add("transient", 1)
 		return idem.Transient(errors.New("payment provider unavailable (injected transient failure)"))
@@ -168,18 +140,18 @@ func (h *ledgerHandler) credit(ctx context.Context, tx pgx.Tx, msg idem.Message)
 	if err := json.Unmarshal(msg.Payload, &p); err != nil || p.WalletID == nil || p.AmountCents == nil {
 		return idem.Permanent(fmt.Errorf("%w: event %s: not a payment", idem.ErrInvalidPayload, msg.EventID))
 	}
-	if _, err := tx.Exec(ctx, h.insertLedger, h.runID, msg.EventID, *p.WalletID, *p.AmountCents); err != nil {
+	if _, err := h.exec(ctx, tx, h.insertLedger, h.runID, msg.EventID, *p.WalletID, *p.AmountCents); err != nil {
 		return fmt.Errorf("insert ledger row: %w", err)
 	}
-	tag, err := tx.Exec(ctx, h.creditWallet, *p.AmountCents, h.runID, *p.WalletID)
+	n, err := h.exec(ctx, tx, h.creditWallet, *p.AmountCents, h.runID, *p.WalletID)
 	if err != nil {
 		return fmt.Errorf("credit wallet %s: %w", *p.WalletID, err)
 	}
-	return idem.ExpectRows(tag.RowsAffected(), 1)
+	return idem.ExpectRows(n, 1)
 }
 
 // statsObserver writes one counter line per settled delivery.
 type statsObserver struct{ s *stats }
 
-func (o statsObserver) Observe(ev idem.Event) { o.s.add(string(ev.Outcome), 1) }
-func (o statsObserver) Paused(string)         { o.s.add("paused", 1) }
+func (o statsObserver) Observe(ev idem.Observation) { o.s.add(string(ev.Outcome), 1) }
+func (o statsObserver) Paused(string)               { o.s.add("paused", 1) }

@@ -5,18 +5,14 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/payments"
 	"github.com/idemkit/idem/idemnats"
-	"github.com/idemkit/idem/idempg"
 )
 
 const (
@@ -32,9 +28,8 @@ const (
 // unknown included) makes it read that index again before going on.
 type producer struct {
 	a     RoleArgs
-	pool  *pgxpool.Pool
-	store *idempg.Store
-	t     tables
+	store roleStore
+	db    *payments.DB
 	plan  *payments.Planner
 	stats *stats
 	log   *slog.Logger
@@ -51,23 +46,23 @@ type producer struct {
 }
 
 func runProducer(ctx context.Context, a RoleArgs, st *stats) error {
-	pool, err := openPool(ctx, a.PostgresURL, 4)
+	// A producer restarted just before the drain may be stopped while it connects; it must
+	// still come up to send the poison identities still unsent (run's flushIdents), so its
+	// setup does not end with ctx.
+	setupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	store, err := openRoleStore(setupCtx, a, 4)
 	if err != nil {
 		return fmt.Errorf("chaos: producer: %w", err)
 	}
-	defer pool.Close()
-	store, err := idempg.NewWithConfig(pool, storeConfig(a.Schema, a.InboxBucket))
-	if err != nil {
-		return fmt.Errorf("chaos: producer: %w", err)
-	}
-	defer store.Close()
+	defer store.close()
 	publish, closeBroker, err := identPublisher(a)
 	if err != nil {
 		return fmt.Errorf("chaos: producer: %w", err)
 	}
 	defer closeBroker()
 	p := &producer{
-		a: a, pool: pool, store: store, t: newTables(a.Schema), stats: st, log: a.Logger, publishIdent: publish,
+		a: a, store: store, db: store.db(), stats: st, log: a.Logger, publishIdent: publish,
 		plan: payments.NewPlanner(a.Seed, payments.Rates{Duplicates: a.Duplicates, Poison: a.Poison, Idents: a.Poison, Resends: a.Duplicates}),
 	}
 	if a.Rate <= 0 {
@@ -77,6 +72,7 @@ func runProducer(ctx context.Context, a RoleArgs, st *stats) error {
 }
 
 func (p *producer) run(ctx context.Context) error {
+	defer p.flushIdents(ctx)
 	failures := 0
 	for !p.resync(ctx) {
 		failures++
@@ -90,11 +86,6 @@ func (p *producer) run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			// Stopped for the drain: publish the poison identities committed last, or no one
-			// ever will.
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			p.sendIdents(fctx)
-			cancel()
 			return nil
 		case <-t.C:
 		}
@@ -126,6 +117,27 @@ func (p *producer) run(ctx context.Context) error {
 	}
 }
 
+// flushIdents runs when the producer is stopped for the drain: it publishes the poison
+// identities committed but not sent, or no one ever will. It reads them back from the database
+// first, since a producer restarted during an outage may be stopped before it could.
+func (p *producer) flushIdents(ctx context.Context) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 8*time.Second)
+	defer cancel()
+	for failures := 1; !p.resync(fctx); failures++ {
+		if !sleepCtx(fctx, backoff(failures)) {
+			return
+		}
+	}
+	// A send stops at its first failure (the run may have just cut the broker connection);
+	// there is no next tick now, so try again until all are sent or the grace is spent.
+	for failures := 1; ; failures++ {
+		p.sendIdents(fctx)
+		if len(p.unsent) == 0 || !sleepCtx(fctx, backoff(failures)) {
+			return
+		}
+	}
+}
+
 // backoff is a capped exponential delay for the n-th failure in a row.
 func backoff(n int) time.Duration {
 	return min(50*time.Millisecond<<min(n, 6), 2*time.Second)
@@ -136,52 +148,51 @@ func backoff(n int) time.Duration {
 func (p *producer) resync(ctx context.Context) bool {
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	var next int
-	if err := p.pool.QueryRow(rctx, p.t.sql(`SELECT COALESCE(max(id) + 1, 0) FROM {orders} WHERE run_id = $1`), p.a.RunID).Scan(&next); err != nil {
+	next, err := p.db.Count(rctx, `SELECT COALESCE(max(id) + 1, 0) FROM {orders} WHERE run_id = ?`, p.a.RunID)
+	if err != nil {
 		p.log.LogAttrs(ctx, slog.LevelWarn, "chaos: producer: read progress", slog.String("error", err.Error()))
 		return false
 	}
-	var want []int64
+	var want []any
 	for i := range next {
 		if p.plan.At(i).Poison == payments.PoisonKeyReuse {
-			want = append(want, int64(i))
+			want = append(want, i)
 		}
 	}
 	written := map[int]bool{}
 	if len(want) > 0 {
-		rows, err := p.pool.Query(rctx, p.t.sql(`SELECT id FROM {orders} WHERE run_id = $1 AND id = ANY($2)`), p.a.RunID, want)
+		err := p.db.Rows(rctx, `SELECT id FROM {orders} WHERE run_id = ? AND id IN (`+payments.Placeholders(len(want))+`)`,
+			append([]any{p.a.RunID}, want...), func(scan func(...any) error) error {
+				var id int64
+				if err := scan(&id); err != nil {
+					return err
+				}
+				written[int(id)] = true
+				return nil
+			})
 		if err != nil {
 			p.log.LogAttrs(ctx, slog.LevelWarn, "chaos: producer: read key-reuse orders", slog.String("error", err.Error()))
 			return false
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
-			p.log.LogAttrs(ctx, slog.LevelWarn, "chaos: producer: read key-reuse orders", slog.String("error", err.Error()))
-			return false
-		}
-		for _, id := range ids {
-			written[int(id)] = true
 		}
 	}
 	p.next, p.reuse = next, p.reuse[:0]
 	for _, i := range want {
-		if !written[int(i)] {
-			p.reuse = append(p.reuse, int(i))
+		if !written[i.(int)] {
+			p.reuse = append(p.reuse, i.(int))
 		}
 	}
-	rows, err := p.pool.Query(rctx, p.t.sql(`SELECT id FROM {orders} WHERE run_id = $1 AND NOT sent ORDER BY id`), p.a.RunID)
-	if err != nil {
-		p.log.LogAttrs(ctx, slog.LevelWarn, "chaos: producer: read unsent poison identities", slog.String("error", err.Error()))
-		return false
-	}
-	unsent, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		p.log.LogAttrs(ctx, slog.LevelWarn, "chaos: producer: read unsent poison identities", slog.String("error", err.Error()))
-		return false
-	}
 	p.unsent = p.unsent[:0]
-	for _, i := range unsent {
-		p.unsent = append(p.unsent, int(i))
+	err = p.db.Rows(rctx, `SELECT id FROM {orders} WHERE run_id = ? AND NOT sent ORDER BY id`, []any{p.a.RunID}, func(scan func(...any) error) error {
+		var id int64
+		if err := scan(&id); err != nil {
+			return err
+		}
+		p.unsent = append(p.unsent, int(id))
+		return nil
+	})
+	if err != nil {
+		p.log.LogAttrs(ctx, slog.LevelWarn, "chaos: producer: read unsent poison identities", slog.String("error", err.Error()))
+		return false
 	}
 	return true
 }
@@ -198,7 +209,7 @@ func (p *producer) sendIdents(ctx context.Context) {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := p.publishIdent(pctx, id, tenant, i, o.Payload())
 		if err == nil {
-			_, err = p.pool.Exec(pctx, p.t.sql(`UPDATE {orders} SET sent = true WHERE run_id = $1 AND id = $2`), p.a.RunID, i)
+			_, err = p.db.Exec(pctx, `UPDATE {orders} SET sent = true WHERE run_id = ? AND id = ?`, p.a.RunID, i)
 		}
 		cancel()
 		if err != nil {
@@ -261,7 +272,7 @@ func (p *producer) write(ctx context.Context, n int) error {
 	var pending []int
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	err := pgx.BeginFunc(wctx, p.pool, func(tx pgx.Tx) error {
+	err := p.store.write(wctx, func(wctx context.Context, tx writeTx) error {
 		ready, rest, err := p.readyReuse(wctx, tx, reuse)
 		if err != nil {
 			return err
@@ -288,19 +299,17 @@ func (p *producer) write(ctx context.Context, n int) error {
 }
 
 // readyReuse splits the key-reuse orders into those whose target has its ledger row and the rest.
-func (p *producer) readyReuse(ctx context.Context, tx pgx.Tx, reuse []int) (ready, rest []int, err error) {
+func (p *producer) readyReuse(ctx context.Context, tx writeTx, reuse []int) (ready, rest []int, err error) {
 	if len(reuse) == 0 {
 		return nil, nil, nil
 	}
 	ids := make([]string, len(reuse))
+	args := []any{p.a.RunID}
 	for k, i := range reuse {
 		ids[k] = p.plan.At(i).EventID(p.a.RunID)
+		args = append(args, ids[k])
 	}
-	rows, err := tx.Query(ctx, p.t.sql(`SELECT DISTINCT event_id FROM {ledger} WHERE run_id = $1 AND event_id = ANY($2)`), p.a.RunID, ids)
-	if err != nil {
-		return nil, nil, fmt.Errorf("look up applied targets: %w", err)
-	}
-	applied, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	applied, err := tx.strings(ctx, `SELECT DISTINCT event_id FROM {ledger} WHERE run_id = ? AND event_id IN (`+payments.Placeholders(len(ids))+`)`, args...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("look up applied targets: %w", err)
 	}
@@ -319,20 +328,13 @@ func (p *producer) readyReuse(ctx context.Context, tx pgx.Tx, reuse []int) (read
 }
 
 // insert writes the order rows of idxs and enqueues their events.
-func (p *producer) insert(ctx context.Context, tx pgx.Tx, idxs []int) error {
+func (p *producer) insert(ctx context.Context, tx writeTx, idxs []int) error {
 	now := time.Now()
-	var b strings.Builder
-	b.WriteString(p.t.sql(`INSERT INTO {orders} (id, run_id, event_id, wallet_id, amount_cents, valid, poison, sent, edge_accepted) VALUES `))
 	args := make([]any, 0, 9*len(idxs))
 	outs := make([]idem.Outgoing, 0, len(idxs)+len(idxs)/8)
-	for k, i := range idxs {
+	for _, i := range idxs {
 		o := p.plan.At(i)
 		id := o.EventID(p.a.RunID)
-		if k > 0 {
-			b.WriteString(", ")
-		}
-		n := len(args)
-		fmt.Fprintf(&b, "($%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d)", n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8, n+9)
 		if payments.IsIdent(o.Poison) {
 			accepted, err := p.edgeAccepts(ctx, tx, o)
 			if err != nil {
@@ -373,19 +375,20 @@ func (p *producer) insert(ctx context.Context, tx pgx.Tx, idxs []int) error {
 			outs = append(outs, out)
 		}
 	}
-	if _, err := tx.Exec(ctx, b.String(), args...); err != nil {
+	q := payments.InsertValues("{orders}", []string{"id", "run_id", "event_id", "wallet_id", "amount_cents", "valid", "poison", "sent", "edge_accepted"}, len(idxs))
+	if err := tx.exec(ctx, q, args...); err != nil {
 		return fmt.Errorf("insert orders: %w", err)
 	}
 	if len(outs) == 0 {
 		return nil
 	}
-	return p.store.EnqueueTx(ctx, tx, outs...)
+	return tx.enqueue(ctx, outs...)
 }
 
 // edgeAccepts offers o's poison identity to the outbox, in a savepoint always rolled back, and
 // reports whether the outbox took it (it must not: identities are checked at the edge). For
 // id_control it also offers the id with a CR/LF in it, which no NATS header can carry.
-func (p *producer) edgeAccepts(ctx context.Context, tx pgx.Tx, o payments.Order) (bool, error) {
+func (p *producer) edgeAccepts(ctx context.Context, tx writeTx, o payments.Order) (bool, error) {
 	id, tenant := o.Identity(p.a.RunID, p.a.Seed)
 	ids := []string{id}
 	if o.Poison == payments.IdentControl {
@@ -393,19 +396,13 @@ func (p *producer) edgeAccepts(ctx context.Context, tx pgx.Tx, o payments.Order)
 	}
 	accepted := false
 	for _, id := range ids {
-		sp, err := tx.Begin(ctx)
-		if err != nil {
-			return false, fmt.Errorf("savepoint for the outbox edge check: %w", err)
-		}
-		err = p.store.EnqueueTx(ctx, sp, idem.Outgoing{
+		ok, err := tx.offer(ctx, idem.Outgoing{
 			EventID: id, Tenant: tenant, Topic: p.a.Subject, Key: payments.WalletID(o.Wallet), Type: payments.EventType, Payload: o.Payload(),
 		})
-		if err == nil {
-			accepted = true
+		if err != nil {
+			return false, err
 		}
-		if rerr := sp.Rollback(ctx); rerr != nil {
-			return false, fmt.Errorf("roll back the outbox edge check: %w", rerr)
-		}
+		accepted = accepted || ok
 	}
 	return accepted, nil
 }

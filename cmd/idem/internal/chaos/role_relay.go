@@ -13,7 +13,6 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemnats"
-	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/idemrelay"
 	"github.com/idemkit/idem/retry"
 )
@@ -25,22 +24,17 @@ var relayRetry = retry.Policy{MaxAttempts: 100000, MaxElapsed: 6 * time.Hour, Ba
 // runRelay publishes the run's outbox to JetStream until ctx ends. A killed relay leaves its
 // leases behind; they expire after LeaseTTL and another relay (or its restart) takes over.
 func runRelay(ctx context.Context, a RoleArgs, st *stats) error {
-	pool, err := openPool(ctx, a.PostgresURL, 4)
+	store, err := openRoleStore(ctx, a, 4)
 	if err != nil {
 		return fmt.Errorf("chaos: relay: %w", err)
 	}
-	defer pool.Close()
-	store, err := idempg.NewWithConfig(pool, storeConfig(a.Schema, a.InboxBucket))
-	if err != nil {
-		return fmt.Errorf("chaos: relay: %w", err)
-	}
-	defer store.Close()
+	defer store.close()
 	sink, closeSink, err := relaySink(ctx, a, st)
 	if err != nil {
 		return fmt.Errorf("chaos: relay: %w", err)
 	}
 	defer closeSink()
-	relay, err := idemrelay.New(store, store, sink, idemrelay.Config{
+	relay, err := store.newRelay(sink, idemrelay.Config{
 		BatchSize:    100,
 		PollInterval: 200 * time.Millisecond,
 		LeaseTTL:     3 * time.Second,

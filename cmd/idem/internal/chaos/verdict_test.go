@@ -4,25 +4,27 @@ import (
 	"context"
 	"testing"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/payments"
 	"github.com/idemkit/idem/cmd/idem/internal/testdb"
+	"github.com/idemkit/idem/idemmysql"
+	"github.com/idemkit/idem/internal/testenv"
 )
 
 // cleanRun writes, in a fresh schema, what a correct run of four orders leaves behind: a
 // valid order (applied once, its event enqueued twice), an invalid-JSON and a missing-field
 // order (each dead-lettered as invalid_payload), and a key-reuse order of the valid one's id
-// (dead-lettered as key_reuse). It returns the schema's tables.
-func cleanRun(t *testing.T, runID string) tables {
+// (dead-lettered as key_reuse). It returns the run's database, a schema on PostgreSQL.
+func cleanRun(t *testing.T, runID string) *runDB {
 	t.Helper()
 	ctx := context.Background()
-	pool := testdb.Pool(t)
-	schema := testdb.Name("idem_chaos_test_")
-	require.NoError(t, setupSchema(ctx, pool, schema, runID, 0))
-	t.Cleanup(func() { _ = dropSchema(context.Background(), pool, schema) })
-	tb := newTables(schema)
+	tb, err := openPostgresRun(ctx, testenv.Postgres(t), testdb.Name("idem_chaos_test_"), runID, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { tb.dropAndClose(context.Background()) })
 	for _, q := range []string{
 		`INSERT INTO {orders} (id, run_id, event_id, wallet_id, amount_cents, valid, poison) VALUES
 			(0, 'r', 'r-0', 'w000', 100, true, ''),
@@ -44,8 +46,7 @@ func cleanRun(t *testing.T, runID string) tables {
 			(0, 'r-2', 't', '{}', now(), now(), now()),
 			(0, 'r-0', 't', '{"Idem-Broker-Msg-Id": "r-0/reuse-3"}', now(), now(), now())`,
 	} {
-		_, err := pool.Exec(ctx, tb.sql(q))
-		require.NoError(t, err, q)
+		require.NoError(t, tb.exec(ctx, q), q)
 	}
 	return tb
 }
@@ -56,7 +57,7 @@ func TestCheck(t *testing.T) {
 		t.Parallel()
 		tb := cleanRun(t, "r")
 		var r Report
-		require.NoError(t, check(context.Background(), testdb.Pool(t), tb, "r", &r))
+		require.NoError(t, check(context.Background(), tb, "r", &r))
 		require.Empty(t, r.Violations)
 		require.True(t, r.OK)
 		require.Equal(t, 4, r.Events)
@@ -111,13 +112,11 @@ func TestCheck(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tb := cleanRun(t, "r")
-			pool := testdb.Pool(t)
 			for _, q := range tc.plant {
-				_, err := pool.Exec(context.Background(), tb.sql(q))
-				require.NoError(t, err, q)
+				require.NoError(t, tb.exec(context.Background(), q), q)
 			}
 			var r Report
-			require.NoError(t, check(context.Background(), pool, tb, "r", &r))
+			require.NoError(t, check(context.Background(), tb, "r", &r))
 			require.Equal(t, 1, tc.field(r))
 			require.False(t, r.OK)
 			require.Len(t, r.Violations, tc.violations, "%q", r.Violations)
@@ -132,7 +131,7 @@ func TestCheckFaultClasses(t *testing.T) {
 	const (
 		identOrder = `INSERT INTO {orders} (id, run_id, event_id, wallet_id, amount_cents, valid, poison) VALUES (5, 'r', 'r-5', 'w005', 10, false, 'id_nul')`
 		identDL    = `INSERT INTO {dead_letters} (consumer, event_id, headers, fingerprint, reason, first_failed_at, last_failed_at)
-			VALUES ('ledger@v1', 'sha256:0123', '{"Chaos-Order": "5"}', decode(repeat('04', 32), 'hex'), 'invalid_payload', now(), now())`
+			VALUES ('ledger@v1', 'sha256:0123', '{"Scenario-Order": "5"}', decode(repeat('04', 32), 'hex'), 'invalid_payload', now(), now())`
 		validOrder  = `INSERT INTO {orders} (id, run_id, event_id, wallet_id, amount_cents, valid) VALUES (4, 'r', 'r-4', 'w004', 5, true)`
 		exhaustedDL = `INSERT INTO {dead_letters} (consumer, event_id, fingerprint, reason, first_failed_at, last_failed_at)
 			VALUES ('ledger@v1', 'r-4', decode(repeat('05', 32), 'hex'), 'retries_exhausted', now(), now())`
@@ -153,7 +152,7 @@ func TestCheckFaultClasses(t *testing.T) {
 			[]string{identOrder}, func(r Report) int { return r.badIdents }, 1, 1},
 		{"a poison identity dead-lettered twice",
 			[]string{identOrder, identDL, `INSERT INTO {dead_letters} (consumer, event_id, headers, fingerprint, reason, first_failed_at, last_failed_at)
-				VALUES ('ledger@v1', '', '{"Chaos-Order": "5"}', decode(repeat('06', 32), 'hex'), 'invalid_payload', now(), now())`},
+				VALUES ('ledger@v1', '', '{"Scenario-Order": "5"}', decode(repeat('06', 32), 'hex'), 'invalid_payload', now(), now())`},
 			func(r Report) int { return r.badIdents }, 1, 1},
 		{"a poison identity the outbox accepted",
 			[]string{identOrder, identDL, `UPDATE {orders} SET edge_accepted = true WHERE id = 5`},
@@ -174,13 +173,11 @@ func TestCheckFaultClasses(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tb := cleanRun(t, "r")
-			pool := testdb.Pool(t)
 			for _, q := range tc.plant {
-				_, err := pool.Exec(context.Background(), tb.sql(q))
-				require.NoError(t, err, q)
+				require.NoError(t, tb.exec(context.Background(), q), q)
 			}
 			var r Report
-			require.NoError(t, check(context.Background(), pool, tb, "r", &r))
+			require.NoError(t, check(context.Background(), tb, "r", &r))
 			require.Equal(t, tc.want, tc.field(r))
 			require.Len(t, r.Violations, tc.violations, "%q", r.Violations)
 			require.Equal(t, tc.violations == 0, r.OK)
@@ -192,22 +189,54 @@ func TestCheckFaultClasses(t *testing.T) {
 // with a transient SQLSTATE and counts it; off, writes go through.
 func TestDeadLetterRefusal(t *testing.T) {
 	t.Parallel()
-	tb := cleanRun(t, "r")
-	pool := testdb.Pool(t)
 	ctx := context.Background()
-	insert := tb.sql(`INSERT INTO {dead_letters} (consumer, event_id, fingerprint, reason, first_failed_at, last_failed_at)
-		VALUES ('ledger@v1', $1, decode(repeat('07', 32), 'hex'), 'invalid_payload', now(), now())`)
-	_, err := pool.Exec(ctx, tb.sql(`UPDATE {faults} SET refuse_dead_letters = true`))
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, insert, "x-1")
-	var pgErr *pgconn.PgError
-	require.ErrorAs(t, err, &pgErr)
-	require.Equal(t, "53100", pgErr.Code)
-	var refused int
-	require.NoError(t, pool.QueryRow(ctx, tb.sql(qDeadLettersRefused)).Scan(&refused))
-	require.Equal(t, 1, refused)
-	_, err = pool.Exec(ctx, tb.sql(`UPDATE {faults} SET refuse_dead_letters = false`))
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, insert, "x-2")
-	require.NoError(t, err)
+	for _, tc := range []struct {
+		name   string
+		open   func(t *testing.T) *runDB
+		insert string
+		code   func(t *testing.T, err error)
+	}{
+		{"postgres", func(t *testing.T) *runDB { return cleanRun(t, "r") },
+			`INSERT INTO {dead_letters} (consumer, event_id, fingerprint, reason, first_failed_at, last_failed_at)
+				VALUES ('ledger@v1', ?, decode(repeat('07', 32), 'hex'), 'invalid_payload', now(), now())`,
+			func(t *testing.T, err error) {
+				var pgErr *pgconn.PgError
+				require.ErrorAs(t, err, &pgErr)
+				require.Equal(t, "53100", pgErr.Code)
+			}},
+		{"mysql", func(t *testing.T) *runDB {
+			r, err := openMySQLRun(ctx, testenv.URL(t, testenv.MySQLVar), testdb.Name("idem_chaos_test_"), "r")
+			require.NoError(t, err)
+			t.Cleanup(func() { r.dropAndClose(context.Background()) })
+			return r
+		},
+			`INSERT INTO {dead_letters} (consumer, tenant, event_id, type, headers, fingerprint, key_hash, reason, error,
+				first_failed_at, last_failed_at, source) VALUES ('ledger@v1', '', ?, '', '{}', UNHEX(REPEAT('07', 32)),
+				UNHEX(SHA2(?, 256)), 'invalid_payload', '', 1, 1, '')`,
+			func(t *testing.T, err error) {
+				var myErr *mysql.MySQLError
+				require.ErrorAs(t, err, &myErr)
+				require.EqualValues(t, 1041, myErr.Number)
+				require.Equal(t, idem.ClassTransient, (&idemmysql.Store{}).ClassifyError(err))
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tb := tc.open(t)
+			args := func(id string) []any {
+				if tc.name == "mysql" {
+					return []any{id, id}
+				}
+				return []any{id}
+			}
+			require.NoError(t, tb.setRefuseDeadLetters(ctx, true))
+			tc.code(t, tb.exec(ctx, tc.insert, args("x-1")...))
+			tc.code(t, tb.exec(ctx, tc.insert, args("x-2")...))
+			refused, err := tb.refused(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 2, refused, "the count survives the rollback")
+			require.NoError(t, tb.setRefuseDeadLetters(ctx, false))
+			require.NoError(t, tb.exec(ctx, tc.insert, args("x-3")...))
+		})
+	}
 }

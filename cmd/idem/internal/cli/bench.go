@@ -19,6 +19,7 @@ func newBenchCmd(e *env) *cobra.Command {
 		store, natsURL, cases string
 		sqsURL                string
 		redisURL, amqpURL     string
+		mysqlURL              string
 		asJSON, soak          bool
 		events, rate          int
 		conc, batches         []int
@@ -28,17 +29,34 @@ func newBenchCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure idem against the database's ceilings (PostgreSQL)",
-		Long: `bench runs, side by side against the same PostgreSQL database: baseline (the business
-effect without idem), ceiling (the claim and effect SQL alone), per_event, batched (batch sizes
-10, 100, 500), set_batch (the same sizes, one multi-row effect per batch), pipeline_queue, pipeline_jetstream, pipeline_sqs and pipeline_kafka (publish → consume → commit → ack;
-Kafka on an in-process kfake cluster),
-on request pipeline_redis (with --redis) and pipeline_amqp (with --amqp),
-outbox_e2e (producer commit to consumer commit at a fixed offered rate), memory, and on request
-large_inbox (10 million existing claims) and the SQLite cases, in a temporary database file
-beside it: sqlite_ceiling, sqlite_per_event, sqlite_batched, sqlite_set_batch, sqlite_pipeline. It prints a table and the ratios against idem's
-targets, or with --json one object per case ("cases"), the ratios by name ("ratios", such as
-"set_batch/per_event") and the targets they are held to ("targets"). --soak runs the soak instead: the outbox →
-JetStream → consumer path at a steady rate for --duration.`,
+		Long: `bench runs its cases side by side against the same PostgreSQL database. By default:
+baseline, ceiling, per_event, batched, set_batch, the pipelines but Redis and RabbitMQ's,
+outbox_e2e and memory; --cases names others.
+
+  baseline, ceiling        the business effect without idem; the claim and effect SQL alone
+  per_event, batched       idem's consumer, one event or a batch (10, 100, 500) per transaction
+  set_batch, set_ceiling   one multi-row effect per batch, and the same SQL without idem
+  pipeline_queue, pipeline_jetstream, pipeline_sqs, pipeline_kafka, pipeline_pubsub
+                           publish → consume → commit → ack (Kafka, Pub/Sub and SQS on the
+                           in-process kfake and pstest servers and moto); on request
+                           pipeline_redis (--redis) and pipeline_amqp (--amqp)
+  outbox_e2e               producer commit to consumer commit at a fixed offered rate
+  relay, relay_ceiling     the relay draining an outbox backlog to JetStream, and the same
+                           fetch-publish-mark loop in plain SQL
+  memory                   allocations and heap per event
+  idem_queue_noop, idem_queue_effect
+                           a pre-filled queue table drained per event, batched and set-based
+                           (idem's side of riverbench's comparison with River)
+  large_inbox              10 million existing claims
+  sqlite_ceiling, sqlite_per_event, sqlite_batched, sqlite_set_batch, sqlite_pipeline
+                           in a temporary database file
+  mysql_baseline, mysql_ceiling, mysql_per_event, mysql_batched, mysql_set_batch
+                           with --mysql, in a database of their own on that server
+
+It prints a table and the ratios against idem's targets, or with --json one object per case
+("cases"), the ratios by name ("ratios", such as "set_batch/per_event") and the targets they are
+held to ("targets"). --soak runs the soak instead: the outbox → JetStream → consumer path at a
+steady rate for --duration.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			su, err := connect.ParseStore(e.resolveStore(store))
@@ -72,8 +90,21 @@ JetStream → consumer path at a steady rate for --duration.`,
 				}
 				return nil
 			}
-			opts := bench.Options{PostgresURL: su.URL, NATSURL: natsURL, SQSURL: sqsURL, RedisURL: redisURL, AMQPURL: amqpURL, Events: events, Concurrency: conc, BatchSizes: batches,
-				LargeInboxClaims: claims, OfferedRate: rate, Logf: logf}
+			var mysqlDSN string
+			if mysqlURL != "" {
+				mu, err := connect.ParseStore(mysqlURL)
+				if err != nil {
+					return usageError{fmt.Errorf("--mysql: %w", err)}
+				}
+				if mu.Kind != connect.KindMySQL {
+					return usagef("--mysql must be mysql://USER@HOST:PORT/DB, not %s", mu)
+				}
+				mysqlDSN = mu.DSN
+			}
+			opts := bench.Options{PostgresURL: su.URL, MySQLDSN: mysqlDSN, NATSURL: natsURL, SQSURL: sqsURL, RedisURL: redisURL, AMQPURL: amqpURL, Events: events, Concurrency: conc, BatchSizes: batches,
+				LargeInboxClaims: claims, OfferedRate: rate, Logf: logf,
+				// The queue-table drain cases, idem's side of riverbench's comparison with River.
+				Extra: bench.QueueDrainCases()}
 			if cases != "" {
 				opts.Cases = strings.Split(cases, ",")
 			}
@@ -96,8 +127,9 @@ JetStream → consumer path at a steady rate for --duration.`,
 	fl.StringVar(&natsURL, "nats", "", "NATS URL for the JetStream cases (nats://HOST:PORT); they are skipped without it")
 	fl.StringVar(&sqsURL, "sqs", "", "SQS broker URL for the SQS pipeline case (sqs://HOST:PORT?region=REGION, as --broker takes); it is skipped without it")
 	fl.StringVar(&amqpURL, "amqp", "", "RabbitMQ URL for the pipeline case pipeline_amqp (amqp://USER:PASSWORD@HOST:PORT/VHOST); it is skipped without it")
+	fl.StringVar(&mysqlURL, "mysql", "", "MySQL or MariaDB URL for the mysql_* cases (mysql://USER@HOST:PORT/DB; the run creates and drops a database of its own); they are skipped without it")
 	fl.StringVar(&redisURL, "redis", "", "Redis URL for the Redis Streams pipeline case pipeline_redis (redis://HOST:PORT); it is skipped without it")
-	fl.StringVar(&cases, "cases", "", "comma-separated cases (default all but large_inbox)")
+	fl.StringVar(&cases, "cases", "", "comma-separated cases (default: see above)")
 	fl.IntVar(&events, "events", 2000, "events per case and setting")
 	fl.IntSliceVar(&conc, "concurrency", []int{1, 4, 8, 16}, "worker counts")
 	fl.IntSliceVar(&batches, "batch", []int{10, 100, 500}, "batch sizes of the batched case")
@@ -124,7 +156,7 @@ func newChaosCmd(e *env) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "chaos",
-		Short: "Break things on purpose and check exactly-once from the database (PostgreSQL + embedded NATS)",
+		Short: "Break things on purpose and check exactly-once from the database (PostgreSQL or MySQL + embedded NATS, or SQLite)",
 		Long: `chaos runs the payments scenario with the producer, the relay and the consumers as separate
 processes, SIGKILLs a random one every 1–3 s and restarts it, cuts or stalls the database
 connections through a proxy it controls, restarts the NATS server it owns, and keeps producing
@@ -143,17 +175,40 @@ of the run's own, reached through a proxy of the harness), and every 5–10 s th
 are cut with new ones refused for a moment (a restart, as the run sees it), closed from the
 server's side (rabbitmqctl close_connection, CLIENT KILL ID) or stalled (as DEBUG SLEEP would);
 never anyone else's, so a shared server is safe. The broker refusing a pipelined message is NATS
-only, and per-key order is not read back from a RabbitMQ queue.`,
+only, and per-key order is not read back from a RabbitMQ queue.
+
+With --store mysql://… the run works in a database of its own on a MySQL 8 or MariaDB server
+(the user needs CREATE, DROP and TRIGGER), with the same faults: its connections are cut and
+stalled through the proxy, and a trigger refuses dead-letter writes with error 1041.
+
+With --store sqlite://PATH (a file that must not exist yet; the run leaves it behind) it runs the
+embedded default's crash scenario instead: a producer (an order and its outbox row per
+transaction, 100/s offered), the relay and a consumer (4 workers, handlers that hold their
+transaction 2 ms, 2,000 jobs queued before the start) as three processes of this binary on that
+one file, SIGKILLs a random one every 1–3 s and restarts it, for --duration; then it stops the
+producer, lets the outbox and the queue drain (--drain-timeout), and checks from the file: no
+event applied twice, none lost, nothing pending, no claim without its effect, no dead letter,
+PRAGMA integrity_check ok. It prints each process's progress per second (from the file's own
+timestamps), its kills and the errors it saw (SQLITE_BUSY counted apart), and exits 1 on a broken
+guarantee. --seed, --json apply; the other flags are for PostgreSQL and MySQL.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			su, err := connect.ParseStore(e.resolveStore(store))
 			if err != nil {
 				return usageError{err}
 			}
-			if su.Kind != connect.KindPostgres {
-				return usagef("chaos runs on PostgreSQL: --store must be postgres://…, not %s", su)
+			switch su.Kind {
+			case connect.KindSQLite:
+				return runSQLiteChaos(cmd.Context(), e, sqliteChaos{path: su.Path, duration: opts.Duration,
+					drainTimeout: opts.DrainTimeout, seed: opts.Seed, asJSON: asJSON})
+			case connect.KindPostgres:
+				opts.PostgresURL = su.URL
+			case connect.KindMySQL:
+				opts.MySQLDSN = su.DSN
+			default:
+				return usagef("chaos runs on PostgreSQL, MySQL or SQLite: --store must be postgres://…, mysql://… or sqlite://…, not %s", su)
 			}
-			opts.PostgresURL, opts.Rate, opts.Consumers, opts.Keep, opts.Verbose = su.URL, rate, consumers, keep, verbose
+			opts.Rate, opts.Consumers, opts.Keep, opts.Verbose = rate, consumers, keep, verbose
 			if !asJSON {
 				opts.Out = e.stderr
 			}
@@ -165,18 +220,7 @@ only, and per-key order is not read back from a RabbitMQ queue.`,
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				err = writeJSON(e.stdout, rep)
-			} else {
-				err = rep.WriteTable(e.stdout)
-			}
-			if err != nil {
-				return err
-			}
-			if !rep.OK {
-				return exitError{code: ExitFailure, err: fmt.Errorf("chaos: %d violations: %s", len(rep.Violations), strings.Join(rep.Violations, "; "))}
-			}
-			return nil
+			return writeChaosReport(e, asJSON, rep, rep.OK, rep.Violations)
 		},
 	}
 	fl := cmd.Flags()

@@ -138,6 +138,7 @@ Exit status: 0 ok, 1 failure (or demo verdict not ok), 2 usage error.`,
 		newBenchCmd(e),
 		newChaosCmd(e),
 		newChaosRoleCmd(e),
+		newChaosSQLiteRoleCmd(e),
 		newVersionCmd(e),
 	)
 	return root

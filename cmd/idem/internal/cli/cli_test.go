@@ -103,6 +103,7 @@ func TestErrors(t *testing.T) {
 		{"unknown store scheme", []string{"migrate", "--store", "mongodb://x"}, ExitUsage, `unknown scheme "mongodb"`},
 		{"mysql store without database", []string{"migrate", "--store", "mysql://x"}, ExitUsage, "names no database: use mysql://USER@HOST:PORT/DB"},
 		{"sqlite without path", []string{"migrate", "--store", "sqlite://"}, ExitUsage, "has no file path"},
+		{"sqlite chaos on a file in use", []string{"chaos", "--store", migrated}, ExitUsage, "exists; the run needs a file of its own"},
 		{"postgres schema that is no identifier", []string{"migrate", "--store", "postgres://app@127.0.0.1:1/app?idem_schema=Bad-Schema!"}, ExitUsage, `idem_schema "Bad-Schema!" is not a schema name`},
 		{"sqlite file that is no database", []string{"status", "--store", "sqlite:///etc/passwd"}, ExitFailure, "open /etc/passwd: file is not a database"},
 		{"store without scheme", []string{"status", "--store", "idem.db"}, ExitUsage, "has no scheme"},

@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/demo"
+	"github.com/idemkit/idem/idemredact"
 )
 
 func newDemoCmd(e *env) *cobra.Command {
@@ -82,7 +82,7 @@ form is accepted; demo connects to no real Pub/Sub or Kafka.`,
 			verdict, err := demo.Run(ctx, opts)
 			bar.finish()
 			if err != nil {
-				return fmt.Errorf("demo on store %s: %w", idem.RedactURL(opts.Store), err)
+				return fmt.Errorf("demo on store %s: %w", idemredact.URL(opts.Store), err)
 			}
 			if jsonOut {
 				err = writeJSON(e.stdout, verdict)
@@ -104,7 +104,7 @@ form is accepted; demo connects to no real Pub/Sub or Kafka.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&storeFlag, "store", defaults.Store, "store DSN: sqlite://PATH, postgres://USER:PASSWORD@HOST:PORT/DB or mysql://USER:PASSWORD@HOST:PORT/DB")
-	fl.StringVar(&opts.Broker, "broker", defaults.Broker, "broker: sql (the queue table in the store), nats://HOST:PORT, amqp://USER:PASSWORD@HOST:PORT/VHOST, redis://USER:PASSWORD@HOST:PORT/DB or sqs://HOST:PORT?region=REGION&tls=1 (SQS, or an emulator such as moto_server; credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) pubsub://embedded or kafka://embedded (an in-process Pub/Sub server or Kafka cluster demo starts)")
+	fl.StringVar(&opts.Broker, "broker", defaults.Broker, "broker: sql (the queue table in the store), nats://HOST:PORT, amqp://USER:PASSWORD@HOST:PORT/VHOST, redis://USER:PASSWORD@HOST:PORT/DB or sqs://HOST:PORT?region=REGION&tls=1 or sqs://aws?region=REGION (SQS, or an emulator such as moto_server on localhost; credentials from KEY_ID:SECRET@ in the URL, else the AWS default chain: environment, profile=/AWS_PROFILE, SSO, web identity, instance role), pubsub://embedded or kafka://embedded (an in-process Pub/Sub server or Kafka cluster demo starts)")
 	fl.IntVar(&opts.Events, "events", defaults.Events, "events to produce")
 	fl.IntVar(&opts.Concurrency, "concurrency", defaults.Concurrency, "consumer workers")
 	fl.BoolVar(&opts.FanOut, "fanout", false, "also run an e-mail consumer of the same topic, each on a queue-table subscription of its own (fan-out); both must apply every event once (needs --broker sql)")

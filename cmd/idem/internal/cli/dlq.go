@@ -14,6 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemredact"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // Defaults of the dlq commands.
@@ -77,8 +79,8 @@ func (f *dlFilterFlags) any() bool {
 }
 
 // filter validates the flags and returns the store filter.
-func (f *dlFilterFlags) filter(now time.Time) (idem.DeadLetterFilter, error) {
-	var out idem.DeadLetterFilter
+func (f *dlFilterFlags) filter(now time.Time) (idemstore.DeadLetterFilter, error) {
+	var out idemstore.DeadLetterFilter
 	out.Consumer = strings.TrimSpace(f.consumer)
 	out.Tenant = f.tenant
 	if f.owner != "" {
@@ -182,7 +184,7 @@ type deadLetterDetailJSON struct {
 	Payload json.RawMessage `json:"payload"`
 }
 
-func toJSON(dl idem.DeadLetter, r *idem.Redactor) deadLetterJSON {
+func toJSON(dl idem.DeadLetter, r *idemredact.Redactor) deadLetterJSON {
 	return deadLetterJSON{
 		ID:            dl.ID,
 		EventID:       dl.Message.EventID,
@@ -201,7 +203,7 @@ func toJSON(dl idem.DeadLetter, r *idem.Redactor) deadLetterJSON {
 	}
 }
 
-func toDetailJSON(dl idem.DeadLetter, r *idem.Redactor) deadLetterDetailJSON {
+func toDetailJSON(dl idem.DeadLetter, r *idemredact.Redactor) deadLetterDetailJSON {
 	headers := r.Headers(dl.Message.Headers)
 	if headers == nil {
 		headers = map[string]string{}
@@ -230,7 +232,7 @@ func newDLQListCmd(e *env) *cobra.Command {
 		f        dlFilterFlags
 		limit    int
 		jsonOut  bool
-		redactor = idem.NewRedactor(idem.RedactConfig{})
+		redactor = idemredact.New(idemredact.Config{})
 	)
 	cmd := &cobra.Command{
 		Use:   "list",
@@ -296,7 +298,7 @@ func newDLQShowCmd(e *env) *cobra.Command {
 		store    string
 		jsonOut  bool
 		idFlag   string
-		redactor = idem.NewRedactor(idem.RedactConfig{})
+		redactor = idemredact.New(idemredact.Config{})
 	)
 	cmd := &cobra.Command{
 		Use:   "show --id ID",
@@ -353,7 +355,7 @@ const payloadShowMax = 64 << 10
 
 // writeDeadLetter prints every field of dl for a person, secrets masked, control characters
 // escaped, the payload bounded.
-func writeDeadLetter(e *env, dl idem.DeadLetter, r *idem.Redactor) error {
+func writeDeadLetter(e *env, dl idem.DeadLetter, r *idemredact.Redactor) error {
 	now := e.now()
 	t := newTable(e.stdout)
 	t.row("ID:", strconv.FormatInt(dl.ID, 10))

@@ -14,6 +14,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/connect"
 	"github.com/idemkit/idem/idemauth"
+	"github.com/idemkit/idem/idemdlq"
 )
 
 // selectFlags pick the dead letters replay and discard touch.
@@ -31,7 +32,7 @@ func (s *selectFlags) add(cmd *cobra.Command, verb, reasonFlag string) {
 	fl := cmd.Flags()
 	fl.Var(idsValue{&s.ids}, "id", "the dead letter to "+verb+" (repeatable, or comma-separated)")
 	s.filter.add(cmd, reasonFlag, false)
-	fl.IntVar(&s.limit, "limit", idem.ReplayLimitDefault, "touch at most this many pending dead letters, oldest first")
+	fl.IntVar(&s.limit, "limit", idemdlq.ReplayLimitDefault, "touch at most this many pending dead letters, oldest first")
 	fl.BoolVar(&s.all, "all", false, "lift --limit: every matching pending dead letter (needs --yes)")
 	fl.BoolVar(&s.yes, "yes", false, "confirm --all")
 	actorFlag(cmd, &s.actor)
@@ -39,8 +40,8 @@ func (s *selectFlags) add(cmd *cobra.Command, verb, reasonFlag string) {
 }
 
 // selection validates the flags and builds the Replayer selection.
-func (s *selectFlags) selection(e *env) (idem.Selection, error) {
-	var sel idem.Selection
+func (s *selectFlags) selection(e *env) (idemdlq.Selection, error) {
+	var sel idemdlq.Selection
 	if err := checkLimit(s.limit); err != nil {
 		return sel, err
 	}
@@ -64,11 +65,11 @@ func (s *selectFlags) selection(e *env) (idem.Selection, error) {
 	if err != nil {
 		return sel, err
 	}
-	return idem.Selection{IDs: ids, Filter: filter, Limit: s.limit, All: s.all, Actor: actor}, nil
+	return idemdlq.Selection{IDs: ids, Filter: filter, Limit: s.limit, All: s.all, Actor: actor}, nil
 }
 
 // confirmAll refuses --all without --yes, saying how many dead letters it would touch.
-func (s *selectFlags) confirmAll(ctx context.Context, st *connect.Stores, sel idem.Selection, verb string) error {
+func (s *selectFlags) confirmAll(ctx context.Context, st *connect.Stores, sel idemdlq.Selection, verb string) error {
 	if !s.all || s.yes {
 		return nil
 	}
@@ -190,7 +191,7 @@ subject the message arrived on (recorded with dead letters from NATS);
 				return err
 			}
 			defer b.Close()
-			res, rerr := rp.Replay(ctx, idem.ReplayParams{Selection: sel, Topic: strings.TrimSpace(topic), AsNewEvent: asNew,
+			res, rerr := rp.Replay(ctx, idemdlq.ReplayParams{Selection: sel, Topic: strings.TrimSpace(topic), AsNewEvent: asNew,
 				ArrivalTopic: bu.Kind == connect.BrokerNATS})
 			if sf.jsonOut {
 				// Also after an error: the dead letters replayed before it are marked.
@@ -270,10 +271,11 @@ audit row per dead letter. Nothing is published. Select as for list and replay: 
 			if err := checkIDs(ctx, st, sel.IDs); err != nil {
 				return err
 			}
-			ids, remaining, err := idem.NewReplayer(st.DeadLetters, nil).Discard(ctx, sel)
+			res, err := idemdlq.NewReplayer(st.DeadLetters, nil, idemdlq.ReplayerConfig{}).Discard(ctx, sel)
 			if err != nil {
 				return selectErr(st, err)
 			}
+			ids, remaining := res.Discarded, res.Remaining
 			if sf.jsonOut {
 				return writeJSON(e.stdout, discardJSON{Discarded: nonNil(ids), Remaining: remaining})
 			}
@@ -310,7 +312,7 @@ func checkReplayTarget(broker, topic string) (connect.BrokerURL, error) {
 // openReplayer opens the broker replays go through and returns a Replayer over st that
 // republishes there, signed with the operator replay key when one is configured (see
 // replaySigner). dlq replay and serve share it; the caller closes the broker.
-func (e *env) openReplayer(ctx context.Context, st *connect.Stores, broker, keyFile, name string, reconnect bool) (*idem.Replayer, *connect.Broker, error) {
+func (e *env) openReplayer(ctx context.Context, st *connect.Stores, broker, keyFile, name string, reconnect bool) (*idemdlq.Replayer, *connect.Broker, error) {
 	signer, err := e.replaySigner(keyFile)
 	if err != nil {
 		return nil, nil, err
@@ -319,9 +321,7 @@ func (e *env) openReplayer(ctx context.Context, st *connect.Stores, broker, keyF
 	if err != nil {
 		return nil, nil, err
 	}
-	rp := idem.NewReplayer(st.DeadLetters, b.Sink)
-	rp.Signer = signer
-	return rp, b, nil
+	return idemdlq.NewReplayer(st.DeadLetters, b.Sink, idemdlq.ReplayerConfig{Signer: signer}), b, nil
 }
 
 // nonNil makes an empty id list encode as [] rather than be omitted.
@@ -334,7 +334,7 @@ func nonNil(ids []int64) []int64 {
 
 // replaySigner reads the operator replay key from file (or $IDEM_REPLAY_KEY): "<key id>:<hex
 // secret>". No key means replays go out unsigned. The secret never appears in an error.
-func (e *env) replaySigner(file string) (idem.ReplaySigner, error) {
+func (e *env) replaySigner(file string) (idemdlq.ReplaySigner, error) {
 	raw, from := e.getenv("IDEM_REPLAY_KEY"), "$IDEM_REPLAY_KEY"
 	if file != "" {
 		b, err := os.ReadFile(file)

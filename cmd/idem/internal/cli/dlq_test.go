@@ -14,6 +14,8 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemqueue"
+	"github.com/idemkit/idem/idemredact"
+	"github.com/idemkit/idem/idemstore"
 )
 
 func TestDLQWorkflow(t *testing.T) {
@@ -104,15 +106,15 @@ func TestDLQWorkflow(t *testing.T) {
 			}
 			require.NoError(t, json.Unmarshal([]byte(r.stdout), &shown), r.stdout)
 			require.Equal(t, dl.ID, shown.ID)
-			require.Equal(t, idem.Masked, shown.Headers["Authorization"])
-			require.Equal(t, idem.Masked, shown.Payload["card"].(map[string]any)["password"])
+			require.Equal(t, idemredact.Masked, shown.Headers["Authorization"])
+			require.Equal(t, idemredact.Masked, shown.Payload["card"].(map[string]any)["password"])
 			require.EqualValues(t, 1250, shown.Payload["amount_cents"])
 
 			// replay --id republishes the original message to its queue and marks it replayed.
 			r = idemCLI(t, "dlq", "replay", "--id", id, "--store", dsn, "--actor", "alice", "--note", "fixed the card service")
 			requireOK(t, r)
 			require.Contains(t, r.stdout, "replayed 1 dead letter")
-			jobs, err := st.Queue.QueueFetch(ctx, idem.QueueFetchParams{Queue: "payments", Max: 10, Lease: time.Minute, Now: time.Now()})
+			jobs, err := st.Queue.QueueFetch(ctx, idemstore.QueueFetchParams{Queue: "payments", Max: 10, Lease: time.Minute, Now: time.Now()})
 			require.NoError(t, err)
 			require.Len(t, jobs, 1)
 			m := jobs[0].Message
@@ -172,7 +174,7 @@ func TestDLQReplayLimit(t *testing.T) {
 			}
 			seedDeadLetter(t, st, "other", idem.ReasonKeyReuse, time.Hour)
 			pending := func() int {
-				dls, err := st.DeadLetters.ListDeadLetters(ctx, idem.DeadLetterFilter{Status: idem.DeadLetterPending, Reason: idem.ReasonPermanentError, Limit: 100})
+				dls, err := st.DeadLetters.ListDeadLetters(ctx, idemstore.DeadLetterFilter{Status: idem.DeadLetterPending, Reason: idem.ReasonPermanentError, Limit: 100})
 				require.NoError(t, err)
 				return len(dls)
 			}
@@ -218,7 +220,7 @@ func TestDLQReplayLimit(t *testing.T) {
 			require.Contains(t, r.stdout, "no pending dead letters with reason permanent_error to replay")
 
 			// The key_reuse dead letter was never touched; the audit trail has 15 replays.
-			other, err := st.DeadLetters.ListDeadLetters(ctx, idem.DeadLetterFilter{Reason: idem.ReasonKeyReuse})
+			other, err := st.DeadLetters.ListDeadLetters(ctx, idemstore.DeadLetterFilter{Reason: idem.ReasonKeyReuse})
 			require.NoError(t, err)
 			require.Equal(t, idem.DeadLetterPending, other[0].Status)
 			audit, err := st.DeadLetters.ListAudit(ctx, 100)

@@ -99,7 +99,7 @@ func (e *env) resolveStore(v string) string {
 
 // brokerFlag adds --broker to cmd with default "sql".
 func brokerFlag(cmd *cobra.Command, p *string) {
-	cmd.Flags().StringVar(p, "broker", "sql", "broker: sql (the queue table in the store), nats://HOST:PORT, amqp://USER:PASSWORD@HOST:PORT/VHOST, redis://USER:PASSWORD@HOST:PORT/DB or sqs://HOST:PORT?region=REGION&tls=1 (SQS, or an emulator such as moto_server; credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
+	cmd.Flags().StringVar(p, "broker", "sql", "broker: sql (the queue table in the store), nats://HOST:PORT, amqp://USER:PASSWORD@HOST:PORT/VHOST, redis://USER:PASSWORD@HOST:PORT/DB or sqs://HOST:PORT?region=REGION&tls=1 or sqs://aws?region=REGION (SQS, or an emulator such as moto_server on localhost; credentials from KEY_ID:SECRET@ in the URL, else the AWS default chain: environment, profile=/AWS_PROFILE, SSO, web identity, instance role)")
 }
 
 // jsonFlag adds --json to cmd.

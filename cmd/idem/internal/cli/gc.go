@@ -11,6 +11,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/connect"
 	"github.com/idemkit/idem/idemrelay"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/retry"
 )
 
@@ -209,7 +210,7 @@ func gcTargets(args []string, all bool, retention time.Duration, explicit bool) 
 }
 
 // deletePublished deletes published outbox rows older than before in batches.
-func deletePublished(ctx context.Context, o idem.OutboxRelayStore, before time.Time, batch int) (int, error) {
+func deletePublished(ctx context.Context, o idemstore.OutboxRelayStore, before time.Time, batch int) (int, error) {
 	total := 0
 	for {
 		n, err := o.OutboxDeletePublished(ctx, before, batch)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // TestGC: claims live for their own consumer's retention. gc deletes a consumer's claims only
@@ -38,7 +39,7 @@ func TestGC(t *testing.T) {
 				idem.Outgoing{EventID: "o1", Topic: "payments"},
 				idem.Outgoing{EventID: "o2", Topic: "payments"},
 				idem.Outgoing{EventID: "o3", Topic: "payments"})
-			rows, err := st.Outbox.OutboxFetch(ctx, idem.OutboxFetchParams{Partitions: allPartitions(st), Limit: 10})
+			rows, err := st.Outbox.OutboxFetch(ctx, idemstore.OutboxFetchParams{Partitions: allPartitions(st), Limit: 10})
 			require.NoError(t, err)
 			require.Len(t, rows, 3)
 			require.NoError(t, st.Outbox.OutboxMarkPublished(ctx, []int64{rows[0].ID}, now.Add(-2*day)))
@@ -50,7 +51,7 @@ func TestGC(t *testing.T) {
 			require.Contains(t, r.stdout, "kept every claim")
 			require.Contains(t, r.stdout, "deleted 1 published outbox row older than 1d")
 			for _, k := range []idem.Key{ledgerOld, ledgerMid, mailerOld, mailerRecent, auditOld} {
-				require.Equal(t, idem.ClaimDuplicate, claimStatus(t, st, k), "%s kept", k)
+				require.Equal(t, idemstore.ClaimDuplicate, claimStatus(t, st, k), "%s kept", k)
 			}
 
 			// Each consumer at its own retention, in batches of one; audit@v3 is not named.
@@ -72,17 +73,17 @@ func TestGC(t *testing.T) {
 			require.Equal(t, "30d", res.Consumers[0].Retention)
 			require.Equal(t, 1, res.Consumers[0].Deleted)
 			require.Equal(t, 1, res.Consumers[1].Deleted)
-			require.Equal(t, idem.ClaimNew, claimStatus(t, st, ledgerOld))
-			require.Equal(t, idem.ClaimDuplicate, claimStatus(t, st, ledgerMid), "10 days old is inside ledger's 30")
-			require.Equal(t, idem.ClaimNew, claimStatus(t, st, mailerOld))
-			require.Equal(t, idem.ClaimDuplicate, claimStatus(t, st, mailerRecent))
-			require.Equal(t, idem.ClaimDuplicate, claimStatus(t, st, auditOld), "a consumer not named keeps its claims")
+			require.Equal(t, idemstore.ClaimNew, claimStatus(t, st, ledgerOld))
+			require.Equal(t, idemstore.ClaimDuplicate, claimStatus(t, st, ledgerMid), "10 days old is inside ledger's 30")
+			require.Equal(t, idemstore.ClaimNew, claimStatus(t, st, mailerOld))
+			require.Equal(t, idemstore.ClaimDuplicate, claimStatus(t, st, mailerRecent))
+			require.Equal(t, idemstore.ClaimDuplicate, claimStatus(t, st, auditOld), "a consumer not named keeps its claims")
 
 			// NAME alone takes --retention.
 			r = idemCLI(t, "gc", "--store", dsn, "--consumer", "audit@v3", "--retention", "30d")
 			requireOK(t, r)
 			require.Contains(t, r.stdout, "deleted 1 claim of audit@v3 older than 30d")
-			require.Equal(t, idem.ClaimNew, claimStatus(t, st, auditOld))
+			require.Equal(t, idemstore.ClaimNew, claimStatus(t, st, auditOld))
 
 			// Every consumer at one retention, only when asked for explicitly; below the default
 			// redelivery window it needs --force.
@@ -90,7 +91,7 @@ func TestGC(t *testing.T) {
 			r = idemCLI(t, "gc", "--store", dsn, "--all-consumers", "--retention", "1d", "--force")
 			requireOK(t, r)
 			require.Contains(t, r.stdout, "deleted 2 claims of all consumers older than 1d")
-			require.Equal(t, idem.ClaimNew, claimStatus(t, st, ledgerMid))
+			require.Equal(t, idemstore.ClaimNew, claimStatus(t, st, ledgerMid))
 		})
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/connect"
 	"github.com/idemkit/idem/cmd/idem/internal/testdb"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/testenv"
 )
 
@@ -181,7 +182,7 @@ func seedDeadLetter(t testing.TB, st *connect.Stores, eventID string, reason ide
 func seedClaim(t testing.TB, st *connect.Stores, key idem.Key, now time.Time) {
 	t.Helper()
 	ctx := context.Background()
-	p := idem.ClaimParams{Key: key, Fingerprint: idem.Fingerprint{9}, Now: now}
+	p := idemstore.ClaimParams{Key: key, Fingerprint: idem.Fingerprint{9}, Now: now}
 	var err error
 	switch {
 	case st.SQLite != nil:
@@ -202,7 +203,7 @@ func seedClaim(t testing.TB, st *connect.Stores, key idem.Key, now time.Time) {
 func seedIgnore(t testing.TB, st *connect.Stores, key idem.Key, reason string) {
 	t.Helper()
 	ctx := context.Background()
-	p := idem.RecordIgnoreParams{Key: key, Reason: reason, Now: time.Now()}
+	p := idemstore.RecordIgnoreParams{Key: key, Reason: reason, Now: time.Now()}
 	var err error
 	switch {
 	case st.SQLite != nil:
@@ -214,12 +215,12 @@ func seedIgnore(t testing.TB, st *connect.Stores, key idem.Key, reason string) {
 }
 
 // claimStatus claims key again and reports what the store found.
-func claimStatus(t testing.TB, st *connect.Stores, key idem.Key) idem.ClaimStatus {
+func claimStatus(t testing.TB, st *connect.Stores, key idem.Key) idemstore.ClaimStatus {
 	t.Helper()
 	ctx := context.Background()
-	p := idem.ClaimParams{Key: key, Fingerprint: idem.Fingerprint{9}, Now: time.Now()}
+	p := idemstore.ClaimParams{Key: key, Fingerprint: idem.Fingerprint{9}, Now: time.Now()}
 	var (
-		res idem.ClaimResult
+		res idemstore.ClaimResult
 		err error
 	)
 	errRollback := errors.New("roll back: only looking")

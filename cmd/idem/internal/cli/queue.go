@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/connect"
+	"github.com/idemkit/idem/idemstore"
 )
 
 func newQueueCmd(e *env) *cobra.Command {
@@ -30,8 +30,8 @@ to its topic still adds a copy for it.`,
 }
 
 // subscriptionStore returns the store's queue table as one with subscriptions.
-func subscriptionStore(s *connect.Stores) (idem.QueueSubscriptionStore, error) {
-	subs, ok := s.Queue.(idem.QueueSubscriptionStore)
+func subscriptionStore(s *connect.Stores) (idemstore.QueueSubscriptionStore, error) {
+	subs, ok := s.Queue.(idemstore.QueueSubscriptionStore)
 	if !ok {
 		return nil, fmt.Errorf("store %s: its queue table has no subscriptions", s.URL)
 	}
@@ -60,7 +60,7 @@ func (f *subscriptionFlags) check(withName bool) error {
 	if f.name == "" {
 		return usagef("--name is required")
 	}
-	if _, err := idem.SubscriptionQueue(f.topic, f.name); err != nil {
+	if _, err := idemstore.SubscriptionQueue(f.topic, f.name); err != nil {
 		return usageError{err}
 	}
 	return nil
@@ -105,7 +105,7 @@ func newQueueSubscriptionsCmd(e *env) *cobra.Command {
 			now := e.now()
 			out := []subscriptionStatus{}
 			for _, n := range names {
-				q := f.topic + idem.SubscriptionSeparator + n
+				q := f.topic + idemstore.SubscriptionSeparator + n
 				qs, err := s.Queue.QueueStats(ctx, q)
 				if err != nil {
 					return storeErr(s, "stats of queue "+q, err)
@@ -162,7 +162,7 @@ with its old consumers (see docs/queue.md).`,
 			if err := subs.QueueSubscribe(ctx, f.topic, f.name); err != nil {
 				return storeErr(s, "subscribe "+f.name+" to "+f.topic, err)
 			}
-			fmt.Fprintf(e.stdout, "subscribed %s to %s: its queue is %s%s%s\n", f.name, f.topic, f.topic, idem.SubscriptionSeparator, f.name)
+			fmt.Fprintf(e.stdout, "subscribed %s to %s: its queue is %s%s%s\n", f.name, f.topic, f.topic, idemstore.SubscriptionSeparator, f.name)
 			return nil
 		},
 	}
@@ -200,7 +200,7 @@ subscription's consumer: without --yes it only says how many jobs it would delet
 				return err
 			}
 			if !yes {
-				q := f.topic + idem.SubscriptionSeparator + f.name
+				q := f.topic + idemstore.SubscriptionSeparator + f.name
 				qs, err := s.Queue.QueueStats(ctx, q)
 				if err != nil {
 					return storeErr(s, "stats of queue "+q, err)

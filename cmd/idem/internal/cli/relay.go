@@ -21,6 +21,7 @@ import (
 	"github.com/idemkit/idem/idemprom"
 	"github.com/idemkit/idem/idemredact"
 	"github.com/idemkit/idem/idemrelay"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // Timeouts of the relay's HTTP endpoint.
@@ -104,7 +105,7 @@ dead-letter backlog, and queue backlog of the --queue names) and a health check 
 			defer b.Close()
 
 			metrics := idemprom.New(idemprom.Config{})
-			relay, err := idemrelay.New(s.Outbox, s.DeadLetters, b.Sink, idemrelay.Config{
+			relay, err := idemrelay.New(relayStore{s.Outbox, s.DeadLetters}, b.Sink, idemrelay.Config{
 				ID:           id,
 				Owner:        owner,
 				BatchSize:    batch,
@@ -227,3 +228,10 @@ func metricsServer(s *connect.Stores, metrics *idemprom.Metrics, queues []string
 
 // The metrics are the relay's observer as they are.
 var _ idemrelay.Observer = (*idemprom.Metrics)(nil)
+
+// relayStore joins the outbox and the dead-letter store the connection opened (a read-only or
+// instrumented wrapper may hold each) into the one store idemrelay.New takes.
+type relayStore struct {
+	idemstore.OutboxRelayStore
+	idemstore.DeadLetterStore
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/testdb"
 	"github.com/idemkit/idem/idemnats"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/testenv"
 )
 
@@ -93,7 +94,7 @@ func TestRelaySQL(t *testing.T) {
 		require.NoError(t, err)
 		return qs.Backlog == 2
 	}, 10*time.Second, 10*time.Millisecond, "relay did not publish; logs:\n%s", logs)
-	jobs, err := st.Queue.QueueFetch(ctx, idem.QueueFetchParams{Queue: "payments", Max: 10, Lease: time.Minute, Now: time.Now()})
+	jobs, err := st.Queue.QueueFetch(ctx, idemstore.QueueFetchParams{Queue: "payments", Max: 10, Lease: time.Minute, Now: time.Now()})
 	require.NoError(t, err)
 	require.Len(t, jobs, 2)
 	require.Equal(t, "o1", jobs[0].Message.EventID, "per-key order")

@@ -25,8 +25,10 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/connect"
 	"github.com/idemkit/idem/idemauth"
+	"github.com/idemkit/idem/idemdlq"
 	"github.com/idemkit/idem/idemprom"
 	"github.com/idemkit/idem/idemqueue"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // execSQL runs one statement on the store as an operator with a SQL prompt would.
@@ -89,7 +91,7 @@ func TestReplayRefusesEditedDeadLetter(t *testing.T) {
 
 			r = idemCLI(t, "dlq", "replay", "--id", id, "--store", dsn, "--actor", "alice", "--as-new-event", "--note", "amount fixed by hand")
 			requireOK(t, r)
-			jobs, err := st.Queue.QueueFetch(ctx, idem.QueueFetchParams{Queue: "payments", Max: 10, Lease: time.Minute, Now: time.Now()})
+			jobs, err := st.Queue.QueueFetch(ctx, idemstore.QueueFetchParams{Queue: "payments", Max: 10, Lease: time.Minute, Now: time.Now()})
 			require.NoError(t, err)
 			require.Len(t, jobs, 1)
 			m := jobs[0].Message
@@ -157,13 +159,15 @@ func TestReplaySignedDeadLetterAfterTolerance(t *testing.T) {
 		applied []idem.Message
 	)
 	consumer, err := idem.NewConsumer(st.SQLite, idem.ConsumerConfig[*sql.Tx]{
-		Name:          "ledger@v1",
-		Authenticator: verifier,
+		Name: "ledger@v1",
 		Handler: func(ctx context.Context, tx *sql.Tx, m idem.Message) error {
 			mu.Lock()
 			defer mu.Unlock()
 			applied = append(applied, m)
 			return nil
+		},
+		Input: idem.InputConfig{
+			Authenticator: verifier,
 		},
 	})
 	require.NoError(t, err)
@@ -183,7 +187,7 @@ func TestReplaySignedDeadLetterAfterTolerance(t *testing.T) {
 		return !got.RecoveredAt.IsZero()
 	}, 10*time.Second, 10*time.Millisecond, "the signed replay was never applied")
 	require.Eventually(t, func() bool {
-		dls, err := st.DeadLetters.ListDeadLetters(ctx, idem.DeadLetterFilter{Reason: idem.ReasonUnauthenticated, Limit: 10})
+		dls, err := st.DeadLetters.ListDeadLetters(ctx, idemstore.DeadLetterFilter{Reason: idem.ReasonUnauthenticated, Limit: 10})
 		require.NoError(t, err)
 		return len(dls) == 1 && dls[0].Message.EventID == "pay-1"
 	}, 10*time.Second, 10*time.Millisecond, "the forged replay was not refused as unauthenticated")
@@ -241,10 +245,10 @@ func TestShowBoundsHostilePayloads(t *testing.T) {
 }
 
 // failingOutbox is a store whose health check fails with an error that names the database.
-type failingOutbox struct{ idem.OutboxRelayStore }
+type failingOutbox struct{ idemstore.OutboxRelayStore }
 
-func (failingOutbox) OutboxStats(context.Context) (idem.QueueStats, error) {
-	return idem.QueueStats{}, errors.New(`failed to connect to user=app database=payments host=db-7.internal: password=hunter2 authentication failed`)
+func (failingOutbox) OutboxStats(context.Context) (idemstore.QueueStats, error) {
+	return idemstore.QueueStats{}, errors.New(`failed to connect to user=app database=payments host=db-7.internal: password=hunter2 authentication failed`)
 }
 
 // TestHealthzSaysNothingToStrangers (finding 11): /healthz sent the masked DSN and the raw
@@ -279,11 +283,11 @@ func TestAuditActorIsValidated(t *testing.T) {
 	dsn := sqliteDSN(t)
 	st := openMigrated(t, dsn)
 	dl := seedDeadLetter(t, st, "evt-a", idem.ReasonPermanentError, time.Hour)
-	rp := idem.NewReplayer(st.DeadLetters, idemqueue.NewSink(st.Queue))
-	for _, actor := range []string{"", " ", "\t\n", "alice\x1b[31m", "alice\nroot replay", strings.Repeat("a", idem.ActorMaxLen+1), "\xff"} {
-		_, _, err := rp.Discard(ctx, idem.Selection{IDs: []int64{dl.ID}, Actor: actor, Reason: "x"})
+	rp := idemdlq.NewReplayer(st.DeadLetters, idemqueue.NewSink(st.Queue), idemdlq.ReplayerConfig{})
+	for _, actor := range []string{"", " ", "\t\n", "alice\x1b[31m", "alice\nroot replay", strings.Repeat("a", idemdlq.ActorMaxLen+1), "\xff"} {
+		_, err := rp.Discard(ctx, idemdlq.Selection{IDs: []int64{dl.ID}, Actor: actor, Reason: "x"})
 		require.Error(t, err, "%q", actor)
-		_, err = rp.Replay(ctx, idem.ReplayParams{Selection: idem.Selection{IDs: []int64{dl.ID}, Actor: actor}})
+		_, err = rp.Replay(ctx, idemdlq.ReplayParams{Selection: idemdlq.Selection{IDs: []int64{dl.ID}, Actor: actor}})
 		require.Error(t, err, "%q", actor)
 	}
 	got, err := st.DeadLetters.GetDeadLetter(ctx, dl.ID)
@@ -321,13 +325,15 @@ func TestMovedOccurrenceTimeIsRefused(t *testing.T) {
 		applied int
 	)
 	consumer, err := idem.NewConsumer(st.SQLite, idem.ConsumerConfig[*sql.Tx]{
-		Name:          "ledger@v1",
-		Authenticator: verifier,
+		Name: "ledger@v1",
 		Handler: func(context.Context, *sql.Tx, idem.Message) error {
 			mu.Lock()
 			defer mu.Unlock()
 			applied++
 			return nil
+		},
+		Input: idem.InputConfig{
+			Authenticator: verifier,
 		},
 	})
 	require.NoError(t, err)
@@ -341,7 +347,7 @@ func TestMovedOccurrenceTimeIsRefused(t *testing.T) {
 		require.NoError(t, <-done)
 	}()
 	require.Eventually(t, func() bool {
-		dls, err := st.DeadLetters.ListDeadLetters(ctx, idem.DeadLetterFilter{Reason: idem.ReasonUnauthenticated, Limit: 10})
+		dls, err := st.DeadLetters.ListDeadLetters(ctx, idemstore.DeadLetterFilter{Reason: idem.ReasonUnauthenticated, Limit: 10})
 		require.NoError(t, err)
 		return len(dls) == 1 && strings.Contains(dls[0].Error, "signature does not match")
 	}, 10*time.Second, 10*time.Millisecond, "the copy with a moved occurrence time was not refused")

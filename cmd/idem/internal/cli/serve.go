@@ -13,9 +13,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/connect"
 	"github.com/idemkit/idem/cmd/idem/internal/serve"
+	"github.com/idemkit/idem/idemdlq"
 )
 
 // Defaults of idem serve.
@@ -88,7 +88,7 @@ dead letter came from).`,
 				return err
 			}
 			defer st.Close()
-			var rp *idem.Replayer
+			var rp *idemdlq.Replayer
 			if !readOnly { // a read-only dashboard never publishes: no broker connection
 				var b *connect.Broker
 				if rp, b, err = e.openReplayer(ctx, st, broker, keyFile, "idem serve", true); err != nil {

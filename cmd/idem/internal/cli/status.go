@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/connect"
 	"github.com/idemkit/idem/cmd/idem/internal/inspect"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // consumerStatus is one consumer in idem status.
@@ -146,7 +147,7 @@ func buildStatus(ctx context.Context, s *connect.Stores, queues []string, now ti
 		rep.DeadLetters.ByReason[string(r)] = n
 	}
 	// The stores count pending dead letters only in total; per consumer they are read.
-	pending, err := s.DeadLetters.ListDeadLetters(ctx, idem.DeadLetterFilter{Status: idem.DeadLetterPending, Limit: countLimit})
+	pending, err := s.DeadLetters.ListDeadLetters(ctx, idemstore.DeadLetterFilter{Status: idem.DeadLetterPending, Limit: countLimit})
 	if err != nil {
 		return rep, storeErr(s, "list pending dead letters", err)
 	}
@@ -198,13 +199,13 @@ func buildStatus(ctx context.Context, s *connect.Stores, queues []string, now ti
 		rep.Queues = append(rep.Queues, backlog(q, qs, now))
 		return nil
 	}
-	subs, _ := s.Queue.(idem.QueueSubscriptionStore)
+	subs, _ := s.Queue.(idemstore.QueueSubscriptionStore)
 	for _, q := range queues {
 		if err := report(q); err != nil {
 			return rep, err
 		}
 		// A topic with subscriptions: each subscription's queue follows it.
-		if subs == nil || strings.Contains(q, idem.SubscriptionSeparator) {
+		if subs == nil || strings.Contains(q, idemstore.SubscriptionSeparator) {
 			continue
 		}
 		names, err := subs.QueueSubscriptions(ctx, q)
@@ -212,7 +213,7 @@ func buildStatus(ctx context.Context, s *connect.Stores, queues []string, now ti
 			return rep, storeErr(s, "subscriptions of queue "+q, err)
 		}
 		for _, name := range names {
-			if err := report(q + idem.SubscriptionSeparator + name); err != nil {
+			if err := report(q + idemstore.SubscriptionSeparator + name); err != nil {
 				return rep, err
 			}
 		}
@@ -226,7 +227,7 @@ func buildStatus(ctx context.Context, s *connect.Stores, queues []string, now ti
 	return rep, nil
 }
 
-func backlog(queue string, qs idem.QueueStats, now time.Time) backlogStatus {
+func backlog(queue string, qs idemstore.QueueStats, now time.Time) backlogStatus {
 	return backlogStatus{Queue: queue, Backlog: qs.Backlog, OldestAt: jsonTime(qs.Oldest),
 		OldestAgeS: ageSeconds(qs.Oldest, now), oldest: qs.Oldest}
 }

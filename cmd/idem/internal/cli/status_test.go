@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 func TestStatus(t *testing.T) {
@@ -80,7 +81,7 @@ func TestStatus(t *testing.T) {
 			require.Zero(t, rep.Outbox.Backlog)
 
 			// A topic with subscriptions: each subscription's queue follows it.
-			subs, ok := st.Queue.(idem.QueueSubscriptionStore)
+			subs, ok := st.Queue.(idemstore.QueueSubscriptionStore)
 			require.True(t, ok, "every store has subscriptions")
 			require.NoError(t, subs.QueueSubscribe(ctx, "shipments", "ledger"))
 			require.NoError(t, subs.QueueSubscribe(ctx, "shipments", "email"))

@@ -28,6 +28,7 @@ import (
 	"github.com/idemkit/idem/idemqueue"
 	"github.com/idemkit/idem/idemredact"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // Store kinds.
@@ -239,16 +240,16 @@ func validScheme(s string) bool {
 	return s != ""
 }
 
-// redactDSN masks the credentials of raw for messages. Beyond idem.RedactURL, it masks every
+// redactDSN masks the credentials of raw for messages. Beyond idemredact.URL, it masks every
 // userinfo password the way url.Parse finds it (up to the last '@' before the path), and
 // everything before the last '@' of a string without "://" (user:password@tcp(host)/db), so
 // that a DSN too malformed for RedactURL's reading leaks nothing either.
 func redactDSN(raw string) string {
 	if !strings.Contains(raw, "://") {
 		if at := strings.LastIndexByte(raw, '@'); at >= 0 {
-			raw = idem.Masked + raw[at:]
+			raw = idemredact.Masked + raw[at:]
 		}
-		return idem.RedactURL(raw)
+		return idemredact.URL(raw)
 	}
 	var b strings.Builder
 	for {
@@ -265,14 +266,14 @@ func redactDSN(raw string) string {
 		auth := raw[start:end]
 		if at := strings.LastIndexByte(auth, '@'); at >= 0 {
 			if c := strings.IndexByte(auth[:at], ':'); c >= 0 {
-				auth = auth[:c+1] + idem.Masked + auth[at:]
+				auth = auth[:c+1] + idemredact.Masked + auth[at:]
 			}
 		}
 		b.WriteString(auth)
 		raw = raw[end:]
 	}
 	b.WriteString(raw)
-	return idem.RedactURL(b.String())
+	return idemredact.URL(b.String())
 }
 
 // urlErr is the reason of a url.Parse error without the URL it repeats.
@@ -396,11 +397,11 @@ type Stores struct {
 	Postgres *idempg.Store
 	MySQL    *idemmysql.Store
 
-	DeadLetters idem.DeadLetterStore
-	Queue       idem.QueueStore
-	Outbox      idem.OutboxRelayStore
-	Migrator    idem.Migrator
-	GC          idem.ClaimGarbageCollector
+	DeadLetters idemstore.DeadLetterStore
+	Queue       idemstore.QueueStore
+	Outbox      idemstore.OutboxRelayStore
+	Migrator    idemstore.Migrator
+	GC          idemstore.ClaimGarbageCollector
 
 	closers []func()
 }

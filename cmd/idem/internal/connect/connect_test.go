@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/connect"
+	"github.com/idemkit/idem/idemredact"
 	"github.com/idemkit/idem/internal/testenv"
 )
 
@@ -63,7 +64,7 @@ func TestParseStore(t *testing.T) {
 		{
 			raw:  "mariadb://root@127.0.0.1/test",
 			want: connect.StoreURL{Kind: connect.KindMySQL, URL: "mariadb://root@127.0.0.1/test", DSN: "root@tcp(127.0.0.1:3306)/test"},
-			str:  "mariadb://[REDACTED]@127.0.0.1/test", // a scheme idem.RedactURL does not know: all userinfo masked
+			str:  "mariadb://[REDACTED]@127.0.0.1/test", // a scheme idemredact.URL does not know: all userinfo masked
 		},
 		{raw: "mysql://u:secretpw@h", errHas: "names no database"},
 		{raw: "mysql:///db", errHas: "has no host"},
@@ -280,13 +281,13 @@ func passwords(raw string) []string {
 	q := u.Query()
 	pws = append(pws, q["password"]...)
 	if q.Has("password") {
-		q.Set("password", idem.Masked)
+		q.Set("password", idemredact.Masked)
 	}
 	u.RawQuery = q.Encode()
-	s := strings.ReplaceAll(u.String(), url.QueryEscape(idem.Masked), idem.Masked)
+	s := strings.ReplaceAll(u.String(), url.QueryEscape(idemredact.Masked), idemredact.Masked)
 	scheme, tail, _ := strings.Cut(s, "://")
 	// The rest of the URL, without and with the mask where the userinfo was.
-	rest := fmt.Sprintf("%s %s://%s:%s@%s", s, scheme, user, idem.Masked, tail)
+	rest := fmt.Sprintf("%s %s://%s:%s@%s", s, scheme, user, idemredact.Masked, tail)
 	var out []string
 	for _, pw := range pws {
 		if len(pw) >= 3 && !strings.Contains(rest, pw) {
@@ -312,7 +313,7 @@ func rawPassword(raw string) string {
 		return ""
 	}
 	_, pw, ok := strings.Cut(rest[:at], ":")
-	if !ok || len(pw) < 3 || strings.Contains(idem.Masked, pw) {
+	if !ok || len(pw) < 3 || strings.Contains(idemredact.Masked, pw) {
 		return ""
 	}
 	return pw

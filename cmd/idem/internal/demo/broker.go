@@ -12,6 +12,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemnats"
 	"github.com/idemkit/idem/idemqueue"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // Fixed settings of the scenario, chosen so that redeliveries and retries show up within
@@ -59,7 +60,7 @@ type broker struct {
 // queueBroker is the queue table in the store: per-run queue "demo.payments.<run id>". With
 // fanout the queue is a topic with two subscriptions, "ledger" (source) and "email" (fanout),
 // registered before anything is published, so each receives every event.
-func queueBroker[TTx any](ctx context.Context, store idem.QueueTxStore[TTx], runID string, fanout bool) (*broker, error) {
+func queueBroker[TTx any](ctx context.Context, store idemstore.QueueTxStore[TTx], runID string, fanout bool) (*broker, error) {
 	queue := "demo.payments." + runID
 	open := func(subscription string) (*idemqueue.Source[TTx], error) {
 		src, err := idemqueue.NewSource(store, idemqueue.SourceConfig{Queue: queue, Subscription: subscription, Lease: lease, MaxWait: pollWait})
@@ -80,7 +81,7 @@ func queueBroker[TTx any](ctx context.Context, store idem.QueueTxStore[TTx], run
 		if src, err = open(ledgerSubscription); err != nil {
 			return nil, err
 		}
-		queues = append(queues, queue+idem.SubscriptionSeparator+ledgerSubscription, queue+idem.SubscriptionSeparator+emailSubscription)
+		queues = append(queues, queue+idemstore.SubscriptionSeparator+ledgerSubscription, queue+idemstore.SubscriptionSeparator+emailSubscription)
 	} else if src, err = open(""); err != nil {
 		return nil, err
 	}

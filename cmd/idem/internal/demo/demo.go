@@ -19,6 +19,7 @@
 package demo
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -37,7 +38,9 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/connect"
 	"github.com/idemkit/idem/cmd/idem/internal/payments"
+	"github.com/idemkit/idem/idemredact"
 	"github.com/idemkit/idem/idemrelay"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemwebhook"
 	"github.com/idemkit/idem/retry"
 )
@@ -60,9 +63,6 @@ const (
 	// ConcurrencyMax bounds --concurrency.
 	ConcurrencyMax = 1024
 )
-
-// consumerName is the consumer the demo runs, with its effect version.
-const consumerName = "ledger@v1"
 
 // With --fanout a second consumer, emailConsumerName, receives every event of the topic too,
 // through a queue-table subscription of its own; the ledger reads through ledgerSubscription.
@@ -160,24 +160,9 @@ func (o Options) WithDefaults() Options {
 
 // fill sets the defaults of every field but the rates.
 func (o Options) fill() Options {
-	if o.Store == "" {
-		o.Store = StoreDefault
-	}
-	if o.Broker == "" {
-		o.Broker = BrokerDefault
-	}
-	if o.Events == 0 {
-		o.Events = EventsDefault
-	}
-	if o.Concurrency == 0 {
-		o.Concurrency = ConcurrencyDefault
-	}
-	if o.Seed == 0 {
-		o.Seed = SeedDefault
-	}
-	if o.Timeout == 0 {
-		o.Timeout = TimeoutDefault
-	}
+	o.Store, o.Broker = cmp.Or(o.Store, StoreDefault), cmp.Or(o.Broker, BrokerDefault)
+	o.Events, o.Concurrency = cmp.Or(o.Events, EventsDefault), cmp.Or(o.Concurrency, ConcurrencyDefault)
+	o.Seed, o.Timeout = cmp.Or(o.Seed, SeedDefault), cmp.Or(o.Timeout, TimeoutDefault)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -246,7 +231,7 @@ func Run(ctx context.Context, opts Options) (Verdict, error) {
 	bu, _ := connect.ParseBroker(o.Broker)
 	v := Verdict{Store: su.String(), Broker: bu.Kind, Seed: o.Seed, DeadLettered: map[string]int{}}
 	if bu.Kind == connect.BrokerNATS || bu.Kind == connect.BrokerAMQP || bu.Kind == connect.BrokerRedis || bu.Kind == connect.BrokerSQS || bu.Embedded() {
-		v.Broker = idem.RedactURL(bu.URL)
+		v.Broker = idemredact.URL(bu.URL)
 	}
 	if o.HTTP {
 		v.Broker = "http (webhook ingress)"
@@ -263,7 +248,7 @@ func Run(ctx context.Context, opts Options) (Verdict, error) {
 		return v, fmt.Errorf("store %s: migrate: %w", su, err)
 	}
 	db := newDatabase(st)
-	if err := db.createTables(ctx); err != nil {
+	if err := createTables(ctx, db); err != nil {
 		return v, fmt.Errorf("store %s: %w", su, err)
 	}
 	v.RunID = newRunID()
@@ -286,10 +271,10 @@ func newRunID() string {
 
 // demoStore is what the scenario needs of a store: claims, the queue table and the outbox.
 type demoStore[TTx any] interface {
-	idem.Store[TTx]
-	idem.QueueTxStore[TTx]
-	idem.OutboxStore[TTx]
-	idem.QueueSubscriptionStore
+	idemstore.Store[TTx]
+	idemstore.QueueTxStore[TTx]
+	idemstore.OutboxStore[TTx]
+	idemstore.QueueSubscriptionStore
 }
 
 // txExec runs a statement of the demo's inside a store transaction and reports the rows it
@@ -316,7 +301,7 @@ type scenario[TTx any] struct {
 	runID string
 	plan  []payments.Order
 	store demoStore[TTx]
-	db    *database
+	db    *payments.DB
 	exec  txExec[TTx]
 	br    *broker
 	tally *tally
@@ -330,7 +315,7 @@ type scenario[TTx any] struct {
 	insertLedger, creditWallet, insertEmail string
 }
 
-func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx], db *database, bu connect.BrokerURL, exec txExec[TTx]) (Verdict, error) {
+func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx], db *payments.DB, bu connect.BrokerURL, exec txExec[TTx]) (Verdict, error) {
 	s := &scenario[TTx]{
 		o:            o,
 		runID:        v.RunID,
@@ -340,9 +325,9 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 		exec:         exec,
 		tally:        newTally(v.RunID, o.Events),
 		failed:       make([]atomic.Bool, o.Events),
-		insertLedger: db.sql(`INSERT INTO {ledger} (run_id, event_id, wallet_id, amount_cents) VALUES (?, ?, ?, ?)`),
-		creditWallet: db.sql(`UPDATE {wallets} SET balance_cents = balance_cents + ? WHERE run_id = ? AND id = ?`),
-		insertEmail:  db.sql(`INSERT INTO {emails} (run_id, event_id, wallet_id, amount_cents) VALUES (?, ?, ?, ?)`),
+		insertLedger: db.SQL(`INSERT INTO {ledger} (run_id, event_id, wallet_id, amount_cents) VALUES (?, ?, ?, ?)`),
+		creditWallet: db.SQL(`UPDATE {wallets} SET balance_cents = balance_cents + ? WHERE run_id = ? AND id = ?`),
+		insertEmail:  db.SQL(`INSERT INTO {emails} (run_id, event_id, wallet_id, amount_cents) VALUES (?, ?, ?, ?)`),
 	}
 	var (
 		err  error
@@ -393,18 +378,21 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 	if o.HTTP {
 		handler = countAttempts(s.plan, handler)
 	}
-	consumer, err := idem.NewConsumer(store, idem.ConsumerConfig[TTx]{
-		Batch:            batch,
-		Name:             consumerName,
-		Handler:          handler,
-		Validator:        idem.ValidatorFunc(payments.Validate),
-		Retry:            retryPolicy,
-		RedeliveryWindow: s.br.redelivery,
-		Workers:          o.Concurrency,
-		ShutdownTimeout:  shutdownTimeout,
-		Logger:           o.Logger,
-		Observer:         s.tally,
-	})
+	// The ledger and (with --fanout) the e-mail consumer differ only in name, effect and tally.
+	consumerConfig := func(name string, handler idem.Handler[TTx], obs *tally) idem.ConsumerConfig[TTx] {
+		return idem.ConsumerConfig[TTx]{
+			Batch:           batch,
+			Name:            name,
+			Handler:         handler,
+			Workers:         o.Concurrency,
+			ShutdownTimeout: shutdownTimeout,
+			Input:           idem.InputConfig{Validator: idem.ValidatorFunc(payments.Validate)},
+			Failure:         idem.FailureConfig{Retry: retryPolicy},
+			Claims:          idem.ClaimConfig{RedeliveryWindow: s.br.redelivery},
+			Observe:         idem.ObserveConfig{Logger: o.Logger, Observer: obs},
+		}
+	}
+	consumer, err := idem.NewConsumer(store, consumerConfig(payments.ConsumerName, handler, s.tally))
 	if err != nil {
 		return v, err
 	}
@@ -416,7 +404,7 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 		hook.attach(ingress)
 	}
 	sink := &chaosSink{Sink: s.br.sink, plan: s.plan, runPrefix: s.runID + "-", again: s.br.again, reuse: s.br.reuse, log: o.Logger, done: map[int]bool{}}
-	relay, err := idemrelay.New(store, store, sink, idemrelay.Config{
+	relay, err := idemrelay.New(store, sink, idemrelay.Config{
 		ID:           "demo-" + s.runID,
 		BatchSize:    relayBatch,
 		PollInterval: pollWait,
@@ -436,18 +424,7 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 	)
 	if s.br.fanout != nil {
 		s.emailTally = newTally(s.runID, o.Events)
-		emailConsumer, err = idem.NewConsumer(store, idem.ConsumerConfig[TTx]{
-			Batch:            batch,
-			Name:             emailConsumerName,
-			Handler:          s.sendEmail,
-			Validator:        idem.ValidatorFunc(payments.Validate),
-			Retry:            retryPolicy,
-			RedeliveryWindow: s.br.redelivery,
-			Workers:          o.Concurrency,
-			ShutdownTimeout:  shutdownTimeout,
-			Logger:           o.Logger,
-			Observer:         s.emailTally,
-		})
+		emailConsumer, err = idem.NewConsumer(store, consumerConfig(emailConsumerName, s.sendEmail, s.emailTally))
 		if err != nil {
 			return v, err
 		}
@@ -473,7 +450,11 @@ func run[TTx any](ctx context.Context, o Options, v Verdict, store demoStore[TTx
 
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), checkTimeout)
 	defer cancel()
-	cv, err := check(cctx, db, s.runID)
+	tenant := ""
+	if o.HTTP {
+		tenant = httpTenant // the ingress takes it from the signing key
+	}
+	cv, err := check(cctx, db, s.runID, tenant)
 	if err != nil {
 		problems = append(problems, fmt.Sprintf("could not compute the verdict: %v", err))
 	}
@@ -592,21 +573,19 @@ type drain struct {
 // run's events still in the outbox or the broker.
 func (s *scenario[TTx]) drainState(ctx context.Context) (drain, error) {
 	var d drain
-	prefix := s.runID + "-"
+	scope := payments.Scope{RunID: s.runID}
 	var err error
-	if d.outbox, err = s.db.count(ctx, qOutboxBacklog, len(prefix), prefix); err != nil {
-		return d, fmt.Errorf("outbox backlog: %w", err)
+	if d.outbox, err = payments.OutboxBacklog(ctx, s.db, scope); err != nil {
+		return d, err
 	}
 	if d.broker, err = s.br.backlog(ctx); err != nil {
 		return d, fmt.Errorf("broker backlog: %w", err)
 	}
-	var valid, poison int
-	if err := s.db.rows(ctx, qUnsettled, []any{s.runID, consumerName, idemrelay.ConsumerName}, func(scan func(...any) error) error {
-		return scan(&valid, &poison)
-	}); err != nil {
-		return d, fmt.Errorf("unsettled orders: %w", err)
+	valid, poison, err := payments.Unsettled(ctx, s.db, scope)
+	if err != nil {
+		return d, err
 	}
-	n, err := s.db.count(ctx, `SELECT count(*) FROM {orders} WHERE run_id = ?`, s.runID)
+	n, err := s.db.Count(ctx, `SELECT count(*) FROM {orders} WHERE run_id = ?`, s.runID)
 	if err != nil {
 		return d, fmt.Errorf("count orders: %w", err)
 	}
@@ -621,7 +600,7 @@ func (s *scenario[TTx]) createWallets(ctx context.Context) error {
 	for w := range payments.WalletCount {
 		args = append(args, s.runID, payments.WalletID(w))
 	}
-	q := s.db.sql(insertValues("{wallets}", []string{"run_id", "id"}, payments.WalletCount))
+	q := s.db.SQL(payments.InsertValues("{wallets}", []string{"run_id", "id"}, payments.WalletCount))
 	return s.store.InTx(ctx, func(ctx context.Context, tx TTx) error {
 		_, err := s.exec(ctx, tx, q, args...)
 		return err
@@ -753,7 +732,7 @@ func (s *scenario[TTx]) write(ctx context.Context, idxs []int) error {
 			OccurredAt: now,
 		})
 	}
-	q := s.db.sql(insertValues("{orders}", []string{"id", "run_id", "event_id", "wallet_id", "amount_cents", "valid", "poison"}, len(idxs)))
+	q := s.db.SQL(payments.InsertValues("{orders}", []string{"id", "run_id", "event_id", "wallet_id", "amount_cents", "valid", "poison"}, len(idxs)))
 	err := s.store.InTx(ctx, func(ctx context.Context, tx TTx) error {
 		if _, err := s.exec(ctx, tx, q, args...); err != nil {
 			return err

@@ -149,24 +149,25 @@ func TestCheckDetectsDoubleApplication(t *testing.T) {
 	require.NoError(t, err)
 	defer st.Close()
 	db := newDatabase(st)
-	again, err := check(ctx, db, v.RunID)
+	exec := func(q string, args ...any) error { _, err := db.Exec(ctx, q, args...); return err }
+	again, err := check(ctx, db, v.RunID, "")
 	require.NoError(t, err)
 	require.True(t, again.OK, "the check is repeatable: %v", again.Problems)
 
 	// Apply one event a second time by hand, as a broken consumer would.
 	// (The run has no misbehaviour, so every order is valid.)
-	require.NoError(t, db.exec(ctx, `INSERT INTO {ledger} (run_id, event_id, wallet_id, amount_cents)
+	require.NoError(t, exec(`INSERT INTO {ledger} (run_id, event_id, wallet_id, amount_cents)
 		SELECT run_id, event_id, wallet_id, amount_cents FROM {ledger} WHERE run_id = ? AND event_id = ?`,
 		v.RunID, payments.EventID(v.RunID, 0)))
-	bad, err := check(ctx, db, v.RunID)
+	bad, err := check(ctx, db, v.RunID, "")
 	require.NoError(t, err)
 	require.False(t, bad.OK)
 	require.Equal(t, 1, bad.DoubleApplied)
 	require.Contains(t, strings.Join(bad.Problems, "\n"), "applied more than once")
 
 	// And a lost event (another one): its ledger row gone, no dead letter.
-	require.NoError(t, db.exec(ctx, `DELETE FROM {ledger} WHERE run_id = ? AND event_id = ?`, v.RunID, payments.EventID(v.RunID, 5)))
-	bad, err = check(ctx, db, v.RunID)
+	require.NoError(t, exec(`DELETE FROM {ledger} WHERE run_id = ? AND event_id = ?`, v.RunID, payments.EventID(v.RunID, 5)))
+	bad, err = check(ctx, db, v.RunID, "")
 	require.NoError(t, err)
 	require.Equal(t, 1, bad.Lost)
 	require.Contains(t, strings.Join(bad.Problems, "\n"), "1 valid events were lost")

@@ -50,7 +50,7 @@ func newTally(runID string, n int) *tally {
 }
 
 // Observe is called once per settled delivery, after the commit (and the ack).
-func (t *tally) Observe(ev idem.Event) {
+func (t *tally) Observe(ev idem.Observation) {
 	now := time.Now()
 	t.mu.Lock()
 	t.deliveries++

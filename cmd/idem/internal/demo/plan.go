@@ -1,12 +1,17 @@
 package demo
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/idemkit/idem/cmd/idem/internal/payments"
+)
 
 // headerOrder carries the order index on every message, so that the misbehaviour wrappers
-// find an order's plan; headers are not part of the fingerprint.
-const headerOrder = "Demo-Order"
+// find an order's plan and the verdict a dead letter's order; headers are not part of the
+// fingerprint.
+const headerOrder = payments.HeaderOrder
 
-// orderOf returns the order index a message carries in its Demo-Order header, or -1.
+// orderOf returns the order index a message carries in its headerOrder header, or -1.
 func orderOf(headers map[string]string, n int) int {
 	s, ok := headers[headerOrder]
 	if !ok {

@@ -2,18 +2,10 @@ package demo
 
 import (
 	"context"
-	"fmt"
 	"time"
 
-	"cloud.google.com/go/pubsub/v2"
-	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"cloud.google.com/go/pubsub/v2/pstest"
-	"google.golang.org/api/option"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/types/known/durationpb"
-
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/internal/fakepubsub"
 	"github.com/idemkit/idem/idempubsub"
 )
 
@@ -30,8 +22,11 @@ const (
 // idempubsub. Pub/Sub does not deduplicate, so the copies and key-reuse messages are published
 // as they are and the consumer's claims drop them. Closing it stops the server.
 func pubsubBroker(ctx context.Context, runID string) (b *broker, err error) {
-	srv := pstest.NewServer()
-	var closers []func()
+	ps, err := fakepubsub.Start(ctx, pubsubProject)
+	if err != nil {
+		return nil, err
+	}
+	closers := []func(){ps.Close}
 	defer func() {
 		if err != nil {
 			for i := len(closers) - 1; i >= 0; i-- {
@@ -39,42 +34,22 @@ func pubsubBroker(ctx context.Context, runID string) (b *broker, err error) {
 			}
 		}
 	}()
-	closers = append(closers, func() { _ = srv.Close() })
-	conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, fmt.Errorf("connect to the in-process Pub/Sub: %w", err)
-	}
-	closers = append(closers, func() { _ = conn.Close() })
-	client, err := pubsub.NewClient(ctx, pubsubProject, option.WithGRPCConn(conn))
-	if err != nil {
-		return nil, fmt.Errorf("Pub/Sub client: %w", err)
-	}
-	closers = append(closers, func() { _ = client.Close() })
-
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	topic := "idem-demo-payments-" + runID
-	topicName := "projects/" + pubsubProject + "/topics/" + topic
-	if _, err := client.TopicAdminClient.CreateTopic(sctx, &pubsubpb.Topic{Name: topicName}); err != nil {
-		return nil, fmt.Errorf("create topic %s: %w", topic, err)
+	if _, err := ps.CreateTopic(sctx, topic); err != nil {
+		return nil, err
 	}
-	subName := "projects/" + pubsubProject + "/subscriptions/" + topic + "." + ledgerSubscription
-	if _, err := client.SubscriptionAdminClient.CreateSubscription(sctx, &pubsubpb.Subscription{
-		Name:  subName,
-		Topic: topicName,
-		// pstest refuses a subscription deadline under 10 s (as Pub/Sub does); the source sets
-		// each delivery's deadline to lease on receipt.
-		AckDeadlineSeconds:       10,
-		MessageRetentionDuration: durationpb.New(pubsubRetention),
-	}); err != nil {
-		return nil, fmt.Errorf("create subscription %s: %w", subName, err)
+	subName, err := ps.Subscribe(sctx, topic, ledgerSubscription, fakepubsub.SubscriptionConfig{Retention: pubsubRetention})
+	if err != nil {
+		return nil, err
 	}
-	src, err := idempubsub.NewSource(sctx, client, idempubsub.SourceConfig{Subscription: subName, Lease: lease, PullWait: time.Second})
+	src, err := idempubsub.NewSource(sctx, ps.Client, idempubsub.SourceConfig{Subscription: subName, Lease: lease, PullWait: time.Second})
 	if err != nil {
 		return nil, err
 	}
 	closers = append(closers, func() { _ = src.Close() })
-	sink, err := idempubsub.NewSink(client, idempubsub.SinkConfig{})
+	sink, err := idempubsub.NewSink(ps.Client, idempubsub.SinkConfig{})
 	if err != nil {
 		return nil, err
 	}
@@ -89,23 +64,11 @@ func pubsubBroker(ctx context.Context, runID string) (b *broker, err error) {
 			}
 			return len(msgs), 0, nil
 		},
-		backlog: func(context.Context) (int, error) { return pubsubBacklog(srv, topicName), nil },
+		backlog: func(context.Context) (int, error) { return ps.Backlog(topic), nil },
 		close: func() {
 			for i := len(closers) - 1; i >= 0; i-- {
 				closers[i]()
 			}
 		},
 	}, nil
-}
-
-// pubsubBacklog counts the messages published to topic (full name) that the server has not seen
-// acked. The topic has one subscription, so a message acked once is settled.
-func pubsubBacklog(srv *pstest.Server, topic string) int {
-	n := 0
-	for _, m := range srv.Messages() {
-		if m.Topic == topic && m.Acks == 0 {
-			n++
-		}
-	}
-	return n
 }

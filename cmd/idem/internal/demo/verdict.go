@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/idemkit/idem/cmd/idem/internal/payments"
-	"github.com/idemkit/idem/idemrelay"
 )
 
 // Verdict is what a demo run proved, computed from the database (the guarantees) and from the
@@ -52,6 +50,15 @@ type Verdict struct {
 	BalancesOK bool `json:"balances_ok"`
 	// PoisonOK: every poison message was dead-lettered exactly once, with the right reason.
 	PoisonOK bool `json:"poison_ok"`
+	// WrongLedger counts ledger rows that match no valid order; StrayDeadLetters dead letters
+	// that match no poison order; Unpublished outbox rows never published; ClaimsWithoutEffect
+	// claims with no ledger row and EffectsWithoutClaim ledger rows with no claim. Each must be
+	// 0 (payments.Books, the verdict chaos reads too).
+	WrongLedger         int `json:"wrong_ledger"`
+	StrayDeadLetters    int `json:"stray_dead_letters"`
+	Unpublished         int `json:"unpublished"`
+	ClaimsWithoutEffect int `json:"claims_without_effect"`
+	EffectsWithoutClaim int `json:"effects_without_claim"`
 
 	DurationMS int64   `json:"duration_ms"`
 	EventsPerS float64 `json:"events_per_s"`
@@ -101,47 +108,9 @@ type FanOutVerdict struct {
 	Problems []string `json:"problems,omitempty"`
 }
 
-// checkQueries are the SQL behind the verdict, so that anyone can rerun them by hand. Each
-// takes the run id as its first argument.
+// The SQL of the e-mail consumer's half of the verdict (--fanout), so that anyone can rerun it
+// by hand; the ledger's half is payments.Check's. Each takes the run id as its first argument.
 const (
-	// qOrders: orders written, and how many are poison.
-	qOrders = `SELECT count(*), COALESCE(sum(CASE WHEN poison <> '' THEN 1 ELSE 0 END), 0)
-		FROM {orders} WHERE run_id = ?`
-	// qDoubleApplied: events with more than one ledger row.
-	qDoubleApplied = `SELECT count(*) FROM (SELECT event_id FROM {ledger} WHERE run_id = ?
-		GROUP BY event_id HAVING count(*) > 1) AS twice`
-	// qUnsettled: orders neither applied nor dead-lettered, valid and poison. A valid order is
-	// settled by a ledger row or by a dead letter of its own (not the key_reuse dead letter of
-	// the poison order that reused its id); a key-reuse order by a key_reuse dead letter.
-	qUnsettled = `SELECT
-			COALESCE(sum(CASE WHEN o.valid THEN 1 ELSE 0 END), 0),
-			COALESCE(sum(CASE WHEN o.valid THEN 0 ELSE 1 END), 0)
-		FROM {orders} o
-		WHERE o.run_id = ?
-		AND NOT (o.valid AND EXISTS (SELECT 1 FROM {ledger} l WHERE l.run_id = o.run_id AND l.event_id = o.event_id))
-		AND NOT EXISTS (SELECT 1 FROM {dead_letters} d
-			WHERE d.event_id = o.event_id AND d.consumer IN (?, ?)
-			AND (d.reason = 'key_reuse') = (o.poison = 'key_reuse'))`
-	// qNotApplied: valid orders without a ledger row.
-	qNotApplied = `SELECT count(*) FROM {orders} o WHERE o.run_id = ? AND o.valid
-		AND NOT EXISTS (SELECT 1 FROM {ledger} l WHERE l.run_id = o.run_id AND l.event_id = o.event_id)`
-	// qWrongLedger: ledger rows that do not match a valid order (a poison message applied, or
-	// the key-reuse message applied instead of the original).
-	qWrongLedger = `SELECT count(*) FROM {ledger} l WHERE l.run_id = ?
-		AND NOT EXISTS (SELECT 1 FROM {orders} o WHERE o.run_id = l.run_id AND o.event_id = l.event_id
-			AND o.valid AND o.wallet_id = l.wallet_id AND o.amount_cents = l.amount_cents)`
-	// qBadBalances: wallets whose balance is not the sum of their valid orders.
-	qBadBalances = `SELECT count(*) FROM {wallets} w
-		LEFT JOIN (SELECT wallet_id, sum(amount_cents) AS total FROM {orders}
-			WHERE run_id = ? AND valid GROUP BY wallet_id) o ON o.wallet_id = w.id
-		WHERE w.run_id = ? AND w.balance_cents <> COALESCE(o.total, 0)`
-	// qBadPoison: poison orders without exactly one dead letter of the right reason.
-	qBadPoison = `SELECT count(*) FROM {orders} o WHERE o.run_id = ? AND o.poison <> ''
-		AND (SELECT count(*) FROM {dead_letters} d WHERE d.event_id = o.event_id AND d.consumer = ?
-			AND d.reason = CASE WHEN o.poison = 'key_reuse' THEN 'key_reuse' ELSE 'invalid_payload' END) <> 1`
-	// qDeadLetters: the run's dead letters by consumer and reason.
-	qDeadLetters = `SELECT consumer, reason, count(*) FROM {dead_letters}
-		WHERE consumer IN (?, ?) AND substr(event_id, 1, ?) = ? GROUP BY consumer, reason`
 	// qEmailsDouble: events with more than one e-mail row (--fanout).
 	qEmailsDouble = `SELECT count(*) FROM (SELECT event_id FROM {emails} WHERE run_id = ?
 		GROUP BY event_id HAVING count(*) > 1) AS twice`
@@ -156,106 +125,32 @@ const (
 	// qConsumerDeadLetters: the run's dead letters of one consumer, by reason.
 	qConsumerDeadLetters = `SELECT reason, count(*) FROM {dead_letters}
 		WHERE consumer = ? AND substr(event_id, 1, ?) = ? GROUP BY reason`
-	// qOutboxBacklog: the run's outbox rows not yet published (dead rows have a dead letter).
-	qOutboxBacklog = `SELECT count(*) FROM {outbox}
-		WHERE published_at IS NULL AND NOT dead AND substr(event_id, 1, ?) = ?`
 )
 
-// check computes the database half of a verdict for run runID: everything but the observer's
+// check computes the database half of a verdict for run runID, whose events are claimed under
+// tenant, with payments.Check (the books chaos reads too): everything but the observer's
 // counters, the injection counts and the timings. It can be run on any finished run.
-func check(ctx context.Context, db *database, runID string) (Verdict, error) {
+func check(ctx context.Context, db *payments.DB, runID, tenant string) (Verdict, error) {
 	v := Verdict{RunID: runID, DeadLettered: map[string]int{}}
-	fail := func(what string, err error) (Verdict, error) {
-		return v, fmt.Errorf("check run %s: %s: %w", runID, what, err)
+	b, err := payments.Check(ctx, db, payments.Scope{RunID: runID, Tenant: tenant})
+	if err != nil {
+		return v, err
 	}
-	var (
-		n, poison                   int
-		lostPoison, notApplied      int
-		wrongLedger, badWallets, bp int
-	)
-	if err := db.rows(ctx, qOrders, []any{runID}, func(scan func(...any) error) error {
-		return scan(&n, &poison)
-	}); err != nil {
-		return fail("count orders", err)
+	v.Events, v.DoubleApplied, v.Lost, v.DeadLettered = b.Events, b.DoubleApplied, b.Lost, b.DeadLetters
+	for _, n := range b.Poison {
+		v.PoisonInjected += n
 	}
-	v.Events, v.PoisonInjected = n, poison
-	var err error
-	if v.DoubleApplied, err = db.count(ctx, qDoubleApplied, runID); err != nil {
-		return fail("count double applications", err)
-	}
-	if err := db.rows(ctx, qUnsettled, []any{runID, consumerName, idemrelay.ConsumerName}, func(scan func(...any) error) error {
-		return scan(&v.Lost, &lostPoison)
-	}); err != nil {
-		return fail("count unsettled orders", err)
-	}
-	if notApplied, err = db.count(ctx, qNotApplied, runID); err != nil {
-		return fail("count valid orders not applied", err)
-	}
-	if wrongLedger, err = db.count(ctx, qWrongLedger, runID); err != nil {
-		return fail("compare ledger with orders", err)
-	}
-	if badWallets, err = db.count(ctx, qBadBalances, runID, runID); err != nil {
-		return fail("compare balances with orders", err)
-	}
-	if bp, err = db.count(ctx, qBadPoison, runID, consumerName); err != nil {
-		return fail("check poison dead letters", err)
-	}
-	prefix := runID + "-"
-	if err := db.rows(ctx, qDeadLetters, []any{consumerName, idemrelay.ConsumerName, len(prefix), prefix}, func(scan func(...any) error) error {
-		var consumer, reason string
-		var c int
-		if err := scan(&consumer, &reason, &c); err != nil {
-			return err
-		}
-		if consumer != consumerName {
-			reason = consumer + ":" + reason
-		}
-		v.DeadLettered[reason] += c
-		return nil
-	}); err != nil {
-		return fail("count dead letters", err)
-	}
-	v.BalancesOK = badWallets == 0
-	v.PoisonOK = bp == 0
-
-	var p []string
-	if v.Events == 0 {
-		p = append(p, "no orders were written for this run")
-	}
-	if v.DoubleApplied > 0 {
-		p = append(p, fmt.Sprintf("%d events were applied more than once (several demo_ledger rows)", v.DoubleApplied))
-	}
-	if v.Lost > 0 {
-		p = append(p, fmt.Sprintf("%d valid events were lost: neither applied nor dead-lettered", v.Lost))
-	}
-	if dl := notApplied - v.Lost; dl > 0 {
-		p = append(p, fmt.Sprintf("%d valid events were dead-lettered instead of applied", dl))
-	}
-	if wrongLedger > 0 {
-		p = append(p, fmt.Sprintf("%d ledger rows match no valid order (a poison or key-reuse message was applied)", wrongLedger))
-	}
-	if badWallets > 0 {
-		p = append(p, fmt.Sprintf("%d wallets' balances differ from the sum of their valid orders", badWallets))
-	}
-	if bp > 0 {
-		p = append(p, fmt.Sprintf("%d of %d poison messages were not dead-lettered exactly once with the right reason", bp, v.PoisonInjected))
-	}
-	if lostPoison > 0 && bp == 0 {
-		p = append(p, fmt.Sprintf("%d poison messages have no dead letter", lostPoison))
-	}
-	for r, c := range v.DeadLettered {
-		if strings.HasPrefix(r, idemrelay.ConsumerName+":") {
-			p = append(p, fmt.Sprintf("the relay dead-lettered %d outbox rows (%s)", c, r))
-		}
-	}
-	v.Problems = p
-	v.OK = len(p) == 0
+	v.BalancesOK, v.PoisonOK = b.BadBalances == 0, b.BadPoison == 0 && b.StrayDeadLetters == 0
+	v.WrongLedger, v.StrayDeadLetters, v.Unpublished = b.WrongLedger, b.StrayDeadLetters, b.Unpublished
+	v.ClaimsWithoutEffect, v.EffectsWithoutClaim = b.ClaimsWithoutEffect, b.EffectsWithoutClaim
+	v.Problems = b.Problems()
+	v.OK = len(v.Problems) == 0
 	return v, nil
 }
 
 // checkFanOut computes the database half of the e-mail consumer's verdict for run runID
 // (--fanout): each valid event sent once, poison dead-lettered once, nothing else sent.
-func checkFanOut(ctx context.Context, db *database, runID string) (FanOutVerdict, error) {
+func checkFanOut(ctx context.Context, db *payments.DB, runID string) (FanOutVerdict, error) {
 	v := FanOutVerdict{Consumer: emailConsumerName, DeadLettered: map[string]int{}}
 	fail := func(what string, err error) (FanOutVerdict, error) {
 		return v, fmt.Errorf("check run %s, consumer %s: %s: %w", runID, emailConsumerName, what, err)
@@ -264,23 +159,23 @@ func checkFanOut(ctx context.Context, db *database, runID string) (FanOutVerdict
 		poison, badPoison int
 		err               error
 	)
-	if v.DoubleSent, err = db.count(ctx, qEmailsDouble, runID); err != nil {
+	if v.DoubleSent, err = db.Count(ctx, qEmailsDouble, runID); err != nil {
 		return fail("count double sends", err)
 	}
-	if v.Missing, err = db.count(ctx, qEmailsMissing, runID); err != nil {
+	if v.Missing, err = db.Count(ctx, qEmailsMissing, runID); err != nil {
 		return fail("count valid orders not sent once", err)
 	}
-	if v.Wrong, err = db.count(ctx, qEmailsWrong, runID); err != nil {
+	if v.Wrong, err = db.Count(ctx, qEmailsWrong, runID); err != nil {
 		return fail("compare e-mails with orders", err)
 	}
-	if poison, err = db.count(ctx, `SELECT count(*) FROM {orders} WHERE run_id = ? AND poison <> ''`, runID); err != nil {
+	if poison, err = db.Count(ctx, `SELECT count(*) FROM {orders} WHERE run_id = ? AND poison <> ''`, runID); err != nil {
 		return fail("count poison orders", err)
 	}
-	if badPoison, err = db.count(ctx, qBadPoison, runID, emailConsumerName); err != nil {
+	if badPoison, err = payments.BadPoison(ctx, db, payments.Scope{RunID: runID}, emailConsumerName); err != nil {
 		return fail("check poison dead letters", err)
 	}
 	prefix := runID + "-"
-	if err := db.rows(ctx, qConsumerDeadLetters, []any{emailConsumerName, len(prefix), prefix}, func(scan func(...any) error) error {
+	if err := db.Rows(ctx, qConsumerDeadLetters, []any{emailConsumerName, len(prefix), prefix}, func(scan func(...any) error) error {
 		var reason string
 		var c int
 		if err := scan(&reason, &c); err != nil {
@@ -328,6 +223,9 @@ func (v Verdict) WriteTable(w io.Writer) error {
 	row("lost", "%d", v.Lost)
 	row("balances", "%s", payments.OKText(v.BalancesOK))
 	row("poison", "%s", payments.OKText(v.PoisonOK))
+	row("outbox unpublished", "%d", v.Unpublished)
+	row("claims w/o effect", "%d", v.ClaimsWithoutEffect)
+	row("effects w/o claim", "%d", v.EffectsWithoutClaim)
 	row("throughput", "%d events in %.1f s (%.0f events/s)", v.Events, float64(v.DurationMS)/1000, v.EventsPerS)
 	row("latency", "p50 %.1f ms, p95 %.1f ms, p99 %.1f ms", v.P50MS, v.P95MS, v.P99MS)
 	if f := v.FanOut; f != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/idemkit/idem/consumertest"
 	"github.com/idemkit/idem/idemamqp"
 	"github.com/idemkit/idem/idemrelay"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/internal/watermillsuite"
 	"github.com/idemkit/idem/retry"
@@ -187,17 +188,42 @@ func TestAMQPConnectionLossAppliesOnce(t *testing.T) {
 
 	credit := storetest.CreditHandler(b)
 	rec := &consumertest.Recorder{}
+	// The kills happen while a handler is in its transaction: the first delivery of each of
+	// these events asks the test to kill the connection and waits until it has, so that the
+	// kills do not depend on how fast the consumer is (a fast one finished all 300 events
+	// between two polls of a progress-driven loop, and only one kill happened).
+	killAt := map[string]bool{}
+	for j := 1; j <= kills; j++ {
+		killAt[fmt.Sprintf("evt-%03d", j*n/(kills+1))] = true
+	}
+	var asked sync.Map
+	killNow := make(chan chan struct{})
 	c, err := idem.NewConsumer(b.Store, idem.ConsumerConfig[*sql.Tx]{
 		Name: "ledger@v1",
 		Handler: func(ctx context.Context, tx *sql.Tx, msg idem.Message) error {
 			time.Sleep(2 * time.Millisecond) // keep deliveries in hand long enough to be caught by a kill
+			if _, again := asked.LoadOrStore(msg.EventID, true); killAt[msg.EventID] && !again {
+				done := make(chan struct{})
+				select {
+				case killNow <- done:
+					<-done
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
 			return credit(ctx, tx, msg)
 		},
-		Retry:            retry.Policy{MaxAttempts: 10, MaxElapsed: time.Minute, Base: 20 * time.Millisecond, Cap: 100 * time.Millisecond},
-		Retention:        48 * time.Hour,
-		RedeliveryWindow: 24 * time.Hour, // covers the source's: TTL + longest delay tier + consumer_timeout
-		Workers:          4,
-		Observer:         rec,
+		Workers: 4,
+		Failure: idem.FailureConfig{
+			Retry: retry.Policy{MaxAttempts: 10, MaxElapsed: time.Minute, Base: 20 * time.Millisecond, Cap: 100 * time.Millisecond},
+		},
+		Claims: idem.ClaimConfig{
+			Retention:        48 * time.Hour,
+			RedeliveryWindow: 24 * time.Hour, // covers the source's: TTL + longest delay tier + consumer_timeout
+		},
+		Observe: idem.ObserveConfig{
+			Observer: rec,
+		},
 	})
 	require.NoError(t, err)
 	runCtx, cancel := context.WithCancel(ctx)
@@ -214,10 +240,12 @@ func TestAMQPConnectionLossAppliesOnce(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	for rec.Count(idem.OutcomeProcessed, "") < n {
 		require.True(t, time.Now().Before(deadline), "processed %d of %d", rec.Count(idem.OutcomeProcessed, ""), n)
-		if processed := rec.Count(idem.OutcomeProcessed, ""); killed < kills && processed >= (killed+1)*n/(kills+1) {
+		select {
+		case done := <-killNow:
 			killed += k.kill()
+			close(done)
+		case <-time.After(5 * time.Millisecond):
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	time.Sleep(2 * time.Second) // anything still coming back must be a duplicate
 	cancel()
@@ -233,7 +261,7 @@ func TestAMQPConnectionLossAppliesOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, n, bal)
 	require.Equal(t, n, rec.Count(idem.OutcomeProcessed, ""))
-	dls, err := b.Store.ListDeadLetters(ctx, idem.DeadLetterFilter{Limit: 10})
+	dls, err := b.Store.ListDeadLetters(ctx, idemstore.DeadLetterFilter{Limit: 10})
 	require.NoError(t, err)
 	require.Empty(t, dls)
 	t.Logf("%d events, %d connection kills: %d processed, %d duplicates, %d abandoned, %d retried",
@@ -267,7 +295,7 @@ func TestAMQPRelayKeepsKeyOrder(t *testing.T) {
 			}))
 		}
 	}
-	relay, err := idemrelay.New(store, store, sink, idemrelay.Config{})
+	relay, err := idemrelay.New(store, sink, idemrelay.Config{})
 	require.NoError(t, err)
 	published := 0
 	for published < keys*perKey {

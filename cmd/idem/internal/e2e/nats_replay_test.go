@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemdlq"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/retry"
 	"github.com/idemkit/idem/storetest"
 )
@@ -37,9 +39,17 @@ func TestNATSDeadLetterReplaysToItsSubject(t *testing.T) {
 			}
 			return credit(ctx, tx, msg)
 		},
-		Retry:     retry.Policy{MaxAttempts: 3, MaxElapsed: time.Minute, Base: 10 * time.Millisecond, Cap: 50 * time.Millisecond},
-		Retention: 48 * time.Hour, RedeliveryWindow: 24 * time.Hour, ShutdownTimeout: 5 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		ShutdownTimeout: 5 * time.Second,
+		Failure: idem.FailureConfig{
+			Retry: retry.Policy{MaxAttempts: 3, MaxElapsed: time.Minute, Base: 10 * time.Millisecond, Cap: 50 * time.Millisecond},
+		},
+		Claims: idem.ClaimConfig{
+			Retention:        48 * time.Hour,
+			RedeliveryWindow: 24 * time.Hour,
+		},
+		Observe: idem.ObserveConfig{
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		},
 	})
 	require.NoError(t, err)
 	rctx, cancel := context.WithCancel(ctx)
@@ -51,7 +61,7 @@ func TestNATSDeadLetterReplaysToItsSubject(t *testing.T) {
 	require.NoError(t, sink.Publish(ctx, topic, storetest.PaymentMessage("acme", "evt-r", storetest.Payment{Wallet: "w1", Amount: 7})))
 	var dl idem.DeadLetter
 	require.Eventually(t, func() bool {
-		dls, err := b.Store.ListDeadLetters(ctx, idem.DeadLetterFilter{Consumer: "ledger@v1"})
+		dls, err := b.Store.ListDeadLetters(ctx, idemstore.DeadLetterFilter{Consumer: "ledger@v1"})
 		if err != nil || len(dls) == 0 {
 			return false
 		}
@@ -62,8 +72,8 @@ func TestNATSDeadLetterReplaysToItsSubject(t *testing.T) {
 	require.Equal(t, "payments", dl.Owner)
 
 	broken.Store(false) // the fix is deployed
-	res, err := idem.NewReplayer(b.Store, sink).Replay(ctx, idem.ReplayParams{ArrivalTopic: true,
-		Selection: idem.Selection{IDs: []int64{dl.ID}, Actor: "ops", Limit: 1}})
+	res, err := idemdlq.NewReplayer(b.Store, sink, idemdlq.ReplayerConfig{}).Replay(ctx, idemdlq.ReplayParams{ArrivalTopic: true,
+		Selection: idemdlq.Selection{IDs: []int64{dl.ID}, Actor: "ops", Limit: 1}})
 	require.NoError(t, err)
 	require.Equal(t, []int64{dl.ID}, res.Replayed)
 	require.Eventually(t, func() bool {

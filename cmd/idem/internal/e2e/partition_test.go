@@ -14,6 +14,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/testdb"
 	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/storetest"
 )
 
@@ -69,7 +70,8 @@ func (l *dropLoad) run(ctx context.Context, c *idem.Consumer[pgx.Tx], stop <-cha
 				for range 1 + boolInt(i%5 == 0) {
 					for try := 1; ; try++ {
 						began := time.Now()
-						r, err := c.Process(ctx, msg)
+						r := c.Process(ctx, msg)
+						err := r.Err
 						took := time.Since(began)
 						if l.measuring.Load() {
 							l.during.Add(1)
@@ -128,7 +130,11 @@ func TestPartitionDropUnderLoad(t *testing.T) {
 			require.NoError(t, err)
 
 			c, err := idem.NewConsumer(store, idem.ConsumerConfig[pgx.Tx]{Name: "ledger@v1", Handler: storetest.CreditHandler(b),
-				Retention: 3 * day, RedeliveryWindow: time.Hour})
+				Claims: idem.ClaimConfig{
+					Retention:        3 * day,
+					RedeliveryWindow: time.Hour,
+				},
+			})
 			require.NoError(t, err)
 			var load dropLoad
 			stop := make(chan struct{})
@@ -147,7 +153,7 @@ func TestPartitionDropUnderLoad(t *testing.T) {
 				started := make(chan struct{})
 				go func() {
 					longDone <- store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-						_, err := store.ClaimTx(ctx, tx, idem.ClaimParams{Key: idem.Key{Tenant: "acme", Consumer: "slow@v1", EventID: "slow"},
+						_, err := store.ClaimTx(ctx, tx, idemstore.ClaimParams{Key: idem.Key{Tenant: "acme", Consumer: "slow@v1", EventID: "slow"},
 							Bucket: time.Now()})
 						close(started)
 						time.Sleep(longTx) // a slow handler

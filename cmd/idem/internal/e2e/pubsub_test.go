@@ -7,16 +7,9 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
-	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"cloud.google.com/go/pubsub/v2/pstest"
-	"google.golang.org/api/option"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/internal/fakepubsub"
 	"github.com/idemkit/idem/cmd/idem/internal/testdb"
 	"github.com/idemkit/idem/consumertest"
 	"github.com/idemkit/idem/idempubsub"
@@ -43,38 +36,25 @@ func pubsubHarness(tb testing.TB) transporttest.Harness {
 // pubsubHarnessNamed is pubsubHarness whose topics get the subscriptions names when created.
 func pubsubHarnessNamed(tb testing.TB, names []string) transporttest.Harness {
 	tb.Helper()
-	srv := pstest.NewServer()
-	tb.Cleanup(func() { _ = srv.Close() })
-	conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	ps, err := fakepubsub.Start(context.Background(), pubsubProject)
 	if err != nil {
-		tb.Fatalf("pstest connection: %v", err)
+		tb.Fatalf("pstest: %v", err)
 	}
-	tb.Cleanup(func() { _ = conn.Close() })
-	client, err := pubsub.NewClient(context.Background(), pubsubProject, option.WithGRPCConn(conn))
-	if err != nil {
-		tb.Fatalf("pubsub client: %v", err)
-	}
-	tb.Cleanup(func() { _ = client.Close() })
+	tb.Cleanup(ps.Close)
+	client := ps.Client
 	subscribe := func(tb testing.TB, topic, name string) string {
-		sub := "projects/" + pubsubProject + "/subscriptions/" + topic + "." + name
-		_, err := client.SubscriptionAdminClient.CreateSubscription(context.Background(), &pubsubpb.Subscription{
-			Name:                     sub,
-			Topic:                    "projects/" + pubsubProject + "/topics/" + topic,
-			AckDeadlineSeconds:       10,
-			MessageRetentionDuration: durationpb.New(10 * time.Minute),
-		})
-		if err != nil && status.Code(err) != codes.AlreadyExists {
-			tb.Fatalf("create subscription %s: %v", sub, err)
+		sub, err := ps.Subscribe(context.Background(), topic, name, fakepubsub.SubscriptionConfig{Retention: 10 * time.Minute})
+		if err != nil {
+			tb.Fatal(err)
 		}
 		return sub
 	}
 	return transporttest.Harness{
-		Features: transporttest.Features{DelayedNak: true, Persistent: true, FanOut: true},
+		Features: transporttest.Features{Takeover: true, DelayedNak: true, Persistent: true, FanOut: true},
 		NewTopic: func(tb testing.TB) string {
 			topic := testdb.Name("ps_")
-			_, err := client.TopicAdminClient.CreateTopic(context.Background(), &pubsubpb.Topic{Name: "projects/" + pubsubProject + "/topics/" + topic})
-			if err != nil {
-				tb.Fatalf("create topic %s: %v", topic, err)
+			if _, err := ps.CreateTopic(context.Background(), topic); err != nil {
+				tb.Fatal(err)
 			}
 			for _, n := range names {
 				subscribe(tb, topic, n)

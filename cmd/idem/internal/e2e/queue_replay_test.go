@@ -15,16 +15,18 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/testdb"
 	"github.com/idemkit/idem/consumertest"
+	"github.com/idemkit/idem/idemdlq"
 	"github.com/idemkit/idem/idemqueue"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/retry"
 	"github.com/idemkit/idem/storetest"
 )
 
 // subscriptionStore is a store whose queue table has subscriptions.
 type subscriptionStore[TTx any] interface {
-	idem.Store[TTx]
-	idem.QueueTxStore[TTx]
-	idem.QueueSubscriptionStore
+	idemstore.Store[TTx]
+	idemstore.QueueTxStore[TTx]
+	idemstore.QueueSubscriptionStore
 }
 
 // checkSubscriptionReplay: of two subscriptions of one topic, the e-mail one dead-letters an
@@ -63,9 +65,18 @@ func checkSubscriptionReplay[TTx any](t *testing.T, store subscriptionStore[TTx]
 		require.Equal(t, "queue:"+topic+"#"+c.sub, src.Name())
 		recs[c.name] = &consumertest.Recorder{}
 		consumer, err := idem.NewConsumer(store, idem.ConsumerConfig[TTx]{
-			Name: c.name, Handler: c.h, Observer: recs[c.name],
-			Retry:     retry.Policy{MaxAttempts: 3, MaxElapsed: time.Minute, Base: 10 * time.Millisecond, Cap: 50 * time.Millisecond},
-			Retention: 48 * time.Hour, RedeliveryWindow: 24 * time.Hour, ShutdownTimeout: 5 * time.Second,
+			Name: c.name, Handler: c.h,
+			ShutdownTimeout: 5 * time.Second,
+			Failure: idem.FailureConfig{
+				Retry: retry.Policy{MaxAttempts: 3, MaxElapsed: time.Minute, Base: 10 * time.Millisecond, Cap: 50 * time.Millisecond},
+			},
+			Claims: idem.ClaimConfig{
+				Retention:        48 * time.Hour,
+				RedeliveryWindow: 24 * time.Hour,
+			},
+			Observe: idem.ObserveConfig{
+				Observer: recs[c.name],
+			},
 		})
 		require.NoError(t, err)
 		runCtx, cancel := context.WithCancel(ctx)
@@ -81,7 +92,7 @@ func checkSubscriptionReplay[TTx any](t *testing.T, store subscriptionStore[TTx]
 	var dls []idem.DeadLetter
 	require.Eventually(t, func() bool {
 		var err error
-		if dls, err = store.ListDeadLetters(ctx, idem.DeadLetterFilter{Consumer: "email@v1"}); err != nil {
+		if dls, err = store.ListDeadLetters(ctx, idemstore.DeadLetterFilter{Consumer: "email@v1"}); err != nil {
 			return false
 		}
 		bal, err := b.Balance(ctx, "w1")
@@ -90,8 +101,8 @@ func checkSubscriptionReplay[TTx any](t *testing.T, store subscriptionStore[TTx]
 	require.Equal(t, "queue:"+topic+"#email", dls[0].Source)
 
 	failing.Store(false)
-	res, err := idem.NewReplayer(store, idemqueue.NewSink(store)).Replay(ctx, idem.ReplayParams{
-		Selection: idem.Selection{IDs: []int64{dls[0].ID}, Actor: "test"},
+	res, err := idemdlq.NewReplayer(store, idemqueue.NewSink(store), idemdlq.ReplayerConfig{}).Replay(ctx, idemdlq.ReplayParams{
+		Selection: idemdlq.Selection{IDs: []int64{dls[0].ID}, Actor: "test"},
 	})
 	require.NoError(t, err)
 	require.Equal(t, []int64{dls[0].ID}, res.Replayed)

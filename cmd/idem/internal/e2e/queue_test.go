@@ -12,14 +12,15 @@ import (
 	"github.com/idemkit/idem/cmd/idem/internal/testdb"
 	"github.com/idemkit/idem/consumertest"
 	"github.com/idemkit/idem/idemqueue"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/storetest"
 	"github.com/idemkit/idem/transporttest"
 )
 
 // queueHarness is the queue-table transport over store.
-func queueHarness[TTx any](store idem.QueueTxStore[TTx]) transporttest.Harness {
+func queueHarness[TTx any](store idemstore.QueueTxStore[TTx]) transporttest.Harness {
 	return transporttest.Harness{
-		Features: transporttest.Features{DelayedNak: true, Persistent: true},
+		Features: transporttest.Features{FencedSettle: true, DelayedNak: true, Persistent: true},
 		NewTopic: func(tb testing.TB) string { return testdb.Name("q_") },
 		Source: func(tb testing.TB, topic, name string, lease time.Duration) idem.Source {
 			src, err := idemqueue.NewSource(store, idemqueue.SourceConfig{Queue: topic, Lease: lease, MaxWait: 200 * time.Millisecond})
@@ -37,11 +38,11 @@ func queueHarness[TTx any](store idem.QueueTxStore[TTx]) transporttest.Harness {
 // that subscribes before producers publish: NewTopic subscribes names, and each source
 // registers its own when opened (idempotent).
 func queueSubscriptionHarness[TTx any](store interface {
-	idem.QueueTxStore[TTx]
-	idem.QueueSubscriptionStore
+	idemstore.QueueTxStore[TTx]
+	idemstore.QueueSubscriptionStore
 }, names []string) transporttest.Harness {
 	return transporttest.Harness{
-		Features: transporttest.Features{DelayedNak: true, Persistent: true, FanOut: true},
+		Features: transporttest.Features{FencedSettle: true, DelayedNak: true, Persistent: true, FanOut: true},
 		NewTopic: func(tb testing.TB) string {
 			topic := testdb.Name("q_")
 			for _, name := range names {

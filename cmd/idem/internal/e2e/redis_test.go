@@ -18,6 +18,7 @@ import (
 	"github.com/idemkit/idem/consumertest"
 	"github.com/idemkit/idem/idemredis"
 	"github.com/idemkit/idem/idemrelay"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/internal/watermillsuite"
 	"github.com/idemkit/idem/retry"
@@ -170,11 +171,17 @@ func TestRedisConnectionLossAppliesOnce(t *testing.T) {
 			time.Sleep(2 * time.Millisecond) // keep deliveries in hand long enough to be caught by a kill
 			return credit(ctx, tx, msg)
 		},
-		Retry:            retry.Policy{MaxAttempts: 10, MaxElapsed: time.Minute, Base: 20 * time.Millisecond, Cap: 100 * time.Millisecond},
-		Retention:        48 * time.Hour,
-		RedeliveryWindow: time.Hour,
-		Workers:          4,
-		Observer:         rec,
+		Workers: 4,
+		Failure: idem.FailureConfig{
+			Retry: retry.Policy{MaxAttempts: 10, MaxElapsed: time.Minute, Base: 20 * time.Millisecond, Cap: 100 * time.Millisecond},
+		},
+		Claims: idem.ClaimConfig{
+			Retention:        48 * time.Hour,
+			RedeliveryWindow: time.Hour,
+		},
+		Observe: idem.ObserveConfig{
+			Observer: rec,
+		},
 	})
 	require.NoError(t, err)
 	runCtx, cancel := context.WithCancel(ctx)
@@ -211,7 +218,7 @@ func TestRedisConnectionLossAppliesOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, n, bal)
 	require.Equal(t, n, rec.Count(idem.OutcomeProcessed, ""))
-	dls, err := b.Store.ListDeadLetters(ctx, idem.DeadLetterFilter{Limit: 10})
+	dls, err := b.Store.ListDeadLetters(ctx, idemstore.DeadLetterFilter{Limit: 10})
 	require.NoError(t, err)
 	require.Empty(t, dls)
 	t.Logf("%d events, %d connections killed in %d rounds: %d processed, %d duplicates, %d abandoned, %d retried",
@@ -243,7 +250,7 @@ func TestRedisRelayKeepsKeyOrder(t *testing.T) {
 			}))
 		}
 	}
-	relay, err := idemrelay.New(store, store, sink, idemrelay.Config{})
+	relay, err := idemrelay.New(store, sink, idemrelay.Config{})
 	require.NoError(t, err)
 	published := 0
 	for published < keys*perKey {

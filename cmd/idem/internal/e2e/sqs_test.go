@@ -34,7 +34,7 @@ func sqsHarness(tb testing.TB) transporttest.Harness {
 	var mu sync.Mutex
 	urls := map[string]string{}
 	return transporttest.Harness{
-		Features: transporttest.Features{DelayedNak: true, Persistent: true},
+		Features: transporttest.Features{Takeover: true, DelayedNak: true, Persistent: true},
 		NewTopic: func(tb testing.TB) string {
 			topic := testdb.Name("sqs_")
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idem/cmd/idem/internal/connect"
 	"github.com/idemkit/idem/cmd/idem/internal/inspect"
 	"github.com/idemkit/idem/cmd/idem/internal/testdb"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/testenv"
 )
 
@@ -48,7 +49,7 @@ var stores = []struct {
 func claim(t *testing.T, st *connect.Stores, consumer, eventID string, at time.Time) {
 	t.Helper()
 	ctx := context.Background()
-	p := idem.ClaimParams{Key: idem.Key{Tenant: "acme", Consumer: consumer, EventID: eventID}, Now: at}
+	p := idemstore.ClaimParams{Key: idem.Key{Tenant: "acme", Consumer: consumer, EventID: eventID}, Now: at}
 	var err error
 	switch {
 	case st.SQLite != nil:
@@ -94,7 +95,7 @@ func TestDeadLetters(t *testing.T) {
 			ins("ledger@v1", "b", "queue:payments", base)
 			ins("mailer@v2", "c", "outbox:mail", base.Add(20*time.Minute))
 			done := ins("ledger@v1", "d", "queue:refunds", base.Add(5*time.Minute))
-			_, err := st.DeadLetters.SetDeadLetterStatus(ctx, idem.SetDeadLetterStatusParams{IDs: []int64{done.ID},
+			_, err := st.DeadLetters.SetDeadLetterStatus(ctx, idemstore.SetDeadLetterStatusParams{IDs: []int64{done.ID},
 				Status: idem.DeadLetterReplayed, Actor: "tester", Now: base.Add(30 * time.Minute)})
 			require.NoError(t, err)
 			_, err = st.DeadLetters.RecordRecovery(ctx, idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "d"}, done.ID, base.Add(45*time.Minute))
@@ -120,7 +121,7 @@ func TestDeadLetters(t *testing.T) {
 			// Two events ignored by ledger@v1's handler, one by mailer@v2's.
 			for _, k := range []idem.Key{{Tenant: "acme", Consumer: "ledger@v1", EventID: "x"},
 				{Tenant: "acme", Consumer: "ledger@v1", EventID: "y"}, {Tenant: "acme", Consumer: "mailer@v2", EventID: "z"}} {
-				p := idem.RecordIgnoreParams{Key: k, Reason: "order deleted", Now: base}
+				p := idemstore.RecordIgnoreParams{Key: k, Reason: "order deleted", Now: base}
 				switch {
 				case st.SQLite != nil:
 					err = st.SQLite.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error { return st.SQLite.RecordIgnoreTx(ctx, tx, p) })

@@ -145,15 +145,14 @@ func newFlow(t *testing.T, tr transport, opt options) *flow {
 	f := &flow{t: t, store: store, tel: tel, rec: rec, app: tp.Tracer("app"), tr: tr, handled: make(chan string, 16)}
 	f.topic, f.sink, f.src = tr.setup(t, store)
 	f.sent = &capture{next: tel.Sink(f.sink), msgs: map[string]idem.Message{}}
-	f.relay, err = idemrelay.New(store, store, f.sent, idemrelay.Config{ID: "otel-" + testdb.Name(""), Observer: tel,
+	f.relay, err = idemrelay.New(store, f.sent, idemrelay.Config{ID: "otel-" + testdb.Name(""), Observer: tel,
 		Topic: func(idem.Outgoing) string { return f.topic }})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = f.relay.Release(context.Background()) })
 	attempts := map[string]int{}
 	var mu sync.Mutex
 	cfg := idem.ConsumerConfig[*sql.Tx]{
-		Name:  "ledger@v1",
-		Retry: retry.Policy{MaxAttempts: 3, MaxElapsed: time.Minute, Base: 10 * time.Millisecond, Cap: 20 * time.Millisecond},
+		Name: "ledger@v1",
 		Handler: func(ctx context.Context, tx *sql.Tx, msg idem.Message) error {
 			mu.Lock()
 			attempts[msg.EventID]++
@@ -171,8 +170,13 @@ func newFlow(t *testing.T, tr transport, opt options) *flow {
 			f.handled <- msg.EventID
 			return nil
 		},
-		Observer: tel,
-		Tracer:   tel,
+		Failure: idem.FailureConfig{
+			Retry: retry.Policy{MaxAttempts: 3, MaxElapsed: time.Minute, Base: 10 * time.Millisecond, Cap: 20 * time.Millisecond},
+		},
+		Observe: idem.ObserveConfig{
+			Observer: tel,
+			Tracer:   tel,
+		},
 	}
 	if opt.batch {
 		cfg.Batch = idem.BatchConfig{Enabled: true, Size: 10, MaxWait: 300 * time.Millisecond}

@@ -2,8 +2,10 @@
 // payment.captured event and its validation, the wallets it credits, and the plan of which
 // orders misbehave how (poison, poison identities, duplicates, re-sends, transient failures,
 // lost acks). The plan is a pure function of a seed and an order's index, so a restarted
-// process decides the same again. The demo drives the scenario in one process; chaos drives it
-// with the producer, relays and consumers as processes of their own, under faults.
+// process decides the same again. It also owns the scenario's tables and its one verdict
+// (Check, Books), written once for PostgreSQL, SQLite and MySQL (DB). The demo drives the
+// scenario in one process; chaos drives it with the producer, relays and consumers as processes
+// of their own, under faults.
 package payments
 
 import (

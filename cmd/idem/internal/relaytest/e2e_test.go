@@ -78,7 +78,7 @@ type outcomes struct {
 	n  map[idem.Outcome]int
 }
 
-func (o *outcomes) Observe(ev idem.Event) {
+func (o *outcomes) Observe(ev idem.Observation) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.n == nil {
@@ -173,10 +173,14 @@ func TestEndToEndCrashedRelayEffectAppliesOnce(t *testing.T) {
 			}
 			return idem.ExpectRows(tag.RowsAffected(), 1)
 		},
-		RedeliveryWindow: time.Hour,
-		Retention:        48 * time.Hour,
-		Observer:         obs,
-		Logger:           logger(),
+		Claims: idem.ClaimConfig{
+			RedeliveryWindow: time.Hour,
+			Retention:        48 * time.Hour,
+		},
+		Observe: idem.ObserveConfig{
+			Observer: obs,
+			Logger:   logger(),
+		},
 	})
 	require.NoError(t, err)
 	src, err := idemnats.NewSource(ctx, js, idemnats.SourceConfig{Stream: stream, Durable: "ledger", AckWait: 5 * time.Second, MaxWait: 100 * time.Millisecond})

@@ -27,6 +27,7 @@ import (
 	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/idemrelay"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/retry"
 )
@@ -50,8 +51,8 @@ type counts struct{ Pending, Published, Dead int }
 // to write in the producer's transaction, and SQL views of the outbox.
 type kit struct {
 	name  string
-	store idem.OutboxRelayStore
-	dlq   idem.DeadLetterStore
+	store idemstore.OutboxRelayStore
+	dlq   idemstore.DeadLetterStore
 	// order inserts a business row and enqueues msgs in one transaction; with fail set, the
 	// transaction returns an error after both writes and rolls back.
 	order func(ctx context.Context, id string, fail bool, msgs ...idem.Outgoing) error
@@ -62,7 +63,7 @@ type kit struct {
 	// row returns the state of the outbox row of eventID.
 	row func(ctx context.Context, eventID string) outboxState
 	// another returns a second store over the same tables, as another process would have.
-	another func(tb testing.TB) idem.OutboxRelayStore
+	another func(tb testing.TB) idemstore.OutboxRelayStore
 }
 
 // enqueue commits msgs in one transaction of their own.
@@ -139,7 +140,7 @@ func newSQLite(tb testing.TB, cfg storeCfg) kit {
 				FROM idem_outbox WHERE event_id = ?`, eventID).Scan(&s.Attempts, &s.Dead, &s.Published, &s.LastError))
 			return s
 		},
-		another: func(tb testing.TB) idem.OutboxRelayStore {
+		another: func(tb testing.TB) idemstore.OutboxRelayStore {
 			s, err := idemsqlite.NewWithConfig(db, store.Config())
 			require.NoError(tb, err)
 			return s
@@ -213,7 +214,7 @@ func newMySQL(tb testing.TB, cfg storeCfg) kit {
 				FROM idem_outbox WHERE event_id = ?`, eventID).Scan(&s.Attempts, &s.Dead, &s.Published, &s.LastError))
 			return s
 		},
-		another: func(tb testing.TB) idem.OutboxRelayStore { return newStore(tb) },
+		another: func(tb testing.TB) idemstore.OutboxRelayStore { return newStore(tb) },
 	}
 }
 
@@ -313,7 +314,7 @@ func newPostgres(tb testing.TB, cfg storeCfg) kit {
 				FROM `+outbox+` WHERE event_id = $1`, eventID).Scan(&s.Attempts, &s.Dead, &s.Published, &s.LastError))
 			return s
 		},
-		another: func(tb testing.TB) idem.OutboxRelayStore { return env.anotherFn(tb) },
+		another: func(tb testing.TB) idemstore.OutboxRelayStore { return env.anotherFn(tb) },
 	}
 }
 
@@ -464,7 +465,7 @@ func logger() *slog.Logger {
 // crashStore is a relay's store in a process that can die: once crashed, releasing a lease does
 // nothing, as when the process was killed before it could give its partitions back.
 type crashStore struct {
-	idem.OutboxRelayStore
+	idemstore.OutboxRelayStore
 	crashed atomic.Bool
 }
 
@@ -479,7 +480,7 @@ func (c *crashStore) LeaseRelease(ctx context.Context, name, owner string) error
 	return c.OutboxRelayStore.LeaseRelease(ctx, name, owner)
 }
 
-func newRelay(tb testing.TB, store idem.OutboxRelayStore, dlq idem.DeadLetterStore, sink idem.Sink, mod func(*idemrelay.Config)) *idemrelay.Relay {
+func newRelay(tb testing.TB, store idemstore.OutboxRelayStore, dlq idemstore.DeadLetterStore, sink idem.Sink, mod func(*idemrelay.Config)) *idemrelay.Relay {
 	tb.Helper()
 	cfg := idemrelay.Config{
 		ID:           "relay-" + randomHex(tb, 4),
@@ -491,7 +492,7 @@ func newRelay(tb testing.TB, store idem.OutboxRelayStore, dlq idem.DeadLetterSto
 	if mod != nil {
 		mod(&cfg)
 	}
-	r, err := idemrelay.New(store, dlq, sink, cfg)
+	r, err := idemrelay.New(relayStore{store, dlq}, sink, cfg)
 	require.NoError(tb, err)
 	return r
 }
@@ -562,4 +563,11 @@ func drain(tb testing.TB, ctx context.Context, r *idemrelay.Relay) int {
 	}
 	tb.Fatalf("relay still publishing after 100 rounds")
 	return total
+}
+
+// relayStore joins a kit's outbox and dead-letter store (which a test may wrap apart) into the
+// one store idemrelay.New takes.
+type relayStore struct {
+	idemstore.OutboxRelayStore
+	idemstore.DeadLetterStore
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/idemrelay"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/retry"
 )
 
@@ -164,7 +165,7 @@ func TestHTTPSinkThroughRelay(t *testing.T) {
 			st := k.row(ctx, "pay-1")
 			st.LastError = ""
 			require.Equal(t, tc.wantState, st)
-			dls, err := k.dlq.ListDeadLetters(ctx, idem.DeadLetterFilter{Consumer: idemrelay.ConsumerName})
+			dls, err := k.dlq.ListDeadLetters(ctx, idemstore.DeadLetterFilter{Consumer: idemrelay.ConsumerName})
 			require.NoError(t, err)
 			if tc.wantDL == "" {
 				require.Empty(t, dls)

@@ -12,7 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemdlq"
+	"github.com/idemkit/idem/idemredact"
 	"github.com/idemkit/idem/idemrelay"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/retry"
 )
 
@@ -65,11 +68,10 @@ func TestConfigDefaults(t *testing.T) {
 func TestNewRefusesMissingParts(t *testing.T) {
 	t.Parallel()
 	k := newSQLite(t, storeCfg{})
-	_, err := idemrelay.New(nil, nil, nil, idemrelay.Config{})
+	_, err := idemrelay.New(nil, nil, idemrelay.Config{})
 	require.ErrorContains(t, err, "store is nil")
-	require.ErrorContains(t, err, "dead-letter store is nil")
 	require.ErrorContains(t, err, "sink is nil")
-	_, err = idemrelay.New(k.store, k.dlq, &recSink{}, idemrelay.Config{BatchSize: -1})
+	_, err = idemrelay.New(relayStore{k.store, k.dlq}, &recSink{}, idemrelay.Config{BatchSize: -1})
 	require.ErrorContains(t, err, "BatchSize")
 }
 
@@ -405,7 +407,7 @@ func TestRelayRetriesTransientFailures(t *testing.T) {
 				require.Equal(t, tc.wantCalls, calls)
 				mu.Unlock()
 				require.Equal(t, tc.wantState, k.row(ctx, "x-1"))
-				dls, err := k.dlq.ListDeadLetters(ctx, idem.DeadLetterFilter{Consumer: idemrelay.ConsumerName})
+				dls, err := k.dlq.ListDeadLetters(ctx, idemstore.DeadLetterFilter{Consumer: idemrelay.ConsumerName})
 				require.NoError(t, err)
 				if !tc.wantDL {
 					require.Empty(t, dls)
@@ -455,7 +457,7 @@ func TestRelayPermanentFailureDeadLetters(t *testing.T) {
 			require.Equal(t, 1, st.Attempts)
 			require.NotContains(t, st.LastError, "hunter2")
 
-			dls, err := k.dlq.ListDeadLetters(ctx, idem.DeadLetterFilter{Consumer: idemrelay.ConsumerName})
+			dls, err := k.dlq.ListDeadLetters(ctx, idemstore.DeadLetterFilter{Consumer: idemrelay.ConsumerName})
 			require.NoError(t, err)
 			require.Len(t, dls, 1)
 			dl := dls[0]
@@ -466,7 +468,7 @@ func TestRelayPermanentFailureDeadLetters(t *testing.T) {
 			require.Equal(t, "acme", dl.Message.Tenant)
 			require.JSONEq(t, `{"id":"a-1"}`, string(dl.Message.Payload))
 			require.Equal(t, 1, dl.Attempts)
-			require.Contains(t, dl.Error, idem.Masked)
+			require.Contains(t, dl.Error, idemredact.Masked)
 			require.NotContains(t, dl.Error, "hunter2")
 			require.Equal(t, counts{Pending: 1, Published: 2, Dead: 1}, k.counts(ctx))
 			require.NoError(t, r.Release(ctx))
@@ -506,7 +508,7 @@ func TestRelayBudgetCountsFromFirstAttempt(t *testing.T) {
 			clk.Advance(10 * time.Minute)
 			drain(t, ctx, r)
 			require.Equal(t, outboxState{Attempts: 3, Dead: true, LastError: "broker unavailable"}, k.row(ctx, "x-1"), "20 min: budget spent")
-			dls, err := k.dlq.ListDeadLetters(ctx, idem.DeadLetterFilter{Consumer: idemrelay.ConsumerName})
+			dls, err := k.dlq.ListDeadLetters(ctx, idemstore.DeadLetterFilter{Consumer: idemrelay.ConsumerName})
 			require.NoError(t, err)
 			require.Len(t, dls, 1)
 			require.Equal(t, idem.ReasonRetriesExhausted, dls[0].Reason)
@@ -525,18 +527,18 @@ func TestRelayDeadRowHoldsItsKey(t *testing.T) {
 		name string
 		skip bool
 		// decide is what the operator does with the dead letter (nil: nothing).
-		decide func(t *testing.T, rep *idem.Replayer, id int64)
+		decide func(t *testing.T, rep *idemdlq.Replayer, id int64)
 	}{
-		{name: "replay", decide: func(t *testing.T, rep *idem.Replayer, id int64) {
-			res, err := rep.Replay(context.Background(), idem.ReplayParams{
-				Selection: idem.Selection{IDs: []int64{id}, Actor: "ops"}, Topic: "orders"})
+		{name: "replay", decide: func(t *testing.T, rep *idemdlq.Replayer, id int64) {
+			res, err := rep.Replay(context.Background(), idemdlq.ReplayParams{
+				Selection: idemdlq.Selection{IDs: []int64{id}, Actor: "ops"}, Topic: "orders"})
 			require.NoError(t, err)
 			require.Equal(t, []int64{id}, res.Replayed)
 		}},
-		{name: "discard", decide: func(t *testing.T, rep *idem.Replayer, id int64) {
-			ids, _, err := rep.Discard(context.Background(), idem.Selection{IDs: []int64{id}, Actor: "ops", Reason: "superseded"})
+		{name: "discard", decide: func(t *testing.T, rep *idemdlq.Replayer, id int64) {
+			res, err := rep.Discard(context.Background(), idemdlq.Selection{IDs: []int64{id}, Actor: "ops", Reason: "superseded"})
 			require.NoError(t, err)
-			require.Equal(t, []int64{id}, ids)
+			require.Equal(t, []int64{id}, res.Discarded)
 		}},
 		{name: "skip", skip: true},
 	} {
@@ -570,10 +572,10 @@ func TestRelayDeadRowHoldsItsKey(t *testing.T) {
 				require.Equal(t, []string{"b-1"}, sink.ids(), "still held while the dead letter is pending")
 				require.Equal(t, outboxState{}, k.row(ctx, "a-2"))
 
-				dls, err := k.dlq.ListDeadLetters(ctx, idem.DeadLetterFilter{Consumer: idemrelay.ConsumerName})
+				dls, err := k.dlq.ListDeadLetters(ctx, idemstore.DeadLetterFilter{Consumer: idemrelay.ConsumerName})
 				require.NoError(t, err)
 				require.Len(t, dls, 1)
-				tc.decide(t, idem.NewReplayer(k.dlq, sink), dls[0].ID)
+				tc.decide(t, idemdlq.NewReplayer(k.dlq, sink, idemdlq.ReplayerConfig{}), dls[0].ID)
 				clk.Advance(time.Second) // past the relay's next look at the dead letter
 				drain(t, ctx, r)
 				want := []string{"b-1", "a-2", "a-3"}

@@ -14,12 +14,13 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemrelay"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // leaseSpy wraps a relay's store and logs its partition lease operations with their timing, so
 // that a test can rebuild when each relay owned each partition.
 type leaseSpy struct {
-	idem.OutboxRelayStore
+	idemstore.OutboxRelayStore
 	log *leaseLog
 }
 
@@ -55,7 +56,7 @@ func partitionOf(name string) (int, bool) {
 	return p, err == nil
 }
 
-func (s leaseSpy) LeaseAcquire(ctx context.Context, p idem.LeaseParams) (int64, bool, error) {
+func (s leaseSpy) LeaseAcquire(ctx context.Context, p idemstore.LeaseParams) (int64, bool, error) {
 	start := time.Now()
 	token, ok, err := s.OutboxRelayStore.LeaseAcquire(ctx, p)
 	if part, isPart := partitionOf(p.Name); isPart && err == nil {
@@ -173,7 +174,7 @@ type leaseWatch struct {
 	done       chan struct{}
 }
 
-func watchLeases(tb testing.TB, store idem.OutboxRelayStore) *leaseWatch {
+func watchLeases(tb testing.TB, store idemstore.OutboxRelayStore) *leaseWatch {
 	w := &leaseWatch{tokenOwner: map[string]string{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
@@ -198,7 +199,7 @@ func watchLeases(tb testing.TB, store idem.OutboxRelayStore) *leaseWatch {
 	return w
 }
 
-func (w *leaseWatch) check(leases []idem.Lease) {
+func (w *leaseWatch) check(leases []idemstore.Lease) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.snapshots++
@@ -331,7 +332,7 @@ func threeRelaysShareWorkInOrder(t *testing.T, newKit func(testing.TB, storeCfg)
 	spans := log.ownerships()
 	requireNoOverlap(t, spans)
 	requirePublishedWhileOwned(t, got, spans, func(id string) int {
-		return idem.OutboxPartition(idem.Outgoing{EventID: id, Key: keyOf[id]}, partitions)
+		return idemstore.OutboxPartition(idem.Outgoing{EventID: id, Key: keyOf[id]}, partitions)
 	})
 	snaps, violations := watch.result()
 	require.Greater(t, snaps, 10)
@@ -372,7 +373,7 @@ func crashedRelayPartitionsTakenOver(t *testing.T, newKit func(testing.TB, store
 	relays := map[string]*running{}
 	var r1 *crashStore
 	for _, id := range []string{"r1", "r2", "r3"} {
-		var store idem.OutboxRelayStore = leaseSpy{OutboxRelayStore: k.another(t), log: log}
+		var store idemstore.OutboxRelayStore = leaseSpy{OutboxRelayStore: k.another(t), log: log}
 		if id == "r1" {
 			r1 = &crashStore{OutboxRelayStore: store}
 			store = r1
@@ -411,7 +412,7 @@ func crashedRelayPartitionsTakenOver(t *testing.T, newKit func(testing.TB, store
 	var want []string
 	for i := 0; len(want) < 10; i++ {
 		key := fmt.Sprintf("orphan%d", i)
-		if _, ok := orphan[idem.OutboxPartition(idem.Outgoing{Key: key}, partitions)]; ok {
+		if _, ok := orphan[idemstore.OutboxPartition(idem.Outgoing{Key: key}, partitions)]; ok {
 			id := key + "-0"
 			k.enqueue(t, ev(id, key, "orders"))
 			want = append(want, id)
@@ -423,7 +424,7 @@ func crashedRelayPartitionsTakenOver(t *testing.T, newKit func(testing.TB, store
 			continue
 		}
 		require.NotEqual(t, "r1", p.relay)
-		part := idem.OutboxPartition(idem.Outgoing{Key: strings.TrimSuffix(p.msg.EventID, "-0")}, partitions)
+		part := idemstore.OutboxPartition(idem.Outgoing{Key: strings.TrimSuffix(p.msg.EventID, "-0")}, partitions)
 		require.False(t, p.start.Before(orphan[part]), "%s published %s before r1's lease of partition %d expired", p.relay, p.msg.EventID, part)
 	}
 	require.ElementsMatch(t, want, distinct(filterIDs(sink.ids(), want)))

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemdlq"
 )
 
 // actionKind is replay or discard.
@@ -71,7 +72,7 @@ func (s *Server) action(kind actionKind) http.HandlerFunc {
 			s.preview(w, r, kind, ids, reason, note)
 			return
 		}
-		sel := idem.Selection{IDs: ids, Limit: len(ids), Actor: actor}
+		sel := idemdlq.Selection{IDs: ids, Limit: len(ids), Actor: actor}
 		var (
 			done []int64
 			verb = "Replayed"
@@ -82,17 +83,19 @@ func (s *Server) action(kind actionKind) http.HandlerFunc {
 				s.fail(w, r, http.StatusForbidden, "Replay is not configured on this dashboard.")
 				return
 			}
-			var res idem.ReplayResult
-			res, err = s.cfg.Replayer.Replay(r.Context(), idem.ReplayParams{Selection: sel, Topic: s.cfg.Topic, ArrivalTopic: s.cfg.ArrivalTopic})
+			var res idemdlq.ReplayResult
+			res, err = s.cfg.Replayer.Replay(r.Context(), idemdlq.ReplayParams{Selection: sel, Topic: s.cfg.Topic, ArrivalTopic: s.cfg.ArrivalTopic})
 			done = res.Replayed
 		} else {
 			sel.Reason, verb = reason, "Discarded"
 			rp := s.cfg.Replayer
 			if rp == nil {
-				rp = idem.NewReplayer(s.cfg.Stores.DeadLetters, nil)
+				rp = idemdlq.NewReplayer(s.cfg.Stores.DeadLetters, nil, idemdlq.ReplayerConfig{})
 			}
 			// Ids select exactly (Limit is their count): nothing remains.
-			done, _, err = rp.Discard(r.Context(), sel)
+			var res idemdlq.DiscardResult
+			res, err = rp.Discard(r.Context(), sel)
+			done = res.Discarded
 		}
 		msg := fmt.Sprintf("%s %s as %s.", verb, countText(len(done), idList(done)), actor)
 		if len(done) == 0 {

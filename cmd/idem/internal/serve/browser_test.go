@@ -20,6 +20,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemprom"
 	"github.com/idemkit/idem/idemqueue"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/testenv"
 )
 
@@ -102,7 +103,7 @@ func TestBrowser(t *testing.T) {
 	require.NoError(t, err)
 	// An event ledger@v1's handler ignored (idem.Ignore): its order was deleted.
 	require.NoError(t, st.SQLite.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		return st.SQLite.RecordIgnoreTx(ctx, tx, idem.RecordIgnoreParams{
+		return st.SQLite.RecordIgnoreTx(ctx, tx, idemstore.RecordIgnoreParams{
 			Key: idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: "evt-gone"}, Reason: "order deleted", Now: now})
 	}))
 
@@ -116,14 +117,14 @@ func TestBrowser(t *testing.T) {
 	s, hs := newServer(t, st, Config{Token: testToken, MetricsURLs: []string{ms.URL}, Queues: []string{"payments"}})
 	for i := range 12 {
 		for range i % 4 {
-			m.Observe(idem.Event{Consumer: "ledger@v1", Owner: "team-ledger", Queue: "payments", Outcome: idem.OutcomeProcessed})
+			m.Observe(idem.Observation{Consumer: "ledger@v1", Owner: "team-ledger", Queue: "payments", Outcome: idem.OutcomeProcessed})
 		}
 		if i%5 == 2 {
-			m.Observe(idem.Event{Consumer: "ledger@v1", Owner: "team-ledger", Queue: "payments", Outcome: idem.OutcomeRetried, ErrorType: idem.ClassTransient})
+			m.Observe(idem.Observation{Consumer: "ledger@v1", Owner: "team-ledger", Queue: "payments", Outcome: idem.OutcomeRetried, Class: idem.ClassTransient})
 		}
 		require.NoError(t, s.Sample(ctx))
 	}
-	m.Observe(idem.Event{Consumer: "mailer@v2", Owner: "team-mail", Queue: "mail", Outcome: idem.OutcomeDeadLettered, ErrorType: idem.ClassPermanent, Reason: idem.ReasonPermanentError})
+	m.Observe(idem.Observation{Consumer: "mailer@v2", Owner: "team-mail", Queue: "mail", Outcome: idem.OutcomeDeadLettered, Class: idem.ClassPermanent, Reason: idem.ReasonPermanentError})
 	require.NoError(t, s.Sample(ctx))
 	u := hs.URL
 	id := func(n int64) string { return strconv.FormatInt(n, 10) }

@@ -23,6 +23,7 @@ import (
 	"github.com/idemkit/idem/cmd/idem/internal/inspect"
 	"github.com/idemkit/idem/cmd/idem/internal/testdb"
 	"github.com/idemkit/idem/idemrelay"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/testenv"
 )
 
@@ -125,7 +126,7 @@ func seed(t testing.TB, st *connect.Stores, now time.Time) seeded {
 	}
 	claim := func(eventID string, at time.Time) {
 		k := idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: eventID}
-		p := idem.ClaimParams{Key: k, Now: at}
+		p := idemstore.ClaimParams{Key: k, Now: at}
 		var err error
 		switch {
 		case st.SQLite != nil:
@@ -159,7 +160,7 @@ func seed(t testing.TB, st *connect.Stores, now time.Time) seeded {
 	parts, err := inspect.OutboxPartitions(ctx, st)
 	require.NoError(t, err)
 	require.NotEmpty(t, parts)
-	_, ok, err := st.Outbox.LeaseAcquire(ctx, idem.LeaseParams{Name: idemrelay.PartitionLeasePrefix + strconv.Itoa(parts[0].Partition),
+	_, ok, err := st.Outbox.LeaseAcquire(ctx, idemstore.LeaseParams{Name: idemrelay.PartitionLeasePrefix + strconv.Itoa(parts[0].Partition),
 		Owner: "relay-a", TTL: time.Hour, Now: time.Now()})
 	require.NoError(t, err)
 	require.True(t, ok)

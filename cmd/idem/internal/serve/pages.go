@@ -18,6 +18,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/inspect"
 	"github.com/idemkit/idem/idemrelay"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // page is what every page shows around its content.
@@ -301,13 +302,13 @@ type listFilter struct {
 }
 
 // parseFilter reads the list's filters; an invalid one is an error for the page to show.
-func parseFilter(q url.Values, now time.Time) (listFilter, idem.DeadLetterFilter, error) {
+func parseFilter(q url.Values, now time.Time) (listFilter, idemstore.DeadLetterFilter, error) {
 	f := listFilter{Consumer: strings.TrimSpace(q.Get("consumer")), Reason: strings.TrimSpace(q.Get("reason")),
 		Tenant: q.Get("tenant"), Status: strings.TrimSpace(q.Get("status")), Age: strings.TrimSpace(q.Get("age")), Limit: listLimitDefault}
 	if !q.Has("status") {
 		f.Status = string(idem.DeadLetterPending)
 	}
-	out := idem.DeadLetterFilter{Consumer: f.Consumer, Tenant: f.Tenant}
+	out := idemstore.DeadLetterFilter{Consumer: f.Consumer, Tenant: f.Tenant}
 	if f.Reason != "" {
 		if out.Reason = idem.Reason(f.Reason); !out.Reason.Valid() {
 			return f, out, fmt.Errorf("reason %q is not a dead-letter reason", f.Reason)
@@ -406,7 +407,7 @@ type deadLetterData struct {
 	Payload  string
 	Cut      bool
 	Recovery time.Duration
-	Audit    []idem.AuditEntry
+	Audit    []idemstore.AuditEntry
 }
 
 func (s *Server) deadLetterPage(w http.ResponseWriter, r *http.Request) {

@@ -18,8 +18,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/connect"
+	"github.com/idemkit/idem/idemdlq"
+	"github.com/idemkit/idem/idemredact"
 )
 
 //go:embed templates/*.html
@@ -51,7 +52,7 @@ type Config struct {
 	Stores *connect.Stores
 	// Replayer replays and discards dead letters; nil means only discard is possible (a
 	// Replayer without a sink refuses replay).
-	Replayer *idem.Replayer
+	Replayer *idemdlq.Replayer
 	// Topic is where replays go; empty means the queue each dead letter came from.
 	Topic string
 	// ArrivalTopic, with an empty Topic, sends each replay to the subject its dead letter
@@ -86,7 +87,7 @@ type Server struct {
 	cfg      Config
 	pages    map[string]*template.Template
 	key      []byte // signs sessions and CSRF tokens; new at every start
-	redactor *idem.Redactor
+	redactor *idemredact.Redactor
 
 	mu      sync.Mutex
 	history []sample
@@ -111,7 +112,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	cfg.TrustHeader = strings.TrimSpace(cfg.TrustHeader)
 	s := &Server{cfg: cfg, pages: map[string]*template.Template{}, key: make([]byte, 32),
-		redactor: idem.NewRedactor(idem.RedactConfig{})}
+		redactor: idemredact.New(idemredact.Config{})}
 	if _, err := rand.Read(s.key); err != nil {
 		return nil, fmt.Errorf("serve: session key: %w", err)
 	}

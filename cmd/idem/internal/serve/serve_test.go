@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/connect"
+	"github.com/idemkit/idem/idemdlq"
 	"github.com/idemkit/idem/idemprom"
 	"github.com/idemkit/idem/idemqueue"
 )
@@ -28,7 +29,7 @@ func newServer(t *testing.T, st *connect.Stores, cfg Config) (*Server, *httptest
 	t.Helper()
 	cfg.Stores = st
 	if cfg.Replayer == nil {
-		cfg.Replayer = idem.NewReplayer(st.DeadLetters, idemqueue.NewSink(st.Queue))
+		cfg.Replayer = idemdlq.NewReplayer(st.DeadLetters, idemqueue.NewSink(st.Queue), idemdlq.ReplayerConfig{})
 	}
 	s, err := New(cfg)
 	require.NoError(t, err)
@@ -327,14 +328,14 @@ func TestScrapedMetrics(t *testing.T) {
 	reg.MustRegister(m)
 	metrics := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	t.Cleanup(metrics.Close)
-	ev := func(o idem.Outcome, c idem.Class) idem.Event {
-		return idem.Event{Consumer: "ledger@v1", Owner: "team-ledger", Queue: "payments", Outcome: o, ErrorType: c}
+	ev := func(o idem.Outcome, c idem.Class) idem.Observation {
+		return idem.Observation{Consumer: "ledger@v1", Owner: "team-ledger", Queue: "payments", Outcome: o, Class: c}
 	}
 	now := time.Now()
 	s, hs := newServer(t, st, Config{MetricsURLs: []string{metrics.URL, "http://127.0.0.1:1/metrics"},
 		Now: func() time.Time { return now }})
 	require.NoError(t, s.Sample(context.Background()))
-	for _, e := range []idem.Event{ev(idem.OutcomeProcessed, idem.ClassUnknown), ev(idem.OutcomeRetried, idem.ClassTransient),
+	for _, e := range []idem.Observation{ev(idem.OutcomeProcessed, idem.ClassUnknown), ev(idem.OutcomeRetried, idem.ClassTransient),
 		ev(idem.OutcomeRetried, idem.ClassTransient), ev(idem.OutcomeDuplicate, idem.ClassUnknown), ev(idem.OutcomeDeadLettered, idem.ClassPermanent)} {
 		m.Observe(e)
 	}

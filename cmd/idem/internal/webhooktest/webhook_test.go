@@ -26,6 +26,7 @@ import (
 	"github.com/idemkit/idem/cmd/idem/internal/testdb"
 	"github.com/idemkit/idem/idemauth"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemwebhook"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/storetest"
@@ -242,7 +243,7 @@ func (e *env[TTx]) state(t *testing.T, id string) state {
 	require.NoError(t, err)
 	s.claims, err = e.b.ClaimRows(ctx, idem.Key{Tenant: "acme", Consumer: "wallet@v1", EventID: id})
 	require.NoError(t, err)
-	s.deadLetters, err = e.b.Store.ListDeadLetters(ctx, idem.DeadLetterFilter{Consumer: "wallet@v1"})
+	s.deadLetters, err = e.b.Store.ListDeadLetters(ctx, idemstore.DeadLetterFilter{Consumer: "wallet@v1"})
 	require.NoError(t, err)
 	return s
 }

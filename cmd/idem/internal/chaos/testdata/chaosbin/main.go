@@ -31,13 +31,14 @@ func main() {
 		return
 	}
 	if len(os.Args) < 2 || os.Args[1] != "run" {
-		fmt.Fprintln(os.Stderr, "usage: chaosbin run -pg URL [-duration D] [-seed N] [-v] | chaosbin chaos-role …")
+		fmt.Fprintln(os.Stderr, "usage: chaosbin run -pg URL|-mysql DSN [-duration D] [-seed N] [-v] | chaosbin chaos-role …")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
 	var o chaos.Options
 	var jsonOut bool
 	fs.StringVar(&o.PostgresURL, "pg", os.Getenv("IDEM_POSTGRES_URL"), "PostgreSQL URL")
+	fs.StringVar(&o.MySQLDSN, "mysql", "", "MySQL or MariaDB DSN (instead of -pg), e.g. root@tcp(127.0.0.1:3306)/test")
 	fs.DurationVar(&o.Duration, "duration", chaos.DurationDefault, "chaos duration")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", chaos.DrainTimeoutDefault, "drain timeout")
 	fs.IntVar(&o.Rate, "rate", chaos.RateDefault, "events per second")
@@ -48,6 +49,9 @@ func main() {
 	fs.BoolVar(&o.Verbose, "v", false, "forward the roles' logs")
 	fs.BoolVar(&jsonOut, "json", false, "print the report as JSON too")
 	_ = fs.Parse(os.Args[2:])
+	if o.MySQLDSN != "" {
+		o.PostgresURL = ""
+	}
 	o.Out = os.Stdout
 	logger := log.New(os.Stderr, "", log.Ltime|log.Lmicroseconds)
 	o.Logf = logger.Printf

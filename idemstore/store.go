@@ -1,199 +1,31 @@
-package idem
+// Package idemstore is the seam between idem and a database, as riverdriver is River's: the
+// claims and dead letters the consumer writes (Store, BatchStore, DeadLetterStore and their
+// parameters), the queue table (QueueStore), the transactional outbox and its relay
+// (OutboxStore, OutboxRelayStore), named leases (LeaseStore) and migrations (Migrator). Stores
+// (idempg, idemsqlite, idemmysql) implement it and package storetest checks them; application
+// code passes a store to idem.NewConsumer and rarely names these interfaces. The values that
+// cross the seam (Message, Key, DeadLetter…) are in package idemtype, so that idem can import
+// this package.
+package idemstore
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem/idemtype"
 )
-
-// Store is the seam between idem and a database. TTx is the transaction type the store's
-// driver uses (pgx.Tx for idempg, *sql.Tx for idemsqlite) and the one a handler receives, so
-// the handler writes its business change in the very transaction that holds the claim.
-// Packages idempg and idemsqlite implement it; package storetest checks an implementation.
-type Store[TTx any] interface {
-	// Dialect names the database ("postgres", "sqlite") for logs and metrics.
-	Dialect() string
-
-	// InTx runs fn in a new transaction and commits it when fn returns nil; any error or panic
-	// rolls it back.
-	InTx(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error
-
-	// ClaimTx claims a key inside tx with INSERT … ON CONFLICT DO NOTHING RETURNING. Concurrent
-	// claims of one key serialise on the unique key: exactly one sees ClaimNew, the others wait
-	// for it to commit or roll back and then see ClaimDuplicate or ClaimConflict (or ClaimNew
-	// after a rollback).
-	ClaimTx(ctx context.Context, tx TTx, p ClaimParams) (ClaimResult, error)
-
-	// DeleteExpiredClaims deletes up to p.Limit claims created before p.Before and reports how
-	// many it deleted; callers loop while the count equals the limit.
-	DeleteExpiredClaims(ctx context.Context, p DeleteExpiredClaimsParams) (int, error)
-
-	// ClassifyError recognises the driver's own transient errors (SQLite BUSY/LOCKED); it returns
-	// ClassUnknown for anything else.
-	ClassifyError(err error) Class
-
-	DeadLetterStore
-}
-
-// ClaimParams is the input of Store.ClaimTx.
-type ClaimParams struct {
-	Key         Key
-	Fingerprint Fingerprint
-	// Now is the claim's creation time; retention is measured from it.
-	Now time.Time
-	// Bucket is the start of the event's time bucket (its occurrence time truncated to the
-	// store's ClaimBucket) for a partitioned inbox; zero for a plain one. It is informational:
-	// a store must never make it part of the key or choose a partition by it, since a re-send
-	// of the event may carry another occurrence time (idempg places a claim by Now).
-	Bucket time.Time
-}
-
-// BucketedStore is a Store whose inbox is partitioned by time and drops whole partitions after
-// ClaimRetention. The key stays (tenant, consumer, event_id) alone. The consumer then requires
-// each event's occurrence time (Message.OccurredAt, which the outbox always sets) and
-// dead-letters as too_old an event older than its Retention.
-type BucketedStore interface {
-	// ClaimBucket is the bucket width (an hour or a day); 0 means the inbox is not partitioned.
-	ClaimBucket() time.Duration
-	// ClaimRetention is how long the store keeps partitions; a consumer's Retention may not
-	// exceed it.
-	ClaimRetention() time.Duration
-}
-
-// ClaimStatus is what a claim attempt found.
-type ClaimStatus int
-
-const (
-	// ClaimNew means the key was free and is now claimed by this transaction.
-	ClaimNew ClaimStatus = iota + 1
-	// ClaimDuplicate means the key was already claimed with the same fingerprint.
-	ClaimDuplicate
-	// ClaimConflict means the key was already claimed with another fingerprint (key reuse).
-	ClaimConflict
-)
-
-func (s ClaimStatus) String() string {
-	switch s {
-	case ClaimNew:
-		return "new"
-	case ClaimDuplicate:
-		return "duplicate"
-	case ClaimConflict:
-		return "conflict"
-	}
-	return "invalid"
-}
-
-// ClaimResult is the output of Store.ClaimTx.
-type ClaimResult struct {
-	Status ClaimStatus
-	// Existing is the stored fingerprint when Status is ClaimDuplicate or ClaimConflict.
-	Existing Fingerprint
-	// ClaimedAt is when the existing claim was made (zero for ClaimNew).
-	ClaimedAt time.Time
-}
-
-// DeleteExpiredClaimsParams is the input of Store.DeleteExpiredClaims.
-type DeleteExpiredClaimsParams struct {
-	// Consumer restricts deletion to one consumer; empty means all consumers.
-	Consumer string
-	// Before: claims created strictly before it are deleted.
-	Before time.Time
-	// Limit bounds one batch (must be > 0).
-	Limit int
-}
-
-// DeadLetterStore keeps dead letters and the audit trail of what operators did with them.
-type DeadLetterStore interface {
-	// InsertDeadLetter records a failed delivery. Writing a dead letter again for the same
-	// delivery (same consumer, tenant, event id and fingerprint) while one is pending updates
-	// the pending row (attempts, error, last failure time) instead of adding another. It returns
-	// the row as stored.
-	InsertDeadLetter(ctx context.Context, dl DeadLetter) (DeadLetter, error)
-
-	// GetDeadLetter returns one dead letter, or an error wrapping ErrNotFound naming the id.
-	GetDeadLetter(ctx context.Context, id int64) (DeadLetter, error)
-
-	// ListDeadLetters returns dead letters matching f, oldest first.
-	ListDeadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetter, error)
-
-	// SetDeadLetterStatus moves dead letters from pending to replayed or discarded and writes one
-	// audit row per dead letter, in one transaction. Ids that are not pending are skipped and not
-	// returned; it returns the ids it changed.
-	SetDeadLetterStatus(ctx context.Context, p SetDeadLetterStatusParams) ([]int64, error)
-
-	// RecordRecovery notes that a replayed event was processed: it sets recovered_at on the
-	// replayed dead letters of that key, and on deadLetterID (the replay's Idem-Replay-Of) when
-	// it belongs to key and is still pending — the replayer marks a dead letter replayed only
-	// after publishing it, so a fast consumer can get there first. It returns the time from
-	// each one's first failure to now, one entry per dead letter it marked (empty when none).
-	RecordRecovery(ctx context.Context, key Key, deadLetterID int64, now time.Time) ([]time.Duration, error)
-
-	// ListAudit returns audit rows, newest first, at most limit (0 means 100).
-	ListAudit(ctx context.Context, limit int) ([]AuditEntry, error)
-
-	// DeadLetterStats summarises pending dead letters.
-	DeadLetterStats(ctx context.Context) (DeadLetterStats, error)
-}
-
-// DeadLetterFilter selects dead letters; zero fields match everything.
-type DeadLetterFilter struct {
-	IDs      []int64
-	Consumer string
-	Tenant   string
-	// Owner keeps the dead letters of consumers with this owner (ConsumerConfig.Owner).
-	Owner  string
-	Reason Reason
-	Status DeadLetterStatus
-	// OlderThan keeps dead letters whose last failure is before it.
-	OlderThan time.Time
-	// Limit bounds the result; 0 means 100.
-	Limit int
-}
-
-// SetDeadLetterStatusParams is the input of DeadLetterStore.SetDeadLetterStatus.
-type SetDeadLetterStatusParams struct {
-	IDs    []int64
-	Status DeadLetterStatus // DeadLetterReplayed or DeadLetterDiscarded
-	Actor  string
-	Reason string
-	// Destination is where a replay republished the dead letters (the topic or queue), recorded
-	// in the audit; empty for a discard.
-	Destination string
-	Now         time.Time
-}
-
-// AuditEntry is one operator action on the dead-letter queue.
-type AuditEntry struct {
-	ID           int64
-	At           time.Time
-	Actor        string
-	Action       string // "replay" or "discard"
-	DeadLetterID int64
-	EventID      string
-	Reason       string
-	// Destination is where a replay went (the topic or queue); empty for other actions.
-	Destination string
-}
-
-// DeadLetterStats summarises the pending dead letters.
-type DeadLetterStats struct {
-	Pending int64
-	// OldestPending is the first failure time of the oldest pending dead letter (zero if none).
-	OldestPending time.Time
-	// ByReason counts pending dead letters per reason.
-	ByReason map[Reason]int64
-}
 
 // QueueStore is the queue table: the embedded broker that lives in the application's own
 // database. Rows are leased with a fencing token: every fetch increments the token, and ack,
-// nak and extend with an old token fail with ErrLeaseLost, so a worker that lost its lease can
+// nak and extend with an old token fail with idemtype.ErrLeaseLost, so a worker that lost its lease can
 // neither ack over nor commit over the worker that took it.
 type QueueStore interface {
 	// QueuePublish inserts messages into queue in a transaction of its own.
-	QueuePublish(ctx context.Context, queue string, msgs ...Message) error
+	QueuePublish(ctx context.Context, queue string, msgs ...idemtype.Message) error
 	// QueueFetch leases up to p.Max available jobs (available_at <= now, lease expired or never
 	// taken), ordered by id, using FOR UPDATE SKIP LOCKED where the database has it.
 	QueueFetch(ctx context.Context, p QueueFetchParams) ([]QueueJob, error)
@@ -216,8 +48,8 @@ type QueueStore interface {
 type QueueTxStore[TTx any] interface {
 	QueueStore
 	// QueuePublishTx inserts messages into queue inside tx.
-	QueuePublishTx(ctx context.Context, tx TTx, queue string, msgs ...Message) error
-	// QueueAckTx deletes the job inside tx if its token still matches, else ErrLeaseLost; the
+	QueuePublishTx(ctx context.Context, tx TTx, queue string, msgs ...idemtype.Message) error
+	// QueueAckTx deletes the job inside tx if its token still matches, else idemtype.ErrLeaseLost; the
 	// row stays locked until tx ends, so a lost lease rolls back the handler's effect.
 	QueueAckTx(ctx context.Context, tx TTx, id, token int64) error
 }
@@ -272,7 +104,7 @@ type QueueFetchParams struct {
 type QueueJob struct {
 	ID      int64
 	Token   int64
-	Message Message // Attempt is the number of fetches including this one
+	Message idemtype.Message // Attempt is the number of fetches including this one
 	// FirstFetchedAt is when the job was first fetched (zero when the store does not record
 	// it): the consumer's retry budget counts from it (idemqueue's Delivery is a FirstAttempter).
 	FirstFetchedAt time.Time
@@ -298,7 +130,7 @@ type QueueStats struct {
 type OutboxStore[TTx any] interface {
 	// EnqueueTx inserts outgoing events inside the caller's transaction: they commit or roll back
 	// with the business write.
-	EnqueueTx(ctx context.Context, tx TTx, msgs ...Outgoing) error
+	EnqueueTx(ctx context.Context, tx TTx, msgs ...idemtype.Outgoing) error
 	OutboxRelayStore
 }
 
@@ -336,7 +168,7 @@ type OutboxFetchParams struct {
 type OutboxRow struct {
 	ID            int64
 	Partition     int
-	Outgoing      Outgoing
+	Outgoing      idemtype.Outgoing
 	CreatedAt     time.Time
 	Attempts      int
 	LastError     string
@@ -401,4 +233,24 @@ type Migrator interface {
 	Migrate(ctx context.Context) error
 	// MigrationSQL returns the SQL of all migrations, for the configured schema and prefix.
 	MigrationSQL() string
+}
+
+// OutboxPartitionsDefault is the default number of outbox partitions relays divide among
+// themselves. It is fixed per database: changing it re-hashes ordering keys.
+const OutboxPartitionsDefault = 16
+
+// OutboxPartition returns the partition of an outgoing event: FNV-1a of its ordering key (its
+// event id when the key is empty) modulo n. Events with the same key always share a partition,
+// which one relay owns at a time, and that keeps them in order.
+func OutboxPartition(o idemtype.Outgoing, n int) int {
+	if n <= 1 {
+		return 0
+	}
+	k := o.Key
+	if k == "" {
+		k = o.EventID
+	}
+	h := fnv.New32a()
+	h.Write([]byte(k))
+	return int(h.Sum32() % uint32(n))
 }

@@ -1,4 +1,7 @@
-package idem
+// Package idemdlq operates the dead-letter queue: it replays a dead letter's original message or
+// discards it with a reason, and writes an audit row for each. The CLI (idem dlq) and the
+// dashboard (idem serve) use it; any program can.
+package idemdlq
 
 import (
 	"context"
@@ -10,7 +13,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/idemkit/idem/wire"
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // ReplayLimitDefault is how many dead letters one replay or discard touches unless told
@@ -21,10 +25,13 @@ const ReplayLimitDefault = 10
 // (same event id, tenant, payload and headers, plus replay headers) and discard retires it with
 // a reason; both write an audit row. The CLI and the dashboard use it.
 type Replayer struct {
-	store DeadLetterStore
-	sink  Sink
-	// Now returns the current time (default time.Now).
-	Now func() time.Time
+	store idemstore.DeadLetterStore
+	sink  idem.Sink
+	cfg   ReplayerConfig
+}
+
+// ReplayerConfig configures a Replayer. Zero fields take the documented defaults.
+type ReplayerConfig struct {
 	// Signer, when set, signs every republished message as a replay (idemauth.ReplaySigner), so
 	// that a verifier accepts a signed dead letter older than its tolerance. Dead letters refused
 	// as unauthenticated are never signed: a replay must not turn a forgery into an event.
@@ -33,29 +40,20 @@ type Replayer struct {
 	// one, by full consumer name ("ledger@v2"), so that Replay can recompute a dead letter's
 	// fingerprint and refuse a payload edited since it was dead-lettered. Replay refuses a dead
 	// letter whose fingerprint it cannot reproduce.
-	Fingerprints map[string]FingerprintConfig
+	Fingerprints map[string]idem.FingerprintConfig
+	// Now returns the current time (default time.Now).
+	Now func() time.Time
 }
 
 // ReplaySigner signs a message the Replayer is about to republish, after the replay headers are
 // set (idemauth.ReplaySigner is the implementation).
 type ReplaySigner interface {
-	SignReplay(ctx context.Context, msg *Message) error
+	SignReplay(ctx context.Context, msg *idem.Message) error
 }
-
-// HeaderReplayEventTime carries, on a replay, the time of the original event (RFC 3339): the
-// earliest of its OccurredAt, its PublishedAt and its first failure. The consumer measures the
-// retention horizon from it, because a replay's own publish time is new: without it, a replay
-// of an event without OccurredAt, later than Retention after a copy was applied and its claim
-// collected, would pass too_old and apply the event again.
-const HeaderReplayEventTime = wire.ReplayEventTime
-
-// HeaderReplayNewEventOf is set on a replay sent with ReplayParams.AsNewEvent: the event id of the
-// dead letter whose edited payload goes out under a new event id.
-const HeaderReplayNewEventOf = wire.ReplayNewEventOf
 
 // ErrReplayEdited marks a replay refused because the dead letter's payload no longer matches
 // the fingerprint stored with it: it was edited after it was dead-lettered.
-var ErrReplayEdited = errors.New("idem: dead letter edited since it was stored")
+var ErrReplayEdited = errors.New("idemdlq: dead letter edited since it was stored")
 
 // ActorMaxLen bounds the actor recorded in the audit trail.
 const ActorMaxLen = 200
@@ -81,8 +79,11 @@ func validateActor(actor string) error {
 
 // NewReplayer returns a Replayer over store that republishes through sink (sink may be nil when
 // only discarding).
-func NewReplayer(store DeadLetterStore, sink Sink) *Replayer {
-	return &Replayer{store: store, sink: sink, Now: time.Now}
+func NewReplayer(store idemstore.DeadLetterStore, sink idem.Sink, cfg ReplayerConfig) *Replayer {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Replayer{store: store, sink: sink, cfg: cfg}
 }
 
 // Selection picks dead letters by id or by filter; only pending ones are ever touched.
@@ -90,7 +91,7 @@ type Selection struct {
 	// IDs selects exactly these dead letters; each must exist.
 	IDs []int64
 	// Filter selects by consumer, tenant, reason and age when IDs is empty.
-	Filter DeadLetterFilter
+	Filter idemstore.DeadLetterFilter
 	// Limit bounds how many are touched (default ReplayLimitDefault).
 	Limit int
 	// All lifts the limit: every matching pending dead letter is touched.
@@ -105,16 +106,16 @@ type Selection struct {
 type ReplayParams struct {
 	Selection
 	// Topic is where to republish; empty means the topic the dead letter's message arrived on
-	// when ArrivalTopic is set and it is known (DeadLetter.Topic, e.g. its JetStream subject),
+	// when ArrivalTopic is set and it is known (idem.DeadLetter.Topic, e.g. its JetStream subject),
 	// or else the queue it came from ("queue:NAME" sources), one of which must then be known.
 	// The audit records where each replay went.
 	Topic string
-	// ArrivalTopic lets an empty Topic mean DeadLetter.Topic: set it when the sink publishes to
+	// ArrivalTopic lets an empty Topic mean idem.DeadLetter.Topic: set it when the sink publishes to
 	// the broker the dead letters arrived from (their topics are its topics).
 	ArrivalTopic bool
 	// AsNewEvent sends a dead letter whose payload was edited since it was stored (its
 	// fingerprint no longer matches) as a new event: event id "<original>~edit-<dead letter
-	// id>", with the HeaderReplayNewEventOf header and an audit row naming the original. Without
+	// id>", with the idem.HeaderReplayNewEventOf header and an audit row naming the original. Without
 	// it such a dead letter is refused with ErrReplayEdited. Unedited dead letters replay as
 	// themselves either way.
 	AsNewEvent bool
@@ -129,7 +130,7 @@ type ReplayResult struct {
 }
 
 // selectPending resolves a selection to pending dead letters, oldest first, within the limit.
-func (r *Replayer) selectPending(ctx context.Context, s Selection) ([]DeadLetter, int, error) {
+func (r *Replayer) selectPending(ctx context.Context, s Selection) ([]idem.DeadLetter, int, error) {
 	if err := validateActor(s.Actor); err != nil {
 		return nil, 0, err
 	}
@@ -137,21 +138,21 @@ func (r *Replayer) selectPending(ctx context.Context, s Selection) ([]DeadLetter
 	if limit <= 0 {
 		limit = ReplayLimitDefault
 	}
-	var dls []DeadLetter
+	var dls []idem.DeadLetter
 	if len(s.IDs) > 0 {
 		for _, id := range s.IDs {
 			dl, err := r.store.GetDeadLetter(ctx, id)
 			if err != nil {
 				return nil, 0, fmt.Errorf("idem: dead letter %d: %w", id, err)
 			}
-			if dl.Status != DeadLetterPending {
+			if dl.Status != idem.DeadLetterPending {
 				return nil, 0, fmt.Errorf("idem: dead letter %d (event %s) is %s, not pending", id, dl.Message.EventID, dl.Status)
 			}
 			dls = append(dls, dl)
 		}
 	} else {
 		f := s.Filter
-		f.Status = DeadLetterPending
+		f.Status = idem.DeadLetterPending
 		f.Limit = 1 << 30
 		var err error
 		if dls, err = r.store.ListDeadLetters(ctx, f); err != nil {
@@ -190,9 +191,9 @@ func (r *Replayer) Replay(ctx context.Context, p ReplayParams) (ReplayResult, er
 			}
 			topic = q
 		}
-		if dl.Reason == ReasonUnauthenticated {
+		if dl.Reason == idem.ReasonUnauthenticated {
 			return res, fmt.Errorf("idem: replay dead letter %d (event %s): it failed authentication, so its tenant (%q, as claimed) was never verified; it cannot be replayed: discard it, or have its producer send it again, signed",
-				dl.ID, BoundID(dl.Message.EventID), BoundID(dl.Message.Header(HeaderUntrustedTenant)))
+				dl.ID, idem.BoundID(dl.Message.EventID), idem.BoundID(dl.Message.Header(idem.HeaderUntrustedTenant)))
 		}
 		msg := dl.Message.Clone()
 		reason := p.Selection.Reason
@@ -205,28 +206,28 @@ func (r *Replayer) Replay(ctx context.Context, p ReplayParams) (ReplayResult, er
 			if msg.Headers == nil {
 				msg.Headers = map[string]string{}
 			}
-			msg.Headers[HeaderReplayNewEventOf] = dl.Message.EventID
+			msg.Headers[idem.HeaderReplayNewEventOf] = dl.Message.EventID
 			reason = strings.TrimSpace(fmt.Sprintf("%s [edited payload replayed as new event %q; original event %q]", reason, msg.EventID, dl.Message.EventID))
 		}
 		if msg.Headers == nil {
 			msg.Headers = map[string]string{}
 		}
-		msg.Headers[HeaderReplayOf] = strconv.FormatInt(dl.ID, 10)
-		msg.Headers[HeaderReplayedBy] = actor
+		msg.Headers[idem.HeaderReplayOf] = strconv.FormatInt(dl.ID, 10)
+		msg.Headers[idem.HeaderReplayedBy] = actor
 		if t := replayEventTime(dl); !t.IsZero() {
-			msg.Headers[HeaderReplayEventTime] = t.UTC().Format(time.RFC3339Nano)
+			msg.Headers[idem.HeaderReplayEventTime] = t.UTC().Format(time.RFC3339Nano)
 		}
 		msg.Attempt, msg.PublishedAt = 0, time.Time{}
-		if r.Signer != nil && dl.Reason != ReasonUnauthenticated {
-			if err := r.Signer.SignReplay(ctx, &msg); err != nil {
+		if r.cfg.Signer != nil && dl.Reason != idem.ReasonUnauthenticated {
+			if err := r.cfg.Signer.SignReplay(ctx, &msg); err != nil {
 				return res, fmt.Errorf("idem: replay dead letter %d: sign: %w", dl.ID, err)
 			}
 		}
 		if err := r.sink.Publish(ctx, topic, msg); err != nil {
 			return res, fmt.Errorf("idem: replay dead letter %d (event %s) to %s: %w", dl.ID, dl.Message.EventID, topic, err)
 		}
-		changed, err := r.store.SetDeadLetterStatus(ctx, SetDeadLetterStatusParams{
-			IDs: []int64{dl.ID}, Status: DeadLetterReplayed, Actor: actor, Reason: reason, Destination: topic, Now: r.Now(),
+		changed, err := r.store.SetDeadLetterStatus(ctx, idemstore.SetDeadLetterStatusParams{
+			IDs: []int64{dl.ID}, Status: idem.DeadLetterReplayed, Actor: actor, Reason: reason, Destination: topic, Now: r.cfg.Now(),
 		})
 		if err != nil {
 			return res, fmt.Errorf("idem: mark dead letter %d (event %s) replayed: %w", dl.ID, dl.Message.EventID, err)
@@ -238,48 +239,61 @@ func (r *Replayer) Replay(ctx context.Context, p ReplayParams) (ReplayResult, er
 
 // replayEventTime is the original time of dl's event: the earliest of its OccurredAt, its
 // PublishedAt, its first failure and the event time an earlier replay carried.
-func replayEventTime(dl DeadLetter) time.Time {
-	t, err := dl.Message.eventTime()
+func replayEventTime(dl idem.DeadLetter) time.Time {
+	m := dl.Message
+	t, err := m.EventTime()
 	if err != nil { // an earlier replay's time that does not parse is left out, never guessed
-		t = earliest(dl.Message.OccurredAt, dl.Message.PublishedAt)
+		m.Headers = nil // EventTime reads only that header; dl's own map is untouched
+		t, _ = m.EventTime()
 	}
-	return earliest(t, dl.FirstFailed)
+	if f := dl.FirstFailed; !f.IsZero() && (t.IsZero() || f.Before(t)) {
+		t = f
+	}
+	return t
 }
 
 // unedited reports whether dl's message still has the fingerprint stored with it, recomputed with
 // the consumer's configuration (Fingerprints, else the default), or as raw bytes for a dead
 // letter refused before its fingerprint was computed.
-func (r *Replayer) unedited(dl DeadLetter) bool {
+func (r *Replayer) unedited(dl idem.DeadLetter) bool {
 	if dl.Fingerprint.IsZero() {
 		return false
 	}
-	if rawFingerprint(dl.Message) == dl.Fingerprint {
+	if idem.RawFingerprint(dl.Message) == dl.Fingerprint {
 		return true
 	}
-	fp, err := ComputeFingerprint(dl.Message, r.Fingerprints[dl.Consumer])
+	fp, err := idem.ComputeFingerprint(dl.Message, r.cfg.Fingerprints[dl.Consumer])
 	return err == nil && fp == dl.Fingerprint
 }
 
+// DiscardResult reports a Discard.
+type DiscardResult struct {
+	// Discarded lists the dead letters marked discarded.
+	Discarded []int64
+	// Remaining is how many more pending dead letters matched beyond the limit.
+	Remaining int
+}
+
 // Discard marks the selected pending dead letters discarded with a reason (required) and
-// returns their ids.
-func (r *Replayer) Discard(ctx context.Context, s Selection) ([]int64, int, error) {
+// reports their ids.
+func (r *Replayer) Discard(ctx context.Context, s Selection) (DiscardResult, error) {
 	if strings.TrimSpace(s.Reason) == "" {
-		return nil, 0, errors.New("idem: discard: Reason is empty (say why these dead letters are dropped)")
+		return DiscardResult{}, errors.New("idemdlq: discard: Selection.Reason is empty (say why these dead letters are dropped)")
 	}
 	dls, remaining, err := r.selectPending(ctx, s)
 	if err != nil {
-		return nil, 0, err
+		return DiscardResult{}, err
 	}
 	if len(dls) == 0 {
-		return nil, remaining, nil
+		return DiscardResult{Remaining: remaining}, nil
 	}
 	ids := make([]int64, len(dls))
 	for i, dl := range dls {
 		ids[i] = dl.ID
 	}
-	changed, err := r.store.SetDeadLetterStatus(ctx, SetDeadLetterStatusParams{IDs: ids, Status: DeadLetterDiscarded, Actor: s.Actor, Reason: s.Reason, Now: r.Now()})
+	changed, err := r.store.SetDeadLetterStatus(ctx, idemstore.SetDeadLetterStatusParams{IDs: ids, Status: idem.DeadLetterDiscarded, Actor: s.Actor, Reason: s.Reason, Now: r.cfg.Now()})
 	if err != nil {
-		return nil, remaining, fmt.Errorf("idem: discard dead letters %v: %w", ids, err)
+		return DiscardResult{Remaining: remaining}, fmt.Errorf("idem: discard dead letters %v: %w", ids, err)
 	}
-	return changed, remaining, nil
+	return DiscardResult{Discarded: changed, Remaining: remaining}, nil
 }
