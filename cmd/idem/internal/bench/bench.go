@@ -225,10 +225,14 @@ func newEnvWith(ctx context.Context, opts Options, part idempg.PartitionConfig) 
 		e.close()
 		return nil, fmt.Errorf("bench: business tables: %w", err)
 	}
-	e.setSQL = `WITH ledger AS (INSERT INTO ` + e.schema + `.ledger (event_id, wallet, amount)
+	// The wallets are locked in id order first: an UPDATE … FROM locks its rows in the join's
+	// order, so two concurrent sets touching the same wallets could deadlock (a CI run did).
+	e.setSQL = `WITH d AS (SELECT wallet, count(*) AS n FROM unnest($2::int[]) AS wallet GROUP BY wallet),
+		locked AS (SELECT w.id FROM ` + e.schema + `.wallets w WHERE w.id IN (SELECT wallet FROM d) ORDER BY w.id FOR UPDATE),
+		ledger AS (INSERT INTO ` + e.schema + `.ledger (event_id, wallet, amount)
 			SELECT event_id, wallet, 1 FROM unnest($1::text[], $2::int[]) AS t(event_id, wallet))
 		UPDATE ` + e.schema + `.wallets w SET balance = w.balance + d.n
-		FROM (SELECT wallet, count(*) AS n FROM unnest($2::int[]) AS wallet GROUP BY wallet ORDER BY wallet) d
+		FROM d JOIN locked l ON l.id = d.wallet
 		WHERE w.id = d.wallet`
 	return e, nil
 }
