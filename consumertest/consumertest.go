@@ -248,6 +248,20 @@ func newEnv[TTx any](t *testing.T, setup Setup[TTx], o options) *env[TTx] {
 	e.sink = h.Sink(t)
 	e.source = func(name string) idem.Source { return h.Source(t, e.topic, name, e.lease) }
 	require.NoError(t, b.CreateWallet(e.ctx, "w1"))
+	// A failed check shows what the runtime saw and said: an exact count that is off under a
+	// loaded CI run is otherwise a number without a cause.
+	t.Cleanup(func() {
+		if t.Failed() {
+			e.rec.mu.Lock()
+			seen := slices.Clone(e.rec.events)
+			e.rec.mu.Unlock()
+			logs := e.logs.String()
+			if len(logs) > 8000 {
+				logs = "…" + logs[len(logs)-8000:]
+			}
+			t.Logf("consumertest: outcomes: %+v\nruntime log: %s", seen, logs)
+		}
+	})
 	return e
 }
 

@@ -73,13 +73,12 @@ func (s *Store) QueueFetch(ctx context.Context, p idemstore.QueueFetchParams) ([
 	if p.Lease <= 0 {
 		return nil, fmt.Errorf("idemmysql: fetch from queue %q: Lease is %s, want more than 0", p.Queue, p.Lease)
 	}
-	now := p.Now
-	if now.IsZero() {
-		now = time.Now()
-	}
 	var jobs []idemstore.QueueJob
 	err := s.ownTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		jobs = jobs[:0]
+		// From when the transaction has its connection (LeaseStart): a wait for one in a busy
+		// pool must not come off the leases.
+		now := p.LeaseStart()
 		rows, err := tx.QueryContext(ctx, s.q.queueLock, []byte(p.Queue), now.UnixMicro(), now.UnixMicro(), p.Max)
 		if err != nil {
 			return err

@@ -81,8 +81,15 @@ func (s *Store) QueueFetch(ctx context.Context, p idemstore.QueueFetchParams) ([
 	case p.Lease <= 0:
 		return nil, fmt.Errorf("idempg: fetch from queue %s: Lease is %s, want more than 0", p.Queue, p.Lease)
 	}
-	now := orNow(p.Now)
-	rows, err := s.pool.Query(ctx, s.q.queueFetch, p.Queue, now, now.Add(p.Lease), p.Max)
+	// The connection first, then the clock (LeaseStart): a wait for one in a busy pool must not
+	// come off the leases.
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("idempg: fetch from queue %s: %w", p.Queue, err)
+	}
+	defer conn.Release()
+	now := p.LeaseStart()
+	rows, err := conn.Query(ctx, s.q.queueFetch, p.Queue, now, now.Add(p.Lease), p.Max)
 	if err != nil {
 		return nil, fmt.Errorf("idempg: fetch from queue %s: %w", p.Queue, err)
 	}

@@ -63,7 +63,9 @@ type SourceConfig struct {
 	// Prefetch more in the background, so that the next Receives do not wait for a fetch: at
 	// most one and a half times Prefetch jobs are held.
 	Prefetch int
-	// Now returns the current time (default time.Now).
+	// Now returns the current time (default time.Now). A clock set here is also the one the
+	// store leases from; without one the store reads its own once it can take the leases
+	// (idemstore.QueueFetchParams.Now).
 	Now func() time.Time
 }
 
@@ -112,6 +114,8 @@ type Source[TTx any] struct {
 	cfg   SourceConfig
 	// queue is the queue fetched from: cfg.Queue, or the subscription's queue.
 	queue string
+	// clock says cfg.Now was set by the caller: fetches then lease from it (fetchParams).
+	clock bool
 	// subs registers the subscription; nil without one.
 	subs idemstore.QueueSubscriptionStore
 
@@ -144,11 +148,12 @@ func NewSource[TTx any](store idemstore.QueueTxStore[TTx], cfg SourceConfig) (*S
 	if store == nil {
 		return nil, errors.New("idemqueue: NewSource: store is nil")
 	}
+	clock := cfg.Now != nil
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	src := &Source[TTx]{store: store, cfg: cfg, queue: cfg.Queue}
+	src := &Source[TTx]{store: store, cfg: cfg, queue: cfg.Queue, clock: clock}
 	if cfg.Subscription != "" {
 		subs, ok := store.(idemstore.QueueSubscriptionStore)
 		if !ok {
@@ -304,7 +309,7 @@ func (s *Source[TTx]) startRefill(ctx context.Context) {
 	go func() {
 		defer close(f.done)
 		fctx, cancel := context.WithTimeout(bg, fetchTimeout)
-		jobs, err := s.store.QueueFetch(fctx, idemstore.QueueFetchParams{Queue: s.queue, Max: n, Lease: s.cfg.Lease, Now: s.cfg.Now()})
+		jobs, err := s.store.QueueFetch(fctx, s.fetchParams(n))
 		cancel()
 		s.aheadMu.Lock()
 		s.refill = nil
@@ -449,7 +454,7 @@ func (s *Source[TTx]) startFetch(ctx context.Context, max int) *inflight {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fetchTimeout)
 	go func() {
 		defer cancel()
-		f.jobs, f.err = s.store.QueueFetch(fctx, idemstore.QueueFetchParams{Queue: s.queue, Max: max, Lease: s.cfg.Lease, Now: s.cfg.Now()})
+		f.jobs, f.err = s.store.QueueFetch(fctx, s.fetchParams(max))
 		close(f.done)
 		s.orphanMu.Lock()
 		orphaned := s.orphan == f
@@ -462,6 +467,16 @@ func (s *Source[TTx]) startFetch(ctx context.Context, max int) *inflight {
 		}
 	}()
 	return f
+}
+
+// fetchParams asks for up to max jobs. The lease's start is the store's clock, read when it can
+// take the leases, unless the caller set a clock of its own.
+func (s *Source[TTx]) fetchParams(max int) idemstore.QueueFetchParams {
+	p := idemstore.QueueFetchParams{Queue: s.queue, Max: max, Lease: s.cfg.Lease}
+	if s.clock {
+		p.Now = s.cfg.Now()
+	}
+	return p
 }
 
 // releaser is a queue store that can give a leased job back as if it had never been fetched.

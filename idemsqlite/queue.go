@@ -174,7 +174,7 @@ func (s *Store) QueueFetch(ctx context.Context, p idemstore.QueueFetchParams) ([
 	if _, backlog := s.backlog.Load(p.Queue); !backlog && !s.queueMayHaveJobs(ctx, p.Queue, now) {
 		return nil, nil
 	}
-	jobs, err := s.fetchJobs(ctx, p.Queue, p.Max, now, p.Lease)
+	jobs, err := s.fetchJobs(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("idemsqlite: fetch from queue %q: %w", p.Queue, err)
 	}
@@ -201,9 +201,11 @@ func (s *Store) queueMayHaveJobs(ctx context.Context, queue string, now time.Tim
 	return !errors.Is(err, sql.ErrNoRows)
 }
 
-// fetchJobs leases up to limit jobs of queue in one write transaction, through the prepared
-// statement; the jobs come back ordered by id.
-func (s *Store) fetchJobs(ctx context.Context, queue string, limit int, now time.Time, lease time.Duration) ([]idemstore.QueueJob, error) {
+// fetchJobs leases up to p.Max jobs of p.Queue in one write transaction, through the prepared
+// statement; the jobs come back ordered by id. The leases run from when the write lock was
+// taken (p.LeaseStart): the wait for it lasts as long as another transaction of the file, a
+// slow handler's seconds included.
+func (s *Store) fetchJobs(ctx context.Context, p idemstore.QueueFetchParams) ([]idemstore.QueueJob, error) {
 	s.prepareStmts(ctx)
 	var jobs []idemstore.QueueJob
 	acked := s.acks.take()
@@ -213,8 +215,9 @@ func (s *Store) fetchJobs(ctx context.Context, queue string, limit int, now time
 		if err := s.deleteAcked(ctx, tx, acked); err != nil {
 			return err
 		}
+		now := p.LeaseStart()
 		rows, err := s.txStmt(ctx, tx, func(h *hotStmts) *sql.Stmt { return h.queueFetch }, s.q.queueFetch).
-			QueryContext(ctx, now.Add(lease).UnixMicro(), queue, now.UnixMicro(), limit)
+			QueryContext(ctx, now.Add(p.Lease).UnixMicro(), p.Queue, now.UnixMicro(), p.Max)
 		if err != nil {
 			return err
 		}

@@ -97,7 +97,21 @@ type QueueFetchParams struct {
 	Queue string
 	Max   int
 	Lease time.Duration
-	Now   time.Time
+	// Now is the time the fetch leases from. Leave it zero in production: the store then reads
+	// its clock once it can take the leases (LeaseStart). A caller's time, read before the
+	// store waited for SQLite's write lock or a free connection, would hand out leases seconds
+	// shorter than asked for, or already over, so that another worker takes the job while the
+	// first starts on it. Tests with a clock of their own set it.
+	Now time.Time
+}
+
+// LeaseStart returns the time a fetch leases from: p.Now, or when it is zero the clock read
+// now. A store calls it once it holds what its fetch waits for (a lock, a connection).
+func (p QueueFetchParams) LeaseStart() time.Time {
+	if p.Now.IsZero() {
+		return time.Now()
+	}
+	return p.Now
 }
 
 // QueueJob is one leased queue row.

@@ -53,6 +53,7 @@ type QueueFactory[TTx any] func(tb testing.TB, cfg QueueConfig) QueueBundle[TTx]
 func ExerciseQueue[TTx any](t *testing.T, factory QueueFactory[TTx]) {
 	t.Helper()
 	t.Run("Fetch", func(t *testing.T) { checkQueueFetch(t, factory) })
+	t.Run("StoreClock", func(t *testing.T) { checkQueueStoreClock(t, factory) })
 	t.Run("Fencing", func(t *testing.T) { checkQueueFencing(t, factory) })
 	t.Run("ExtendExpired", func(t *testing.T) { checkQueueExtendExpired(t, factory) })
 	t.Run("Nak", func(t *testing.T) { checkQueueNak(t, factory) })
@@ -160,6 +161,27 @@ func checkQueueFetch[TTx any](t *testing.T, f QueueFactory[TTx]) {
 	st, err = b.store.QueueStats(b.ctx, "empty")
 	require.NoError(t, err)
 	require.Equal(t, idemstore.QueueStats{}, st)
+}
+
+// checkQueueStoreClock: a fetch without Now leases from the store's clock, read when it takes
+// the leases (idemstore.QueueFetchParams.Now), so that the queue Source, which leaves Now zero,
+// gets the lease it asked for: the job is not handed out again within the lease and is after it.
+func checkQueueStoreClock[TTx any](t *testing.T, f QueueFactory[TTx]) {
+	t.Parallel()
+	b := openQueue(t, f, QueueConfig{})
+	require.NoError(t, b.store.QueuePublish(b.ctx, "q", queueMessages("e1")...))
+	before := time.Now()
+	jobs, err := b.store.QueueFetch(b.ctx, idemstore.QueueFetchParams{Queue: "q", Max: 1, Lease: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, []string{"e1"}, jobEventIDs(jobs), "a fetch without Now finds what is available now")
+	require.WithinDuration(t, before, jobs[0].FirstFetchedAt, time.Minute, "the first fetch is recorded at the store's clock")
+	within, err := b.store.QueueFetch(b.ctx, idemstore.QueueFetchParams{Queue: "q", Max: 1, Lease: time.Hour, Now: before.Add(59 * time.Minute)})
+	require.NoError(t, err)
+	require.Empty(t, within, "a job leased for an hour from the store's clock was handed out again within it")
+	after, err := b.store.QueueFetch(b.ctx, idemstore.QueueFetchParams{Queue: "q", Max: 1, Lease: time.Hour, Now: before.Add(2 * time.Hour)})
+	require.NoError(t, err)
+	require.Equal(t, []string{"e1"}, jobEventIDs(after), "the lease ends")
+	require.Greater(t, after[0].Token, jobs[0].Token)
 }
 
 func checkQueueFencing[TTx any](t *testing.T, f QueueFactory[TTx]) {
