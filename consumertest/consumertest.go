@@ -201,17 +201,23 @@ func (e *env[TTx]) eventually(timeout time.Duration, what string, cond func() bo
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			e.rec.mu.Lock()
-			seen := slices.Clone(e.rec.events)
-			e.rec.mu.Unlock()
-			logs := e.logs.String()
-			if len(logs) > 4000 {
-				logs = "…" + logs[len(logs)-4000:]
-			}
-			e.t.Fatalf("consumertest: timed out after %v waiting for %s; outcomes so far: %+v; runtime log: %s", timeout, what, seen, logs)
+			e.t.Fatalf("consumertest: timed out after %v waiting for %s; %s", timeout, what, e.seen(4000))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// seen describes what the check saw: the outcomes recorded so far and the end of the runtime's
+// log, at most tail bytes of it.
+func (e *env[TTx]) seen(tail int) string {
+	e.rec.mu.Lock()
+	outcomes := slices.Clone(e.rec.events)
+	e.rec.mu.Unlock()
+	logs := e.logs.String()
+	if len(logs) > tail {
+		logs = "…" + logs[len(logs)-tail:]
+	}
+	return fmt.Sprintf("outcomes so far: %+v; runtime log: %s", outcomes, logs)
 }
 
 func (e *env[TTx]) ledger(id string) int64 {
@@ -252,14 +258,7 @@ func newEnv[TTx any](t *testing.T, setup Setup[TTx], o options) *env[TTx] {
 	// loaded CI run is otherwise a number without a cause.
 	t.Cleanup(func() {
 		if t.Failed() {
-			e.rec.mu.Lock()
-			seen := slices.Clone(e.rec.events)
-			e.rec.mu.Unlock()
-			logs := e.logs.String()
-			if len(logs) > 8000 {
-				logs = "…" + logs[len(logs)-8000:]
-			}
-			t.Logf("consumertest: outcomes: %+v\nruntime log: %s", seen, logs)
+			t.Logf("consumertest: %s", e.seen(8000))
 		}
 	})
 	return e
