@@ -76,10 +76,8 @@ func (s *Store) QueueFetch(ctx context.Context, p idemstore.QueueFetchParams) ([
 	var jobs []idemstore.QueueJob
 	err := s.ownTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		jobs = jobs[:0]
-		// From when the transaction has its connection (LeaseStart): a wait for one in a busy
-		// pool must not come off the leases.
-		now := p.LeaseStart()
-		rows, err := tx.QueryContext(ctx, s.q.queueLock, []byte(p.Queue), now.UnixMicro(), now.UnixMicro(), p.Max)
+		at := p.LeaseStart()
+		rows, err := tx.QueryContext(ctx, s.q.queueLock, []byte(p.Queue), at.UnixMicro(), at.UnixMicro(), p.Max)
 		if err != nil {
 			return err
 		}
@@ -98,6 +96,10 @@ func (s *Store) QueueFetch(ctx context.Context, p idemstore.QueueFetchParams) ([
 		if len(ids) == 0 {
 			return nil
 		}
+		// The leases run from when the rows are locked (LeaseStart): the locking read waits for
+		// a free connection and for table locks (a migration's, a LOCK TABLES), and that wait
+		// must not come off the leases.
+		now := p.LeaseStart()
 		in := inList(len(ids))
 		if _, err := tx.ExecContext(ctx, s.q.queueLease+in, int64Args([]any{now.Add(p.Lease).UnixMicro(), now.UnixMicro()}, ids)...); err != nil {
 			return err

@@ -3,6 +3,7 @@ package idemmysql_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"testing"
 
 	"github.com/idemkit/idem/idemmysql"
@@ -27,6 +28,20 @@ func queueFactory(tb testing.TB, cfg storetest.QueueConfig) storetest.QueueBundl
 				return nil, nil, err
 			}
 			return tx, tx.Commit, nil
+		},
+		// A table lock of another session: the fetch's locking read waits for it.
+		Stall: func(ctx context.Context) (func() error, error) {
+			conn, err := b.db.Conn(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if _, err := conn.ExecContext(ctx, `LOCK TABLES idem_queue WRITE`); err != nil {
+				return nil, errors.Join(err, conn.Close())
+			}
+			return func() error {
+				_, err := conn.ExecContext(ctx, `UNLOCK TABLES`)
+				return errors.Join(err, conn.Close())
+			}, nil
 		},
 		RawIdentities: true,
 	}

@@ -63,9 +63,9 @@ type SourceConfig struct {
 	// Prefetch more in the background, so that the next Receives do not wait for a fetch: at
 	// most one and a half times Prefetch jobs are held.
 	Prefetch int
-	// Now returns the current time (default time.Now). A clock set here is also the one the
-	// store leases from; without one the store reads its own once it can take the leases
-	// (idemstore.QueueFetchParams.Now).
+	// Now returns the current time; it is for tests. Without it the store reads its own clock
+	// when it takes a lease or records a nak, after whatever it waited for
+	// (idemstore.QueueFetchParams.Now); with it, every time the Source gives the store is its.
 	Now func() time.Time
 }
 
@@ -75,9 +75,6 @@ func (c SourceConfig) withDefaults() SourceConfig {
 	}
 	if c.MaxWait == 0 {
 		c.MaxWait = MaxWaitDefault
-	}
-	if c.Now == nil {
-		c.Now = time.Now
 	}
 	if c.Prefetch == 0 {
 		c.Prefetch = PrefetchDefault
@@ -114,8 +111,6 @@ type Source[TTx any] struct {
 	cfg   SourceConfig
 	// queue is the queue fetched from: cfg.Queue, or the subscription's queue.
 	queue string
-	// clock says cfg.Now was set by the caller: fetches then lease from it (fetchParams).
-	clock bool
 	// subs registers the subscription; nil without one.
 	subs idemstore.QueueSubscriptionStore
 
@@ -148,12 +143,11 @@ func NewSource[TTx any](store idemstore.QueueTxStore[TTx], cfg SourceConfig) (*S
 	if store == nil {
 		return nil, errors.New("idemqueue: NewSource: store is nil")
 	}
-	clock := cfg.Now != nil
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	src := &Source[TTx]{store: store, cfg: cfg, queue: cfg.Queue, clock: clock}
+	src := &Source[TTx]{store: store, cfg: cfg, queue: cfg.Queue}
 	if cfg.Subscription != "" {
 		subs, ok := store.(idemstore.QueueSubscriptionStore)
 		if !ok {
@@ -469,14 +463,17 @@ func (s *Source[TTx]) startFetch(ctx context.Context, max int) *inflight {
 	return f
 }
 
-// fetchParams asks for up to max jobs. The lease's start is the store's clock, read when it can
-// take the leases, unless the caller set a clock of its own.
+// fetchParams asks for up to max jobs, leased from the store's clock unless the caller set one.
 func (s *Source[TTx]) fetchParams(max int) idemstore.QueueFetchParams {
-	p := idemstore.QueueFetchParams{Queue: s.queue, Max: max, Lease: s.cfg.Lease}
-	if s.clock {
-		p.Now = s.cfg.Now()
+	return idemstore.QueueFetchParams{Queue: s.queue, Max: max, Lease: s.cfg.Lease, Now: s.now()}
+}
+
+// now is the caller's clock (SourceConfig.Now), or zero: the store's, read when it writes.
+func (s *Source[TTx]) now() time.Time {
+	if s.cfg.Now == nil {
+		return time.Time{}
 	}
-	return p
+	return s.cfg.Now()
 }
 
 // releaser is a queue store that can give a leased job back as if it had never been fetched.
@@ -495,7 +492,7 @@ func (s *Source[TTx]) giveBack(ctx context.Context, jobs []idemstore.QueueJob) {
 			_ = rel.QueueRelease(ctx, j.ID, j.Token)
 			continue
 		}
-		_ = s.store.QueueNak(ctx, idemstore.QueueNakParams{ID: j.ID, Token: j.Token, Now: s.cfg.Now()})
+		_ = s.store.QueueNak(ctx, idemstore.QueueNakParams{ID: j.ID, Token: j.Token, Now: s.now()})
 	}
 }
 
@@ -533,7 +530,7 @@ func (d *Delivery[TTx]) AckTx(ctx context.Context, tx TTx) error {
 
 // Nak makes the job available again after delay.
 func (d *Delivery[TTx]) Nak(ctx context.Context, delay time.Duration) error {
-	return d.wrap("nak", d.src.store.QueueNak(ctx, idemstore.QueueNakParams{ID: d.job.ID, Token: d.job.Token, Delay: delay, Now: d.src.cfg.Now()}))
+	return d.wrap("nak", d.src.store.QueueNak(ctx, idemstore.QueueNakParams{ID: d.job.ID, Token: d.job.Token, Delay: delay, Now: d.src.now()}))
 }
 
 // Extend pushes the lease out by the source's lease time.

@@ -64,41 +64,6 @@ func TestQueueExtendDuringTx(t *testing.T) {
 	require.ErrorIs(t, b.store.QueueExtend(b.ctx, late[0].ID, late[0].Token, time.Minute), idem.ErrLeaseLost)
 }
 
-// TestQueueFetchLeaseFromLock: a fetch that waited for the write lock (here behind a
-// transaction of 1.5 s, a slow handler's) leases its jobs from when it took the lock, not from
-// when it was asked for: with the caller's time, a wait longer than the lease handed out a job
-// whose lease was already over, which another worker could take while the first started on it.
-func TestQueueFetchLeaseFromLock(t *testing.T) {
-	t.Parallel()
-	b := setup(t, idemsqlite.Config{})
-	require.NoError(t, b.store.QueuePublish(b.ctx, "q", msgs("waited")...))
-	const lease = 500 * time.Millisecond
-	type fetched struct {
-		jobs []idemstore.QueueJob
-		err  error
-	}
-	done := make(chan fetched, 1)
-	err := b.store.InTx(b.ctx, func(ctx context.Context, tx *sql.Tx) error {
-		go func() {
-			// Now left zero, as the queue Source leaves it: the store's clock.
-			jobs, err := b.store.QueueFetch(b.ctx, idemstore.QueueFetchParams{Queue: "q", Max: 1, Lease: lease})
-			done <- fetched{jobs, err}
-		}()
-		time.Sleep(3 * lease) // the fetch waits for the lock meanwhile
-		return nil
-	})
-	require.NoError(t, err)
-	first := <-done
-	require.NoError(t, first.err)
-	require.Len(t, first.jobs, 1)
-
-	// Past the lease as counted from the ask, within it as counted from the lock.
-	again, err := b.store.QueueFetch(b.ctx, idemstore.QueueFetchParams{Queue: "q", Max: 1, Lease: lease})
-	require.NoError(t, err)
-	require.Empty(t, again, "the job was handed out again within the lease of the fetch that waited for the lock")
-	require.NoError(t, b.store.QueueAck(b.ctx, first.jobs[0].ID, first.jobs[0].Token))
-}
-
 // recordingObserver keeps the consumer's events.
 type recordingObserver struct {
 	mu     sync.Mutex

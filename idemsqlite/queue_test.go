@@ -47,6 +47,15 @@ func queueFactory(tb testing.TB, cfg storetest.QueueConfig) storetest.QueueBundl
 			}
 			return tx, tx.Commit, nil
 		},
+		// A transaction holding the write lock (BEGIN IMMEDIATE) and the pool's one
+		// connection: what a slow handler's transaction does.
+		Stall: func(ctx context.Context) (func() error, error) {
+			tx, err := b.db.BeginTx(ctx, nil)
+			if err != nil {
+				return nil, err
+			}
+			return tx.Rollback, nil
+		},
 		RawIdentities: true,
 	}
 }

@@ -36,6 +36,11 @@ type QueueBundle[TTx any] struct {
 	// allows it; PostgreSQL's LISTEN wakes for every queue of the database): the Wait check
 	// then does not ask that an uncommitted or rolled-back publish leave a waiter asleep.
 	SpuriousWakes bool
+	// Stall makes the store's queue fetches wait until release is called, the way a fetch
+	// waits in production: SQLite's write lock held by another transaction (a slow handler's),
+	// a table lock on MySQL. Optional: without it LeaseFromTake does not check a fetch that
+	// waited.
+	Stall func(ctx context.Context) (release func() error, err error)
 	// RawIdentities says the store keeps event ids, tenants and types byte for byte, also when
 	// they are not valid UTF-8 or hold a NUL (SQLite, MySQL's binary columns; PostgreSQL's text
 	// refuses them): PublishKeepsBytes then publishes such identities too.
@@ -53,7 +58,7 @@ type QueueFactory[TTx any] func(tb testing.TB, cfg QueueConfig) QueueBundle[TTx]
 func ExerciseQueue[TTx any](t *testing.T, factory QueueFactory[TTx]) {
 	t.Helper()
 	t.Run("Fetch", func(t *testing.T) { checkQueueFetch(t, factory) })
-	t.Run("StoreClock", func(t *testing.T) { checkQueueStoreClock(t, factory) })
+	t.Run("LeaseFromTake", func(t *testing.T) { checkQueueLeaseFromTake(t, factory) })
 	t.Run("Fencing", func(t *testing.T) { checkQueueFencing(t, factory) })
 	t.Run("ExtendExpired", func(t *testing.T) { checkQueueExtendExpired(t, factory) })
 	t.Run("Nak", func(t *testing.T) { checkQueueNak(t, factory) })
@@ -163,10 +168,13 @@ func checkQueueFetch[TTx any](t *testing.T, f QueueFactory[TTx]) {
 	require.Equal(t, idemstore.QueueStats{}, st)
 }
 
-// checkQueueStoreClock: a fetch without Now leases from the store's clock, read when it takes
+// checkQueueLeaseFromTake: a fetch without Now leases from the store's clock, read when it takes
 // the leases (idemstore.QueueFetchParams.Now), so that the queue Source, which leaves Now zero,
 // gets the lease it asked for: the job is not handed out again within the lease and is after it.
-func checkQueueStoreClock[TTx any](t *testing.T, f QueueFactory[TTx]) {
+// With Stall, the same holds for a fetch that waited longer than its lease (here 1.5 s for a
+// 0.5 s lease): leasing from the time it was asked for, it handed out a job whose lease was
+// already over, which another worker could take while the first started on it.
+func checkQueueLeaseFromTake[TTx any](t *testing.T, f QueueFactory[TTx]) {
 	t.Parallel()
 	b := openQueue(t, f, QueueConfig{})
 	require.NoError(t, b.store.QueuePublish(b.ctx, "q", queueMessages("e1")...))
@@ -182,6 +190,34 @@ func checkQueueStoreClock[TTx any](t *testing.T, f QueueFactory[TTx]) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"e1"}, jobEventIDs(after), "the lease ends")
 	require.Greater(t, after[0].Token, jobs[0].Token)
+
+	if b.Stall == nil {
+		t.Log("no Stall hook: a fetch that waited is not checked")
+		return
+	}
+	require.NoError(t, b.store.QueuePublish(b.ctx, "waited", queueMessages("w1")...))
+	const lease = 500 * time.Millisecond
+	release, err := b.Stall(b.ctx)
+	require.NoError(t, err)
+	type fetched struct {
+		jobs []idemstore.QueueJob
+		err  error
+	}
+	done := make(chan fetched, 1)
+	go func() {
+		jobs, err := b.store.QueueFetch(b.ctx, idemstore.QueueFetchParams{Queue: "waited", Max: 1, Lease: lease})
+		done <- fetched{jobs, err}
+	}()
+	time.Sleep(3 * lease) // the fetch waits meanwhile
+	require.NoError(t, release())
+	first := <-done
+	require.NoError(t, first.err)
+	require.Equal(t, []string{"w1"}, jobEventIDs(first.jobs))
+	// Past the lease as counted from the ask, within it as counted from the take.
+	again, err := b.store.QueueFetch(b.ctx, idemstore.QueueFetchParams{Queue: "waited", Max: 1, Lease: lease})
+	require.NoError(t, err)
+	require.Empty(t, again, "the job was handed out again within the lease of the fetch that waited")
+	require.NoError(t, b.store.QueueAck(b.ctx, first.jobs[0].ID, first.jobs[0].Token))
 }
 
 func checkQueueFencing[TTx any](t *testing.T, f QueueFactory[TTx]) {
