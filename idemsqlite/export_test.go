@@ -13,6 +13,7 @@ func (s *Store) QueueQueries() map[string]string {
 		"fetch":   s.q.queueFetch,
 		"peek":    s.q.queuePeek,
 		"ack":     s.q.queueAck,
+		"ackMany": s.q.queueAckMany,
 		"held":    s.q.queueHeld,
 		"nak":     s.q.queueNak,
 		"extend":  s.q.queueExtend,

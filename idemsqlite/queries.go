@@ -34,6 +34,9 @@ type queries struct {
 	// queuePeek reads whether a fetch would find a job, without the write lock.
 	queuePeek string
 	queueAck  string
+	// queueAckMany deletes many acked jobs, each under its token, given as a JSON array of
+	// [id, token] pairs (deleteAcked).
+	queueAckMany string
 	// queueHeld reads whether a job still carries a lease token (QueueAckTx's check).
 	queueHeld string
 	// queueInsertMany inserts many jobs in one statement (QueuePublishTx).
@@ -159,7 +162,9 @@ func buildQueries(prefix string) queries {
 		queuePeek: p(`SELECT 1 FROM {p}queue
 			WHERE ` + inQueueRange("?1") + ` AND queue = ?1
 				AND available_at <= ?2 AND (lease_until IS NULL OR lease_until <= ?2) LIMIT 1`),
-		queueAck:  p(`DELETE FROM {p}queue WHERE id = ? AND token = ?`),
+		queueAck: p(`DELETE FROM {p}queue WHERE id = ? AND token = ?`),
+		queueAckMany: p(`DELETE FROM {p}queue WHERE (id, token) IN
+			(SELECT value ->> 0, value ->> 1 FROM json_each(?1))`),
 		queueHeld: p(`SELECT 1 FROM {p}queue WHERE id = ? AND token = ?`),
 		queueNak: p(`UPDATE {p}queue SET available_at = ?, lease_until = NULL, last_error = ?
 			WHERE id = ? AND token = ?`),

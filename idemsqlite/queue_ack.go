@@ -3,6 +3,7 @@ package idemsqlite
 import (
 	"context"
 	"database/sql"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -88,16 +89,32 @@ func (q *ackQueue) flush(ctx context.Context, s *Store) {
 }
 
 // deleteAcked deletes jobs inside tx, each only under the token that acked it: a job whose
-// lease ran out and that another worker took since is that worker's to settle.
+// lease ran out and that another worker took since is that worker's to settle. Several jobs go
+// in one statement, so that a fetch carrying a batch's acks pays one round through database/sql,
+// not one per job.
 func (s *Store) deleteAcked(ctx context.Context, tx *sql.Tx, jobs []ackedJob) error {
-	if len(jobs) == 0 {
+	switch len(jobs) {
+	case 0:
 		return nil
+	case 1:
+		_, err := s.txStmt(ctx, tx, func(h *hotStmts) *sql.Stmt { return h.queueAck }, s.q.queueAck).
+			ExecContext(ctx, jobs[0].id, jobs[0].token)
+		return err
 	}
-	st := s.txStmt(ctx, tx, func(h *hotStmts) *sql.Stmt { return h.queueAck }, s.q.queueAck)
-	for _, j := range jobs {
-		if _, err := st.ExecContext(ctx, j.id, j.token); err != nil {
-			return err
+	b := make([]byte, 0, 2+len(jobs)*24)
+	b = append(b, '[')
+	for i, j := range jobs {
+		if i > 0 {
+			b = append(b, ',')
 		}
+		b = append(b, '[')
+		b = strconv.AppendInt(b, j.id, 10)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, j.token, 10)
+		b = append(b, ']')
 	}
-	return nil
+	b = append(b, ']')
+	_, err := s.txStmt(ctx, tx, func(h *hotStmts) *sql.Stmt { return h.queueAckMany }, s.q.queueAckMany).
+		ExecContext(ctx, string(b))
+	return err
 }

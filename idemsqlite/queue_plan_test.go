@@ -83,6 +83,7 @@ func TestQueuePlans(t *testing.T) {
 			[]string{"TEMP B-TREE", "SCAN"}},
 		{"peek", []any{"plan", now}, []string{inRange, rangeKey}, []string{"TEMP B-TREE", "SCAN"}},
 		{"ack", []any{1, 1}, []string{"USING INTEGER PRIMARY KEY"}, []string{"SCAN"}},
+		{"ackMany", []any{"[[1,1],[2,2]]"}, []string{"USING INTEGER PRIMARY KEY (rowid=?)"}, []string{"SCAN idem_queue"}},
 		{"held", []any{1, 1}, []string{"USING INTEGER PRIMARY KEY"}, []string{"SCAN"}},
 		{"nak", []any{now, "", 1, 1}, []string{"USING INTEGER PRIMARY KEY"}, []string{"SCAN"}},
 		{"extend", []any{now, 1, 1, now}, []string{"USING INTEGER PRIMARY KEY"}, []string{"SCAN"}},
