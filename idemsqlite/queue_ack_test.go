@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -129,26 +130,38 @@ func TestQueueAckTxAfterCommit(t *testing.T) {
 		require.Zero(t, st.Backlog)
 	})
 
-	t.Run("DeleteOnlyUnderTheAckingToken", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t, idemsqlite.Config{})
-		b.store.SetAckDelay(time.Hour)
-		other, err := idemsqlite.NewWithConfig(b.db, idemsqlite.Config{})
-		require.NoError(t, err)
-		require.NoError(t, b.store.QueuePublish(b.ctx, "q", msgs("a")...))
-		mine := fetch(t, b.store, "q", 1, time.Second, time.Time{})
-		require.NoError(t, ackInTx(b, b.store, mine[0], false))
-		require.Equal(t, 1, b.store.AckedPending())
-		require.Empty(t, fetch(t, other, "q", 1, time.Minute, time.Time{}), "acked, not deleted yet: still leased")
-		// The delete is late (the file was busy past the lease): another worker took the job.
-		again := fetch(t, other, "q", 1, time.Minute, time.Now().Add(2*time.Second))
-		require.Len(t, again, 1)
-		require.Equal(t, mine[0].ID, again[0].ID)
-		st, err := b.store.QueueStats(b.ctx, "q") // runs the late delete
-		require.NoError(t, err)
-		require.EqualValues(t, 1, st.Backlog, "a late delete under the old token leaves the new holder's job alone")
-		require.NoError(t, ackInTx(b, other, again[0], false))
-	})
+	// One late delete goes through the one-row statement, several through the many-row one
+	// (deleteAcked): both must leave the job another worker took alone and delete the rest.
+	for _, n := range []int{1, 3} {
+		t.Run(fmt.Sprintf("DeleteOnlyUnderTheAckingToken/%d", n), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, idemsqlite.Config{})
+			b.store.SetAckDelay(time.Hour)
+			other, err := idemsqlite.NewWithConfig(b.db, idemsqlite.Config{})
+			require.NoError(t, err)
+			require.NoError(t, b.store.QueuePublish(b.ctx, "q", msgs("a", "b", "c")[:n]...))
+			mine := fetch(t, b.store, "q", n, time.Second, time.Time{})
+			require.Len(t, mine, n)
+			for _, j := range mine { // a transaction each: every delete waits for a later write
+				require.NoError(t, ackInTx(b, b.store, j, false))
+			}
+			require.Equal(t, n, b.store.AckedPending())
+			require.Empty(t, fetch(t, other, "q", 1, time.Minute, time.Time{}), "acked, not deleted yet: still leased")
+			// The delete is late (the file was busy past the lease): another worker took the job.
+			again := fetch(t, other, "q", 1, time.Minute, time.Now().Add(2*time.Second))
+			require.Len(t, again, 1)
+			require.Equal(t, mine[0].ID, again[0].ID)
+			st, err := b.store.QueueStats(b.ctx, "q") // runs the late delete
+			require.NoError(t, err)
+			require.EqualValues(t, 1, st.Backlog, "a late delete under the old token leaves the new holder's job alone")
+			require.Zero(t, b.store.AckedPending())
+			require.True(t, rowExists(t, b, mine[0].ID))
+			for _, j := range mine[1:] {
+				require.False(t, rowExists(t, b, j.ID), "a job acked under its current token is deleted")
+			}
+			require.NoError(t, ackInTx(b, other, again[0], false))
+		})
+	}
 
 	t.Run("StoppedBeforeTheDeleteComesBack", func(t *testing.T) {
 		t.Parallel()
