@@ -29,7 +29,10 @@ type queries struct {
 	// queueRange takes the next ids of a queue's range; queueRangeNew gives a queue its range.
 	queueRange    string
 	queueRangeNew string
+	// queueInsert, queueInsert8 and queueInsert32 insert 1, 8 and 32 jobs (queueInsertRows).
 	queueInsert   string
+	queueInsert8  string
+	queueInsert32 string
 	queueFetch    string
 	// queuePeek reads whether a fetch would find a job, without the write lock.
 	queuePeek string
@@ -38,11 +41,9 @@ type queries struct {
 	// [id, token] pairs (deleteAcked).
 	queueAckMany string
 	// queueHeld reads whether a job still carries a lease token (QueueAckTx's check).
-	queueHeld string
-	// queueInsertMany inserts many jobs in one statement (QueuePublishTx).
-	queueInsertMany string
-	queueNak        string
-	queueExtend     string
+	queueHeld   string
+	queueNak    string
+	queueExtend string
 	// queueExtendHeld extends a lease without the expiry check, for applyExtensions.
 	queueExtendHeld string
 	queueRelease    string
@@ -85,6 +86,27 @@ func inQueueRange(param string) string {
 	base := "(SELECT base FROM {p}queue_ranges WHERE queue = " + param + ")"
 	return "id > " + base + " AND id < " + base + " + " + queueRangeWidthSQL
 }
+
+// queueInsertRows is the INSERT of n jobs, ten parameters each (id, queue, event_id, tenant,
+// type, payload, headers, occurred_at, enqueued_at, available_at). Bound parameters take every
+// text and payload byte for byte, and one statement of many rows costs one round through
+// database/sql instead of one per job. The parameters are plain ?s: the driver looks up each
+// parameter's name, which for numbered ones (?NNN) is a scan of all names.
+func queueInsertRows(n int) string {
+	var b strings.Builder
+	b.WriteString(`INSERT INTO {p}queue (id, queue, event_id, tenant, type, payload, headers, occurred_at,
+			enqueued_at, available_at) VALUES `)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+	}
+	return b.String()
+}
+
+// queueInsertParams is the number of parameters of each job in queueInsertRows.
+const queueInsertParams = 10
 
 // queueReturning are the queue columns in the order QueueFetch reads them.
 const queueReturning = `id, token, attempts, event_id, tenant, type, payload, headers, occurred_at, enqueued_at,
@@ -141,16 +163,9 @@ func buildQueries(prefix string) queries {
 			SELECT ?1, m + ` + queueRangeWidthSQL + `, m + ` + queueRangeWidthSQL + `
 			FROM (SELECT coalesce(max(base), 0) AS m FROM {p}queue_ranges)
 			WHERE m < ` + queueRangeLastBaseSQL + ` ON CONFLICT (queue) DO NOTHING`),
-		// queueInsertMany inserts the jobs of a JSON array, job i with id ?1+i: each job is
-		// [event_id, tenant, type, payload, headers, occurred_at], the texts and the payload in
-		// hex (byte for byte, whatever their encoding), the payload null when nil.
-		queueInsertMany: p(`INSERT INTO {p}queue (id, queue, event_id, tenant, type, payload, headers, occurred_at,
-			enqueued_at, available_at)
-			SELECT ?1 + key, ?2, CAST(unhex(value ->> 0) AS TEXT), CAST(unhex(value ->> 1) AS TEXT),
-				CAST(unhex(value ->> 2) AS TEXT), unhex(value ->> 3), CAST(unhex(value ->> 4) AS TEXT), value ->> 5, ?3, ?3
-			FROM json_each(?4)`),
-		queueInsert: p(`INSERT INTO {p}queue (id, queue, event_id, tenant, type, payload, headers, occurred_at,
-			enqueued_at, available_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		queueInsert:   p(queueInsertRows(1)),
+		queueInsert8:  p(queueInsertRows(8)),
+		queueInsert32: p(queueInsertRows(32)),
 		// first_fetched_at keeps the first fetch's time: the retry budget counts from it.
 		queueFetch: p(`UPDATE {p}queue SET lease_until = ?1, token = token + 1, attempts = attempts + 1,
 				first_fetched_at = coalesce(first_fetched_at, ?3)
@@ -164,7 +179,7 @@ func buildQueries(prefix string) queries {
 				AND available_at <= ?2 AND (lease_until IS NULL OR lease_until <= ?2) LIMIT 1`),
 		queueAck: p(`DELETE FROM {p}queue WHERE id = ? AND token = ?`),
 		queueAckMany: p(`DELETE FROM {p}queue WHERE (id, token) IN
-			(SELECT value ->> 0, value ->> 1 FROM json_each(?1))`),
+			(SELECT value ->> 0, value ->> 1 FROM jsonb_each(?1))`),
 		queueHeld: p(`SELECT 1 FROM {p}queue WHERE id = ? AND token = ?`),
 		queueNak: p(`UPDATE {p}queue SET available_at = ?, lease_until = NULL, last_error = ?
 			WHERE id = ? AND token = ?`),

@@ -4,12 +4,10 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -58,70 +56,41 @@ func (s *Store) QueuePublishTx(ctx context.Context, tx *sql.Tx, queue string, ms
 			return fmt.Errorf("idemsqlite: publish event %s to queue %q: %w", m.EventID, queue, err)
 		}
 	}
-	if len(msgs) == 1 {
-		m := msgs[0]
-		insert := s.txStmt(ctx, tx, func(h *hotStmts) *sql.Stmt { return h.queueInsert }, s.q.queueInsert)
-		for t, q := range targets {
-			if _, err := insert.ExecContext(ctx, ids[t], q, m.EventID, m.Tenant, m.Type, m.Payload,
-				headers[0], nullMicros(m.OccurredAt), now, now); err != nil {
-				return fmt.Errorf("idemsqlite: publish event %s to queue %q: %w", m.EventID, q, err)
-			}
-		}
-	} else {
-		// One statement for the lot: a row costs SQLite's work alone, not a round through
-		// database/sql each.
-		jobs := jobsJSON(msgs, headers)
-		insert := s.txStmt(ctx, tx, func(h *hotStmts) *sql.Stmt { return h.queueInsertMany }, s.q.queueInsertMany)
-		for t, q := range targets {
-			if _, err := insert.ExecContext(ctx, ids[t], q, now, jobs); err != nil {
-				return fmt.Errorf("idemsqlite: publish %d messages to queue %q: %w", len(msgs), q, err)
-			}
+	for t, q := range targets {
+		if err := s.insertJobs(ctx, tx, q, ids[t], now, msgs, headers); err != nil {
+			return fmt.Errorf("idemsqlite: publish %d messages to queue %q: %w", len(msgs), q, err)
 		}
 	}
 	s.wakeAfter(tx, wakeQueue)
 	return nil
 }
 
-// jobsJSON encodes msgs, with their encoded headers, for queueInsertMany: a JSON array of
-// [event_id, tenant, type, payload, headers, occurred_at], texts and payload in hex so that
-// they go in byte for byte.
-func jobsJSON(msgs []idem.Message, headers []string) string {
-	size := 2
-	for i, m := range msgs {
-		size += 2*(len(m.EventID)+len(m.Tenant)+len(m.Type)+len(m.Payload)+len(headers[i])) + 40
+// insertJobs inserts msgs into queue inside tx, with ids from first on and headers encoded, in
+// as few statements as the prepared inserts of 32, 8 and 1 jobs allow.
+func (s *Store) insertJobs(ctx context.Context, tx *sql.Tx, queue string, first, now int64, msgs []idem.Message, headers []string) error {
+	args := make([]any, 0, min(len(msgs), 32)*queueInsertParams)
+	for done := 0; done < len(msgs); {
+		n, pick, query := 1, func(h *hotStmts) *sql.Stmt { return h.queueInsert }, s.q.queueInsert
+		switch left := len(msgs) - done; {
+		case left >= 32:
+			n, pick, query = 32, func(h *hotStmts) *sql.Stmt { return h.queueInsert32 }, s.q.queueInsert32
+		case left >= 8:
+			n, pick, query = 8, func(h *hotStmts) *sql.Stmt { return h.queueInsert8 }, s.q.queueInsert8
+		}
+		args = args[:0]
+		for i, m := range msgs[done : done+n] {
+			args = append(args, first+int64(done+i), queue, m.EventID, m.Tenant, m.Type, m.Payload, headers[done+i],
+				nullMicros(m.OccurredAt), now, now)
+		}
+		if _, err := s.txStmt(ctx, tx, pick, query).ExecContext(ctx, args...); err != nil {
+			if n == 1 {
+				return fmt.Errorf("event %s: %w", msgs[done].EventID, err)
+			}
+			return err
+		}
+		done += n
 	}
-	b := make([]byte, 0, size)
-	b = append(b, '[')
-	for i, m := range msgs {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, `["`...)
-		b = hex.AppendEncode(b, []byte(m.EventID))
-		b = append(b, `","`...)
-		b = hex.AppendEncode(b, []byte(m.Tenant))
-		b = append(b, `","`...)
-		b = hex.AppendEncode(b, []byte(m.Type))
-		b = append(b, `",`...)
-		if m.Payload == nil {
-			b = append(b, "null"...)
-		} else {
-			b = append(b, '"')
-			b = hex.AppendEncode(b, m.Payload)
-			b = append(b, '"')
-		}
-		b = append(b, `,"`...)
-		b = hex.AppendEncode(b, []byte(headers[i]))
-		b = append(b, `",`...)
-		if m.OccurredAt.IsZero() {
-			b = append(b, "null"...)
-		} else {
-			b = strconv.AppendInt(b, m.OccurredAt.UnixMicro(), 10)
-		}
-		b = append(b, ']')
-	}
-	b = append(b, ']')
-	return string(b)
+	return nil
 }
 
 // takeQueueIDs takes the next n ids of queue's range inside tx and returns the first; the queue

@@ -246,12 +246,12 @@ const fetchedMax = 1 << 16
 // through tx.StmtContext, which reuses the statement already prepared on the pool's one
 // connection without parsing it again.
 type hotStmts struct {
-	claimInsert, claimRead, queueRange, queueInsert, queuePeek, queueFetch, queueAck, queueAckMany, queueHeld, queueRelease, queueInsertMany *sql.Stmt
+	claimInsert, claimRead, queueRange, queueInsert, queuePeek, queueFetch, queueAck, queueAckMany, queueHeld, queueRelease, queueInsert8, queueInsert32 *sql.Stmt
 }
 
 // all returns the statements, for closing.
 func (h *hotStmts) all() []*sql.Stmt {
-	return []*sql.Stmt{h.claimInsert, h.claimRead, h.queueRange, h.queueInsert, h.queuePeek, h.queueFetch, h.queueAck, h.queueAckMany, h.queueHeld, h.queueRelease, h.queueInsertMany}
+	return []*sql.Stmt{h.claimInsert, h.claimRead, h.queueRange, h.queueInsert, h.queuePeek, h.queueFetch, h.queueAck, h.queueAckMany, h.queueHeld, h.queueRelease, h.queueInsert8, h.queueInsert32}
 }
 
 // New returns a Store on db with the default Config. db should come from Open.
@@ -332,7 +332,7 @@ func (s *Store) prepareStmts(ctx context.Context) {
 		query string
 	}{
 		{&st.claimInsert, s.q.claimInsert}, {&st.claimRead, s.q.claimSelect},
-		{&st.queueRange, s.q.queueRange}, {&st.queueInsert, s.q.queueInsert}, {&st.queuePeek, s.q.queuePeek}, {&st.queueFetch, s.q.queueFetch}, {&st.queueAck, s.q.queueAck}, {&st.queueAckMany, s.q.queueAckMany}, {&st.queueHeld, s.q.queueHeld}, {&st.queueRelease, s.q.queueRelease}, {&st.queueInsertMany, s.q.queueInsertMany},
+		{&st.queueRange, s.q.queueRange}, {&st.queueInsert, s.q.queueInsert}, {&st.queuePeek, s.q.queuePeek}, {&st.queueFetch, s.q.queueFetch}, {&st.queueAck, s.q.queueAck}, {&st.queueAckMany, s.q.queueAckMany}, {&st.queueHeld, s.q.queueHeld}, {&st.queueRelease, s.q.queueRelease}, {&st.queueInsert8, s.q.queueInsert8}, {&st.queueInsert32, s.q.queueInsert32},
 	} {
 		var err error
 		s.ownPoolUse()

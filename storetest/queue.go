@@ -381,10 +381,10 @@ func checkQueueAckTx[TTx any](t *testing.T, f QueueFactory[TTx]) {
 	require.EqualValues(t, 0, st.Backlog)
 }
 
-// checkQueuePublishKeepsBytes publishes one message alone and several in one call (stores
-// insert a lot in one statement: arrays, JSON), with texts that need quoting or escaping, nil,
-// empty and binary payloads, headers and an occurrence time: a fetch gives every field back as
-// published, on both paths.
+// checkQueuePublishKeepsBytes publishes one message alone, several in one call and many in one
+// call (stores insert a lot in one statement, or in chunks: arrays, JSON, multi-row VALUES), with
+// texts that need quoting or escaping, nil, empty and binary payloads, headers and an occurrence
+// time: a fetch gives every field back as published, on every path.
 func checkQueuePublishKeepsBytes[TTx any](t *testing.T, f QueueFactory[TTx]) {
 	t.Parallel()
 	occurred := time.UnixMicro(1_700_000_000_123_456)
@@ -398,16 +398,28 @@ func checkQueuePublishKeepsBytes[TTx any](t *testing.T, f QueueFactory[TTx]) {
 		{EventID: "evt\xff\xfe", Tenant: "acme", Type: "pay", Payload: []byte(`{"n":2}`)},
 		{EventID: "evt-nul", Tenant: "ac\x00me", Type: "t\xffpe"},
 	}
+	// Many repeats the set in one call (new event ids each time), past the row counts a store
+	// may split a large publish into, so that every one of its statements sees every field.
 	for _, tt := range []struct {
-		name  string
-		batch int
-	}{{"OneByOne", 1}, {"InOneCall", 0}} {
+		name   string
+		batch  int
+		copies int
+	}{{"OneByOne", 1, 1}, {"InOneCall", 0, 1}, {"Many", 0, 12}} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			b := openQueue(t, f, QueueConfig{})
-			in := in
+			set := in
 			if b.RawIdentities {
-				in = append(slices.Clone(in), raw...)
+				set = append(slices.Clone(set), raw...)
+			}
+			var in []idem.Message
+			for c := range tt.copies {
+				for _, m := range set {
+					if c > 0 {
+						m.EventID += fmt.Sprintf("-%d", c)
+					}
+					in = append(in, m)
+				}
 			}
 			if tt.batch == 0 {
 				tt.batch = len(in)
@@ -415,7 +427,7 @@ func checkQueuePublishKeepsBytes[TTx any](t *testing.T, f QueueFactory[TTx]) {
 			for i := 0; i < len(in); i += tt.batch {
 				require.NoError(t, b.store.QueuePublish(b.ctx, "q", in[i:i+tt.batch]...))
 			}
-			jobs, err := b.store.QueueFetch(b.ctx, idemstore.QueueFetchParams{Queue: "q", Max: 10, Lease: time.Minute, Now: time.Now()})
+			jobs, err := b.store.QueueFetch(b.ctx, idemstore.QueueFetchParams{Queue: "q", Max: len(in) + 1, Lease: time.Minute, Now: time.Now()})
 			require.NoError(t, err)
 			require.Len(t, jobs, len(in))
 			for i, j := range jobs {
