@@ -280,8 +280,12 @@ func (s *Store) QueueAckTx(ctx context.Context, tx *sql.Tx, id, token int64) err
 	st, ours := s.txStateOf(tx)
 	if ours && !st.ackInTx && len(st.acks) == 0 {
 		// The transaction's first ack: check the token, delete after the commit.
+		ctx, err := s.ownStmtCtx(ctx, tx)
+		if err != nil {
+			return fmt.Errorf("idemsqlite: ack queue job %d: %w", id, err)
+		}
 		var one int
-		err := s.txStmt(ctx, tx, func(h *hotStmts) *sql.Stmt { return h.queueHeld }, s.q.queueHeld).QueryRowContext(ctx, id, token).Scan(&one)
+		err = s.txStmt(ctx, tx, func(h *hotStmts) *sql.Stmt { return h.queueHeld }, s.q.queueHeld).QueryRowContext(ctx, id, token).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("idemsqlite: ack queue job %d with token %d: %w", id, token, idem.ErrLeaseLost)
 		}

@@ -409,15 +409,11 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 	}
 	committed := false
 	defer func() { s.finishWrite(ctx, w, committed) }() // runs last, once the transaction has ended
-	var tx *sql.Tx
-	err = w.retryBusy(ctx, func() error {
-		var err error
-		tx, err = w.conn.BeginTx(ctx, nil)
-		return err
-	})
+	tx, stopRollback, err := w.begin(ctx)
 	if err != nil {
 		return fmt.Errorf("idemsqlite: begin transaction: %w", err)
 	}
+	defer stopRollback()
 	s.gate.inTx.Store(true)
 	s.txMu.Lock()
 	s.txOpen[tx] = txState{}
@@ -444,6 +440,9 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 			return fmt.Errorf("%w (it returned: %w)", cause, err)
 		}
 		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("idemsqlite: commit: %w", err)
 	}
 	s.applyExtensions(ctx, tx)
 	if err := tx.Commit(); err != nil {
@@ -527,7 +526,11 @@ func (s *Store) ClaimTx(ctx context.Context, tx *sql.Tx, p idemstore.ClaimParams
 	}
 	fp := p.Fingerprint
 	var createdAt int64
-	err := s.txStmt(ctx, tx, func(h *hotStmts) *sql.Stmt { return h.claimInsert }, s.q.claimInsert).
+	ctx, err := s.ownStmtCtx(ctx, tx)
+	if err != nil {
+		return idemstore.ClaimResult{}, fmt.Errorf("idemsqlite: claim: %w", err)
+	}
+	err = s.txStmt(ctx, tx, func(h *hotStmts) *sql.Stmt { return h.claimInsert }, s.q.claimInsert).
 		QueryRowContext(ctx, p.Key.Tenant, p.Key.Consumer, p.Key.EventID, fp[:], now.UnixMicro()).Scan(&createdAt)
 	if err == nil {
 		return idemstore.ClaimResult{Status: idemstore.ClaimNew}, nil
@@ -603,6 +606,22 @@ type txState struct {
 
 // txStateOf returns what the open InTx transaction tx owes so far; ours is false when tx is not
 // one of InTx's (the caller began it).
+// ownStmtCtx is the context for this Store's own short statements inside tx (a claim, a lease
+// token check). In a transaction of InTx, on the write connection whose busy wait is off, such a
+// statement waits for nothing, so it runs without the driver's watch of ctx: modernc starts a
+// goroutine and sets a progress handler for each statement whose context can end, which costs
+// more than the primary-key lookup itself. An ended ctx is returned as the error first; in any
+// other transaction ctx is returned as it is.
+func (s *Store) ownStmtCtx(ctx context.Context, tx *sql.Tx) (context.Context, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if _, ours := s.txStateOf(tx); !ours {
+		return ctx, nil
+	}
+	return context.WithoutCancel(ctx), nil
+}
+
 func (s *Store) txStateOf(tx *sql.Tx) (st txState, ours bool) {
 	s.txMu.Lock()
 	defer s.txMu.Unlock()

@@ -371,6 +371,22 @@ func TestInTx(t *testing.T) {
 	ctx, cancel := context.WithCancel(b.ctx)
 	cancel()
 	require.ErrorIs(t, b.store.InTx(ctx, insert), context.Canceled)
+
+	// Cancelled while fn runs: the transaction rolls back at once, so another process on the file
+	// can write while fn still runs, and fn's nil after that commits nothing.
+	other, err := idemsqlite.Open(b.path)
+	require.NoError(t, err)
+	defer other.Close()
+	ctx, cancel = context.WithCancel(b.ctx)
+	err = b.store.InTx(ctx, func(fctx context.Context, tx *sql.Tx) error {
+		require.NoError(t, insert(fctx, tx))
+		cancel()
+		_, err := other.ExecContext(b.ctx, `INSERT INTO t VALUES (2)`) // waits for the write lock (busy_timeout)
+		require.NoError(t, err, "the cancelled transaction holds the write lock no more")
+		return nil
+	})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, 2, count(), "the other process's row, not fn's")
 }
 
 func TestDeleteExpiredClaims(t *testing.T) {

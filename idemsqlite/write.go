@@ -306,6 +306,25 @@ func (w *writeConn) retryBusy(ctx context.Context, try func() error) error {
 	}
 }
 
+// begin starts a transaction on w (BEGIN retried on SQLITE_BUSY) and returns it with the
+// function that stops its rollback on ctx's end. The driver gets ctx without its end: on this
+// connection, whose busy wait is off, BEGIN and COMMIT wait for nothing, and modernc would start
+// a goroutine and set a progress handler to watch each of them. As database/sql does for a
+// context that ends, the transaction rolls back when ctx ends before it is over, so that it
+// stops holding the file's write lock; the caller checks ctx before it commits.
+func (w *writeConn) begin(ctx context.Context) (*sql.Tx, func() bool, error) {
+	var tx *sql.Tx
+	err := w.retryBusy(ctx, func() error {
+		var err error
+		tx, err = w.conn.BeginTx(context.WithoutCancel(ctx), nil)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return tx, context.AfterFunc(ctx, func() { _ = tx.Rollback() }), nil
+}
+
 // write runs fn, one statement in autocommit mode, as a write of this store: through the gate,
 // retrying SQLITE_BUSY. fn runs again after SQLITE_BUSY, so it must reset what it collects.
 func (s *Store) write(ctx context.Context, fn func(ctx context.Context, c *sql.Conn) error) error {
@@ -367,16 +386,16 @@ func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, tx *sq
 	}
 	committed := false
 	defer func() { s.finishWrite(ctx, w, committed) }()
-	var tx *sql.Tx
-	if err := w.retryBusy(ctx, func() error {
-		var err error
-		tx, err = w.conn.BeginTx(ctx, nil)
-		return err
-	}); err != nil {
+	tx, stopRollback, err := w.begin(ctx)
+	if err != nil {
 		return err
 	}
+	defer stopRollback()
 	if err := fn(ctx, tx); err != nil {
 		return errors.Join(err, tx.Rollback())
+	}
+	if err := ctx.Err(); err != nil {
+		return errors.Join(fmt.Errorf("commit: %w", err), tx.Rollback())
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
