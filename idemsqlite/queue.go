@@ -176,7 +176,10 @@ func (s *Store) queueMayHaveJobs(ctx context.Context, queue string, now time.Tim
 // slow handler's seconds included.
 func (s *Store) fetchJobs(ctx context.Context, p idemstore.QueueFetchParams) ([]idemstore.QueueJob, error) {
 	s.prepareStmts(ctx)
-	var jobs []idemstore.QueueJob
+	var (
+		jobs       []idemstore.QueueJob
+		leaseStart time.Time
+	)
 	acked := s.acks.take()
 	err := s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		jobs = jobs[:0]
@@ -185,6 +188,7 @@ func (s *Store) fetchJobs(ctx context.Context, p idemstore.QueueFetchParams) ([]
 			return err
 		}
 		now := p.LeaseStart()
+		leaseStart = now
 		rows, err := s.txStmt(ctx, tx, func(h *hotStmts) *sql.Stmt { return h.queueFetch }, s.q.queueFetch).
 			QueryContext(ctx, now.Add(p.Lease).UnixMicro(), p.Queue, now.UnixMicro(), p.Max)
 		if err != nil {
@@ -209,26 +213,47 @@ func (s *Store) fetchJobs(ctx context.Context, p idemstore.QueueFetchParams) ([]
 	if len(s.fetched)+len(jobs) > fetchedMax {
 		clear(s.fetched)
 	}
+	var until int64
+	if p.Now.IsZero() {
+		until = leaseStart.Add(p.Lease).UnixMicro()
+	}
 	for _, j := range jobs {
-		s.fetched[j.ID] = j.Token
+		s.fetched[j.ID] = fetchedLease{token: j.Token, until: until}
 	}
 	s.extMu.Unlock()
 	return jobs, nil
 }
 
-// forgetOnSuccess drops job id from the tokens this Store handed out once an ack or a give-back
-// under token succeeded (err nil), and returns err. Only the holder of the newest token forgets
-// it, so a stale settle never erases what refuses a stale extension; a rolled-back ack only
-// loses that early answer.
+// forgetOnSuccess drops job id from the leases this Store handed out once an ack or a give-back
+// (nak, release) under token succeeded (err nil), and returns err. Only the holder of the newest
+// token forgets it, so a stale settle never erases what refuses a stale extension; a rolled-back
+// ack only loses that early answer.
 func (s *Store) forgetOnSuccess(err error, id, token int64) error {
 	if err == nil {
 		s.extMu.Lock()
-		if s.fetched[id] == token {
+		if s.fetched[id].token == token {
 			delete(s.fetched, id)
 		}
 		s.extMu.Unlock()
 	}
 	return err
+}
+
+// ackReadMargin is how much of a lease must be left for QueueAckTx to trust this Store's record
+// of it instead of reading the job's token: a margin for the clocks of the processes on the file
+// (each reads its own wall clock to decide a lease is over).
+const ackReadMargin = time.Second
+
+// holdsLease reports whether job id is still leased under token by this Store's own record: a
+// fetch of this Store gave that token, nothing of this Store settled it since, and by this
+// process's clock the lease has more than ackReadMargin left. The caller holds the write lock,
+// so any other fetch of the job committed before now; it could only take the job at or after
+// the lease's end, which by the same clock has not come. False means "read the table".
+func (s *Store) holdsLease(id, token int64) bool {
+	s.extMu.Lock()
+	l, ok := s.fetched[id]
+	s.extMu.Unlock()
+	return ok && l.token == token && l.until != 0 && time.Now().Add(ackReadMargin).UnixMicro() < l.until
 }
 
 // scanQueueJob reads one row of queueReturning.
@@ -269,8 +294,12 @@ func (s *Store) QueueAck(ctx context.Context, id, token int64) error {
 // wrapping idem.ErrLeaseLost. The caller's transaction holds SQLite's write lock until it ends,
 // so no other worker can fetch the job in between, and a lost lease rolls the handler back.
 //
-// In a transaction of this Store's InTx that acks one job, the check is a read and the job is
-// deleted just after the commit, by the store's next queue fetch or within ackDelayDefault: each
+// In a transaction of this Store's InTx that acks one job, the check reads the job's token, or,
+// when this Store's own fetch gave the token and its lease has more than ackReadMargin left by
+// this process's clock, trusts that record (holdsLease): under the write lock, no other fetch can
+// have taken the job before its lease ends. A fetch that another process gave a time of its own
+// (QueueFetchParams.Now) past this lease, or a wall clock set back, is then not seen here; the
+// job's claim still makes that delivery a duplicate. The job is deleted just after the commit, by the store's next queue fetch or within ackDelayDefault: each
 // B-tree page a commit changes is one more WAL frame, and the delete was one more page in every
 // handler's commit. A job whose transaction committed keeps its lease until then, so no worker
 // takes it; if the process stops first, the job comes back when its lease ends and its claim
@@ -279,18 +308,12 @@ func (s *Store) QueueAck(ctx context.Context, id, token int64) error {
 func (s *Store) QueueAckTx(ctx context.Context, tx *sql.Tx, id, token int64) error {
 	st, ours := s.txStateOf(tx)
 	if ours && !st.ackInTx && len(st.acks) == 0 {
-		// The transaction's first ack: check the token, delete after the commit.
-		ctx, err := s.ownStmtCtx(ctx, tx)
-		if err != nil {
-			return fmt.Errorf("idemsqlite: ack queue job %d: %w", id, err)
-		}
-		var one int
-		err = s.txStmt(ctx, tx, func(h *hotStmts) *sql.Stmt { return h.queueHeld }, s.q.queueHeld).QueryRowContext(ctx, id, token).Scan(&one)
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("idemsqlite: ack queue job %d with token %d: %w", id, token, idem.ErrLeaseLost)
-		}
-		if err != nil {
-			return fmt.Errorf("idemsqlite: ack queue job %d: %w", id, err)
+		// The transaction's first ack: check the token (from this Store's record of the lease
+		// when it can, see holdsLease, else with a read), delete after the commit.
+		if !s.holdsLease(id, token) {
+			if err := s.readHeld(ctx, tx, id, token); err != nil {
+				return err
+			}
 		}
 		s.updateTxState(tx, func(st *txState) { st.acks = append(st.acks, ackedJob{id: id, token: token}) })
 		return s.forgetOnSuccess(nil, id, token)
@@ -313,6 +336,24 @@ func (s *Store) QueueAckTx(ctx context.Context, tx *sql.Tx, id, token int64) err
 	return s.forgetOnSuccess(nil, id, token)
 }
 
+// readHeld reads whether job id still carries token, inside tx (one of InTx's); else it returns
+// an error wrapping idem.ErrLeaseLost.
+func (s *Store) readHeld(ctx context.Context, tx *sql.Tx, id, token int64) error {
+	ctx, err := s.ownStmtCtx(ctx, tx)
+	if err != nil {
+		return fmt.Errorf("idemsqlite: ack queue job %d: %w", id, err)
+	}
+	var one int
+	err = s.txStmt(ctx, tx, func(h *hotStmts) *sql.Stmt { return h.queueHeld }, s.q.queueHeld).QueryRowContext(ctx, id, token).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("idemsqlite: ack queue job %d with token %d: %w", id, token, idem.ErrLeaseLost)
+	}
+	if err != nil {
+		return fmt.Errorf("idemsqlite: ack queue job %d: %w", id, err)
+	}
+	return nil
+}
+
 // QueueNak releases job p.ID for another attempt at p.Now+p.Delay, recording p.Error, if p.Token
 // is still its lease token; else it returns an error wrapping idem.ErrLeaseLost.
 func (s *Store) QueueNak(ctx context.Context, p idemstore.QueueNakParams) error {
@@ -325,7 +366,7 @@ func (s *Store) QueueNak(ctx context.Context, p idemstore.QueueNakParams) error 
 	if err != nil {
 		return fmt.Errorf("idemsqlite: nak queue job %d: %w", p.ID, err)
 	}
-	if err := leaseCheck(res, "nak", p.ID, p.Token); err != nil {
+	if err := s.forgetOnSuccess(leaseCheck(res, "nak", p.ID, p.Token), p.ID, p.Token); err != nil {
 		return err
 	}
 	if delay == 0 {
@@ -358,8 +399,8 @@ func (s *Store) QueueExtend(ctx context.Context, id, token int64, lease time.Dur
 		// again since, under a newer token, was taken over (transporttest's FencedSettle).
 		s.extMu.Lock()
 		defer s.extMu.Unlock()
-		if newer, ok := s.fetched[id]; ok && newer > token {
-			return fmt.Errorf("idemsqlite: extend lease of queue job %d with token %d: fetched again with token %d: %w", id, token, newer, idem.ErrLeaseLost)
+		if newer, ok := s.fetched[id]; ok && newer.token > token {
+			return fmt.Errorf("idemsqlite: extend lease of queue job %d with token %d: fetched again with token %d: %w", id, token, newer.token, idem.ErrLeaseLost)
 		}
 		s.pendingExt[id] = pendingExtension{token: token, lease: lease}
 		return nil

@@ -118,6 +118,7 @@ func TestQueueAckTxAfterCommit(t *testing.T) {
 		other, err := idemsqlite.NewWithConfig(b.db, idemsqlite.Config{}) // another process on the file
 		require.NoError(t, err)
 		require.NoError(t, b.store.QueuePublish(b.ctx, "q", msgs("a")...))
+		// A lease of one second is within ackReadMargin from the start: the ack reads the token.
 		mine := fetch(t, b.store, "q", 1, time.Second, time.Time{})
 		require.Len(t, mine, 1)
 		theirs := fetch(t, other, "q", 1, time.Minute, time.Now().Add(2*time.Second)) // after the lease
@@ -129,6 +130,51 @@ func TestQueueAckTxAfterCommit(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, st.Backlog)
 	})
+
+	// An ack inside the lease trusts this Store's record of it instead of reading the token
+	// (holdsLease). Whatever ends or hands over the lease must end that trust: the lease running
+	// out, a nak or a release of this Store, another fetch of this Store; each time another
+	// worker takes the job, and the late ack must be refused inside its transaction.
+	for _, tt := range []struct {
+		name  string
+		lease time.Duration
+		// handOver ends mine's hold; then other takes the job with a fetch at time.Now().
+		handOver func(t *testing.T, b *testBundle, mine idemstore.QueueJob)
+		// takeWithMine takes the job again through the same Store (a future clock), not other.
+		takeWithMine bool
+	}{
+		{name: "LeaseRanOut", lease: 1500 * time.Millisecond, handOver: func(t *testing.T, b *testBundle, mine idemstore.QueueJob) {
+			time.Sleep(1600 * time.Millisecond)
+		}},
+		{name: "Naked", lease: time.Minute, handOver: func(t *testing.T, b *testBundle, mine idemstore.QueueJob) {
+			require.NoError(t, b.store.QueueNak(b.ctx, idemstore.QueueNakParams{ID: mine.ID, Token: mine.Token}))
+		}},
+		{name: "Released", lease: time.Minute, handOver: func(t *testing.T, b *testBundle, mine idemstore.QueueJob) {
+			require.NoError(t, b.store.QueueRelease(b.ctx, mine.ID, mine.Token))
+		}},
+		{name: "FetchedAgainHere", lease: time.Minute, takeWithMine: true},
+	} {
+		t.Run("LostLeaseRefusedAfter"+tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, idemsqlite.Config{})
+			other, err := idemsqlite.NewWithConfig(b.db, idemsqlite.Config{})
+			require.NoError(t, err)
+			require.NoError(t, b.store.QueuePublish(b.ctx, "q", msgs("a")...))
+			mine := fetch(t, b.store, "q", 1, tt.lease, time.Time{})
+			require.Len(t, mine, 1)
+			var theirs []idemstore.QueueJob
+			if tt.takeWithMine {
+				theirs = fetch(t, b.store, "q", 1, time.Minute, time.Now().Add(2*tt.lease))
+			} else {
+				tt.handOver(t, b, mine[0])
+				theirs = fetch(t, other, "q", 1, time.Minute, time.Time{})
+			}
+			require.Len(t, theirs, 1, "another worker takes the job")
+			require.ErrorIs(t, ackInTx(b, b.store, mine[0], false), idem.ErrLeaseLost)
+			require.Zero(t, b.store.AckedPending())
+			require.True(t, rowExists(t, b, mine[0].ID), "the new holder's job stays")
+		})
+	}
 
 	// One late delete goes through the one-row statement, several through the many-row one
 	// (deleteAcked): both must leave the job another worker took alone and delete the rest.

@@ -230,13 +230,20 @@ type Store struct {
 
 	// extMu guards pendingExt: lease extensions QueueExtend recorded while an InTx transaction
 	// held the connection, applied by a transaction before it commits (applyExtensions); and
-	// fetched: the newest token this Store's fetches gave each job it leased, so that an
-	// extension it must record without reading the table is still refused when this process
-	// took the job over since (bounded by fetchedMax; an entry left out only loses that early
-	// answer, never the token check when the extension is applied).
+	// fetched: the newest lease this Store's fetches gave each job, so that an extension it
+	// must record without reading the table is still refused when this process took the job
+	// over since, and so that an ack inside the lease needs no read (QueueAckTx). Bounded by
+	// fetchedMax; an entry left out only loses those early answers, never the token checks.
 	extMu      sync.Mutex
 	pendingExt map[int64]pendingExtension
-	fetched    map[int64]int64
+	fetched    map[int64]fetchedLease
+}
+
+// fetchedLease is a lease a fetch of this Store gave: its token, and when it ends (Unix
+// microseconds, as written to lease_until; 0 when the fetch was given its time, Now, so that
+// the end is not on this process's clock).
+type fetchedLease struct {
+	token, until int64
 }
 
 // fetchedMax bounds Store.fetched: past it the map starts again empty.
@@ -282,7 +289,7 @@ func NewWithConfig(db *sql.DB, cfg Config) (*Store, error) {
 		gate:   newWriteGate(),
 
 		pendingExt: make(map[int64]pendingExtension),
-		fetched:    make(map[int64]int64),
+		fetched:    make(map[int64]fetchedLease),
 	}
 	s.busyMillis.Store(-1)
 	return s, nil
