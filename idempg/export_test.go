@@ -4,12 +4,13 @@ package idempg
 // their plans.
 func (s *Store) QueueQueries() map[string]string {
 	return map[string]string{
-		"fetch":    s.q.queueFetch,
-		"ack":      s.q.queueAck,
-		"ackBatch": s.q.queueAckBatch,
-		"nak":      s.q.queueNak,
-		"extend":   s.q.queueExtend,
-		"stats":    s.q.queueStats,
+		"fetch":      s.q.queueFetch,
+		"ack":        s.q.queueAck,
+		"ackCommit":  s.q.queueAckCommit,
+		"ackCommit1": s.q.queueAckCommit1,
+		"nak":        s.q.queueNak,
+		"extend":     s.q.queueExtend,
+		"stats":      s.q.queueStats,
 	}
 }
 

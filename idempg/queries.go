@@ -24,7 +24,7 @@ type queries struct {
 	dlInsert, dlGet, dlList, dlSetStatus, dlRecover, dlStats, auditList, auditInsert string
 
 	// Queue.
-	queueInsert, queueNotify, queueFetch, queueAck, queueAckBatch, queueNak, queueExtend, queueStats string
+	queueInsert, queueNotify, queueFetch, queueAck, queueAckCommit1, queueAckCommit, queueNak, queueExtend, queueStats string
 	// Subscriptions (fan-out).
 	subInsert, subDelete, subDeleteJobs, subList string
 
@@ -178,9 +178,17 @@ func buildQueries(schema, prefix string, partitioned bool) queries {
 				first_fetched_at`,
 		// A nak clears lease_until, so the token of a nak'ed job no longer acks or naks it.
 		queueAck: `DELETE FROM {{queue}} WHERE id = $1 AND token = $2 AND lease_until IS NOT NULL`,
-		// The acks of one transaction at once (flushAcks): the jobs still held with these tokens.
-		queueAckBatch: `DELETE FROM {{queue}} q USING unnest($1::bigint[], $2::bigint[]) AS a(id, token)
-			WHERE q.id = a.id AND q.token = a.token AND q.lease_until IS NOT NULL RETURNING q.id`,
+		// The acks of one InTx transaction, sent with its COMMIT in one batch (commitAcks): the
+		// jobs still held under these tokens are deleted, and when one is not the statement
+		// fails, so the server skips the COMMIT. The failure is a cast to int of a text that
+		// starts with ackLostMarker and lists the jobs that were deleted; it depends on the
+		// delete's rows, so it is evaluated at run time only, never folded at planning.
+		queueAckCommit1: `WITH d AS (DELETE FROM {{queue}} WHERE id = $1 AND token = $2 AND lease_until IS NOT NULL RETURNING id)
+			SELECT (CASE WHEN count(*) = 1 THEN '0' ELSE '` + ackLostMarker + `' END)::int FROM d`,
+		queueAckCommit: `WITH d AS (DELETE FROM {{queue}} q USING unnest($1::bigint[], $2::bigint[]) AS a(id, token)
+				WHERE q.id = a.id AND q.token = a.token AND q.lease_until IS NOT NULL RETURNING q.id)
+			SELECT (CASE WHEN count(*) = cardinality($1::bigint[]) THEN '0'
+				ELSE '` + ackLostMarker + `' || coalesce(string_agg(id::text, ' '), '') END)::int FROM d`,
 		queueNak: `UPDATE {{queue}} SET available_at = $3, lease_until = NULL, last_error = $4
 			WHERE id = $1 AND token = $2 AND lease_until IS NOT NULL`,
 		queueExtend: `UPDATE {{queue}} SET lease_until = $3
@@ -335,7 +343,7 @@ func buildQueries(schema, prefix string, partitioned bool) queries {
 		&q.claim, &q.claimSelect, &q.claimDeleteAll, &q.claimDeleteConsumer,
 		&q.claimBatch, &q.claimBatchSelect, &q.claimRelease, &q.claimLock, &q.claimBatchLock,
 		&q.dlInsert, &q.dlGet, &q.dlList, &q.dlSetStatus, &q.dlRecover, &q.dlStats, &q.auditList, &q.auditInsert,
-		&q.queueInsert, &q.queueNotify, &q.queueFetch, &q.queueAck, &q.queueAckBatch, &q.queueNak, &q.queueExtend, &q.queueStats,
+		&q.queueInsert, &q.queueNotify, &q.queueFetch, &q.queueAck, &q.queueAckCommit1, &q.queueAckCommit, &q.queueNak, &q.queueExtend, &q.queueStats,
 		&q.subInsert, &q.subDelete, &q.subDeleteJobs, &q.subList,
 		&q.outboxInsert, &q.outboxFetch, &q.outboxMarkPublished, &q.outboxMarkFailed,
 		&q.outboxDeletePublished, &q.outboxStats,

@@ -133,10 +133,11 @@ func (s *Store) QueueAck(ctx context.Context, id, token int64) error {
 // fetches the job meanwhile (its lease having expired) waits; if tx commits the job is gone,
 // and if tx rolls back nothing was acked.
 //
-// In a transaction of InTx (the consumer's) the delete is deferred to just before the commit,
-// where one statement deletes every job the transaction acked: a batch of deliveries costs one
-// round trip instead of one each. A lost lease then fails InTx with an error wrapping
-// idem.ErrLeaseLost, and the transaction rolls back, as it would have after this call failed.
+// In a transaction of InTx (the consumer's) the delete is deferred to the commit: one statement
+// deletes every job the transaction acked and goes to the server with the COMMIT, in one round
+// trip, so a delivery's ack costs no round trip of its own. A lost lease then fails that
+// statement, the server skips the COMMIT, and InTx rolls back and returns an error wrapping
+// idem.ErrLeaseLost, as if this call had failed.
 func (s *Store) QueueAckTx(ctx context.Context, tx pgx.Tx, id, token int64) error {
 	if s.deferredAck(tx, id, token) {
 		return nil

@@ -2,17 +2,22 @@ package idempg
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem"
 )
 
-// txAcks are the queue acks of one InTx transaction, deleted together just before it commits:
-// a batch of deliveries costs one DELETE instead of one per delivery.
+// txAcks are the queue acks of one InTx transaction, deleted together with its COMMIT: a batch
+// of deliveries costs one DELETE instead of one per delivery, and that DELETE no round trip of
+// its own.
 type txAcks struct {
 	mu     sync.Mutex
 	ids    []int64
@@ -27,7 +32,7 @@ func (a *txAcks) add(id, token int64) {
 }
 
 // deferAcks registers tx, begun by InTx, so that QueueAckTx on it defers its delete to
-// flushAcks; the returned func forgets tx.
+// commitAcks; the returned func forgets tx.
 func (s *Store) deferAcks(tx pgx.Tx) (*txAcks, func()) {
 	a := &txAcks{}
 	s.acks.Store(tx, a)
@@ -46,39 +51,76 @@ func (s *Store) deferredAck(tx pgx.Tx, id, token int64) bool {
 	return true
 }
 
-// flushAcks deletes the jobs acked in tx, fenced by their tokens, in one statement. A job whose
-// lease was lost meanwhile fails the whole transaction with an error wrapping
-// idem.ErrLeaseLost, as its own delete would have.
-func (s *Store) flushAcks(ctx context.Context, tx pgx.Tx, a *txAcks) error {
+// take returns the acks recorded so far and forgets them.
+func (a *txAcks) take() (ids, tokens []int64) {
 	a.mu.Lock()
-	ids, tokens := a.ids, a.tokens
+	defer a.mu.Unlock()
+	ids, tokens = a.ids, a.tokens
 	a.ids, a.tokens = nil, nil
-	a.mu.Unlock()
-	switch len(ids) {
-	case 0:
-		return nil
-	case 1:
-		return s.ack(ctx, tx, ids[0], tokens[0])
+	return ids, tokens
+}
+
+// ackLostMarker starts the text whose failed cast queueAckCommit raises when an acked job is no
+// longer held under its token; commitAcks recognises the error by it.
+const ackLostMarker = "idem: queue jobs no longer held under their tokens: "
+
+// commitAcks deletes the jobs acked in tx, each fenced by its token, and commits tx, in one
+// round trip: the delete and the COMMIT go to the server as one batch. When a job's lease was
+// lost meanwhile, the delete fails, the server skips the COMMIT and the error wraps
+// idem.ErrLeaseLost; *done stays false, so InTx rolls back and the handler's effect is undone,
+// as the job's own delete failing would have done. *done is set once the COMMIT may have run.
+func (s *Store) commitAcks(ctx context.Context, tx pgx.Tx, ids, tokens []int64, done *bool) error {
+	b := &pgx.Batch{}
+	if len(ids) == 1 {
+		b.Queue(s.q.queueAckCommit1, ids[0], tokens[0])
+	} else {
+		b.Queue(s.q.queueAckCommit, ids, tokens)
 	}
-	rows, err := tx.Query(ctx, s.q.queueAckBatch, ids, tokens)
-	if err != nil {
-		return fmt.Errorf("idempg: ack %d queue jobs: %w", len(ids), err)
+	b.Queue("COMMIT")
+	br := tx.SendBatch(ctx, b)
+	_, ackErr := br.Exec()
+	tag, commitErr := br.Exec()
+	closeErr := br.Close()
+	var pe *pgconn.PgError
+	if ackErr != nil && errors.As(ackErr, &pe) {
+		// The server answered the delete with an error and skipped the COMMIT: the
+		// transaction is still open (aborted) and InTx rolls it back.
+		if deleted, ok := strings.CutPrefix(pe.Message, `invalid input syntax for type integer: "`+ackLostMarker); ok && pe.Code == "22P02" /* invalid_text_representation */ {
+			return lostAcks(ids, tokens, strings.TrimSuffix(deleted, `"`))
+		}
+		return fmt.Errorf("idempg: ack %d queue jobs: %w", len(ids), ackErr)
 	}
-	deleted, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return fmt.Errorf("idempg: ack %d queue jobs: %w", len(ids), err)
+	*done = true
+	switch {
+	case ackErr != nil: // no answer: the COMMIT was sent and may have run
+		return fmt.Errorf("idempg: commit with %d queue acks: %w", len(ids), ackErr)
+	case commitErr != nil:
+		return fmt.Errorf("idempg: commit: %w", commitErr)
+	case closeErr != nil:
+		return fmt.Errorf("idempg: commit: %w", closeErr)
+	case tag.String() != "COMMIT":
+		// The transaction had failed before (a statement of fn whose error fn ignored): the
+		// server rolled it back.
+		return fmt.Errorf("idempg: commit: %w", pgx.ErrTxCommitRollback)
 	}
-	if len(deleted) == len(ids) {
-		return nil
+	return nil
+}
+
+// lostAcks is the error of acks ids (with tokens) of which only the jobs listed in deleted
+// (space-separated ids, from queueAckCommit's failure) were still held under their tokens.
+func lostAcks(ids, tokens []int64, deleted string) error {
+	if len(ids) == 1 {
+		return fmt.Errorf("idempg: ack queue job %d with token %d: %w", ids[0], tokens[0], idem.ErrLeaseLost)
 	}
+	held := strings.Fields(deleted)
 	var lost []int64
 	for _, id := range ids {
-		if !slices.Contains(deleted, id) {
+		if !slices.Contains(held, strconv.FormatInt(id, 10)) {
 			lost = append(lost, id)
 		}
 	}
 	if len(lost) == 0 { // an id acked twice in one transaction
-		return fmt.Errorf("idempg: ack %d queue jobs: %d deleted: %w", len(ids), len(deleted), idem.ErrLeaseLost)
+		return fmt.Errorf("idempg: ack %d queue jobs: %d deleted, a job acked twice: %w", len(ids), len(held), idem.ErrLeaseLost)
 	}
 	return fmt.Errorf("idempg: ack queue jobs %v with their tokens: %w", lost[:min(len(lost), 5)], idem.ErrLeaseLost)
 }

@@ -452,10 +452,13 @@ func TestQueueSubscriptions(t *testing.T) {
 	storetest.ExerciseQueueSubscriptions(t, queueFactory)
 }
 
-// TestQueueAckTxDeferred: inside InTx the acks of a transaction are deleted together just
-// before its commit: all of them when every lease still holds; none, and InTx fails with
-// idem.ErrLeaseLost naming the job, when one lease was lost; none when the transaction rolls
-// back; and in a savepoint (SavepointTx) an ack is made at once, so it rolls back with it.
+// TestQueueAckTxDeferred: inside InTx the acks of a transaction are deleted together, in the
+// round trip of its commit: all of them when every lease still holds; none, and InTx fails with
+// idem.ErrLeaseLost naming the job, when one lease was lost, or when a job was acked twice; none
+// when the transaction rolls back or had failed before. Whenever the acks fail, nothing else of
+// the transaction commits either (the server skips the COMMIT sent with them), and the
+// connection goes back to the pool usable. In a savepoint (SavepointTx) an ack is made at once,
+// so it rolls back with it.
 func TestQueueAckTxDeferred(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -464,18 +467,24 @@ func TestQueueAckTxDeferred(t *testing.T) {
 	tests := []struct {
 		name     string
 		stale    bool // the second job's token is one its lease no longer has
+		twice    bool // the first job is acked a second time
+		abort    bool // a statement fails first and the function ignores it
 		fail     bool // the transaction's function fails after acking
 		wantErr  error
+		wantMsg  string
 		wantLeft int
 	}{
-		{"all acked", false, false, nil, 0},
-		{"a lost lease fails them all", true, false, idem.ErrLeaseLost, 3},
-		{"rolled back", false, true, errHandler, 3},
+		{name: "all acked"},
+		{name: "a lost lease fails them all", stale: true, wantErr: idem.ErrLeaseLost, wantLeft: 3},
+		{name: "acked twice", twice: true, wantErr: idem.ErrLeaseLost, wantMsg: "acked twice", wantLeft: 3},
+		{name: "rolled back", fail: true, wantErr: errHandler, wantLeft: 3},
+		{name: "failed before", abort: true, wantMsg: "aborted", wantLeft: 3},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			q := fmt.Sprintf("deferred-%d", i)
+			effect := q + "-effect"
 			require.NoError(t, store.QueuePublish(ctx, q, msg("e1"), msg("e2"), msg("e3")))
 			jobs, err := store.QueueFetch(ctx, idemstore.QueueFetchParams{Queue: q, Max: 3, Lease: time.Minute})
 			require.NoError(t, err)
@@ -484,18 +493,33 @@ func TestQueueAckTxDeferred(t *testing.T) {
 				jobs[1].Token--
 			}
 			err = store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+				if tt.abort {
+					_, err := tx.Exec(ctx, `SELECT 1/0`)
+					require.Error(t, err)
+				} else if err := store.QueuePublishTx(ctx, tx, effect, msg("effect")); err != nil {
+					return err
+				}
 				for _, j := range jobs {
 					require.NoError(t, store.QueueAckTx(ctx, tx, j.ID, j.Token))
+				}
+				if tt.twice {
+					require.NoError(t, store.QueueAckTx(ctx, tx, jobs[0].ID, jobs[0].Token))
 				}
 				if tt.fail {
 					return errHandler
 				}
 				return nil
 			})
-			if tt.wantErr == nil {
-				require.NoError(t, err)
-			} else {
+			switch {
+			case tt.wantErr != nil:
 				require.ErrorIs(t, err, tt.wantErr)
+			case tt.wantMsg != "":
+				require.Error(t, err)
+			default:
+				require.NoError(t, err)
+			}
+			if tt.wantMsg != "" {
+				require.ErrorContains(t, err, tt.wantMsg)
 			}
 			if tt.stale {
 				require.ErrorContains(t, err, fmt.Sprint(jobs[1].ID))
@@ -503,6 +527,18 @@ func TestQueueAckTxDeferred(t *testing.T) {
 			st, err := store.QueueStats(ctx, q)
 			require.NoError(t, err)
 			require.EqualValues(t, tt.wantLeft, st.Backlog)
+			st, err = store.QueueStats(ctx, effect)
+			require.NoError(t, err)
+			wantEffect := 0
+			if tt.wantErr == nil && tt.wantMsg == "" {
+				wantEffect = 1
+			}
+			require.EqualValues(t, wantEffect, st.Backlog, "the transaction's other writes commit with its acks, or not at all")
+			// The connection went back to the pool out of any transaction: a connection left
+			// inside one would fail the next BEGIN on it.
+			require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+				return store.QueuePublishTx(ctx, tx, effect+"-after", msg("after"))
+			}))
 		})
 	}
 

@@ -59,8 +59,8 @@ type Store struct {
 	onDemand *onDemand
 	// plainChecked records that DeleteExpiredClaims found a plain claims table, as configured.
 	plainChecked atomic.Bool
-	// acks holds, per transaction InTx began (pgx.Tx), the queue acks to delete just before it
-	// commits (*txAcks).
+	// acks holds, per transaction InTx began (pgx.Tx), the queue acks to delete with its
+	// COMMIT (*txAcks).
 	acks sync.Map
 }
 
@@ -131,7 +131,14 @@ func (s *Store) Dialect() string { return "postgres" }
 // back and is returned as is; a panic rolls back and keeps panicking. The rollback runs even
 // when ctx has ended, so the connection goes back to the pool clean.
 func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	tx, err := s.pool.Begin(ctx)
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("idempg: begin transaction: %w", err)
+	}
+	// Released last, after the commit or the rollback: the pool keeps a connection only when
+	// no transaction is left open on it.
+	defer conn.Release()
+	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("idempg: begin transaction: %w", err)
 	}
@@ -140,7 +147,8 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 	defer forget()
 	defer func() {
 		if !done {
-			// fn failed or panicked (a panic goes on after this deferred call).
+			// fn failed or panicked (a panic goes on after this deferred call), or the acks'
+			// check failed before the commit ran.
 			rollback(ctx, tx)
 		}
 	}()
@@ -152,8 +160,8 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 		// succeed with a warning and report work as committed that was not, or not with it.
 		return fmt.Errorf("idempg: commit: %w", idem.ErrTxEnded)
 	}
-	if err := s.flushAcks(ctx, tx, acks); err != nil {
-		return err
+	if ids, tokens := acks.take(); len(ids) > 0 {
+		return s.commitAcks(ctx, tx, ids, tokens, &done)
 	}
 	done = true // Commit ends the transaction whatever it returns.
 	if err := tx.Commit(ctx); err != nil {
