@@ -83,6 +83,9 @@ func (e *env) drain(ctx context.Context, name string, workers, batch int, set, e
 	if err != nil {
 		return Result{}, err
 	}
+	// Close waits for a fetch ahead still under way and gives back the jobs it holds, so none
+	// runs into the next case or the schema's drop.
+	defer func() { _ = src.Close() }()
 	lat := &latencies{published: map[string]time.Time{}, done: make(chan struct{}), want: int64(n)}
 	cfg := idem.ConsumerConfig[pgx.Tx]{
 		Name:    "drain@v1",

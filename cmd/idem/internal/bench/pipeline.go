@@ -174,6 +174,9 @@ func (e *env) pipelineQueue(ctx context.Context, workers, batch int) (Result, er
 	if err != nil {
 		return Result{}, err
 	}
+	// Close waits for a fetch ahead still under way and gives back the jobs it holds, so none
+	// runs into the next case or the schema's drop.
+	defer func() { _ = src.Close() }()
 	return e.pipeline(ctx, "pipeline_queue", workers, batch, src, func(ctx context.Context, msgs []idem.Message) error {
 		return e.store.QueuePublish(ctx, queue, msgs...)
 	})

@@ -220,6 +220,9 @@ func (l *lite) pipeline(ctx context.Context, workers, batch int) (Result, error)
 	if err != nil {
 		return Result{}, err
 	}
+	// Close waits for a fetch ahead still under way and gives back the jobs it holds, so none
+	// runs into the next case or the schema's drop.
+	defer func() { _ = src.Close() }()
 	n := l.e.opts.Events
 	lat := &latencies{published: make(map[string]time.Time, n), done: make(chan struct{}), want: int64(n)}
 	c, err := l.consumer("pipeline@v1", batch, false)
