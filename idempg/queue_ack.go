@@ -85,8 +85,8 @@ func (s *Store) commitAcks(ctx context.Context, tx pgx.Tx, ids, tokens []int64, 
 	if ackErr != nil && errors.As(ackErr, &pe) {
 		// The server answered the delete with an error and skipped the COMMIT: the
 		// transaction is still open (aborted) and InTx rolls it back.
-		if deleted, ok := strings.CutPrefix(pe.Message, `invalid input syntax for type integer: "`+ackLostMarker); ok && pe.Code == "22P02" /* invalid_text_representation */ {
-			return lostAcks(ids, tokens, strings.TrimSuffix(deleted, `"`))
+		if deleted, ok := ackLost(pe); ok {
+			return lostAcks(ids, tokens, deleted)
 		}
 		return fmt.Errorf("idempg: ack %d queue jobs: %w", len(ids), ackErr)
 	}
@@ -106,13 +106,31 @@ func (s *Store) commitAcks(ctx context.Context, tx pgx.Tx, ids, tokens []int64, 
 	return nil
 }
 
-// lostAcks is the error of acks ids (with tokens) of which only the jobs listed in deleted
-// (space-separated ids, from queueAckCommit's failure) were still held under their tokens.
-func lostAcks(ids, tokens []int64, deleted string) error {
+// ackLost reports whether pe is queueAckCommit's failure and returns the ids it lists (the jobs
+// it deleted). The server's message quotes the text the statement cast, in whatever language
+// lc_messages sets, so the ids are read after ackLostMarker, up to the first character that is
+// neither a digit nor a space.
+func ackLost(pe *pgconn.PgError) (deleted []string, ok bool) {
+	if pe.Code != "22P02" { // invalid_text_representation
+		return nil, false
+	}
+	_, rest, ok := strings.Cut(pe.Message, ackLostMarker)
+	if !ok {
+		return nil, false
+	}
+	end := strings.IndexFunc(rest, func(r rune) bool { return r != ' ' && (r < '0' || r > '9') })
+	if end >= 0 {
+		rest = rest[:end]
+	}
+	return strings.Fields(rest), true
+}
+
+// lostAcks is the error of acks ids (with tokens) of which only the jobs whose ids are in held
+// (from queueAckCommit's failure) were still held under their tokens.
+func lostAcks(ids, tokens []int64, held []string) error {
 	if len(ids) == 1 {
 		return fmt.Errorf("idempg: ack queue job %d with token %d: %w", ids[0], tokens[0], idem.ErrLeaseLost)
 	}
-	held := strings.Fields(deleted)
 	var lost []int64
 	for _, id := range ids {
 		if !slices.Contains(held, strconv.FormatInt(id, 10)) {
