@@ -156,9 +156,14 @@ func (s *Store) ack(ctx context.Context, db execer, id, token int64) error {
 		return fmt.Errorf("idempg: ack queue job %d: %w", id, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("idempg: ack queue job %d with token %d: %w", id, token, idem.ErrLeaseLost)
+		return errAckLost(id, token)
 	}
 	return nil
+}
+
+// errAckLost is the error of an ack of job id whose token no longer holds it.
+func errAckLost(id, token int64) error {
+	return fmt.Errorf("idempg: ack queue job %d with token %d: %w", id, token, idem.ErrLeaseLost)
 }
 
 // QueueNak releases job p.ID for another attempt at now+p.Delay, recording p.Error, if its

@@ -129,16 +129,17 @@ func ackLost(pe *pgconn.PgError) (deleted []string, ok bool) {
 // (from queueAckCommit's failure) were still held under their tokens.
 func lostAcks(ids, tokens []int64, held []string) error {
 	if len(ids) == 1 {
-		return fmt.Errorf("idempg: ack queue job %d with token %d: %w", ids[0], tokens[0], idem.ErrLeaseLost)
+		return errAckLost(ids[0], tokens[0])
 	}
-	var lost []int64
-	for _, id := range ids {
+	var lost []string
+	for i, id := range ids {
 		if !slices.Contains(held, strconv.FormatInt(id, 10)) {
-			lost = append(lost, id)
+			lost = append(lost, fmt.Sprintf("job %d (token %d)", id, tokens[i]))
 		}
 	}
 	if len(lost) == 0 { // an id acked twice in one transaction
 		return fmt.Errorf("idempg: ack %d queue jobs: %d deleted, a job acked twice: %w", len(ids), len(held), idem.ErrLeaseLost)
 	}
-	return fmt.Errorf("idempg: ack queue jobs %v with their tokens: %w", lost[:min(len(lost), 5)], idem.ErrLeaseLost)
+	return fmt.Errorf("idempg: ack %d queue jobs: no longer held under their tokens: %s: %w",
+		len(ids), strings.Join(lost[:min(len(lost), 5)], ", "), idem.ErrLeaseLost)
 }

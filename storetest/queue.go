@@ -64,6 +64,7 @@ func ExerciseQueue[TTx any](t *testing.T, factory QueueFactory[TTx]) {
 	t.Run("Nak", func(t *testing.T) { checkQueueNak(t, factory) })
 	t.Run("PublishTx", func(t *testing.T) { checkQueuePublishTx(t, factory) })
 	t.Run("AckTx", func(t *testing.T) { checkQueueAckTx(t, factory) })
+	t.Run("AckTxCommitsWithTheTransaction", func(t *testing.T) { checkQueueAckTxAtomic(t, factory) })
 	t.Run("PublishKeepsBytes", func(t *testing.T) { checkQueuePublishKeepsBytes(t, factory) })
 	t.Run("IDsNotReused", func(t *testing.T) { checkQueueIDsNotReused(t, factory) })
 	t.Run("Wait", func(t *testing.T) { checkQueueWait(t, factory) })
@@ -379,6 +380,61 @@ func checkQueueAckTx[TTx any](t *testing.T, f QueueFactory[TTx]) {
 	st, err = b.store.QueueStats(b.ctx, "q")
 	require.NoError(t, err)
 	require.EqualValues(t, 0, st.Backlog)
+}
+
+// checkQueueAckTxAtomic: the acks of one transaction commit with its other writes, or none of
+// them does. Stores may move an ack's delete (to the commit, as idempg sends it with the COMMIT;
+// after it, as idemsqlite deletes it), but when one of several acks in a transaction finds its
+// lease lost, the transaction fails with idem.ErrLeaseLost naming that job, no job is acked and
+// the transaction's other writes (here a publish) do not commit; when every lease holds, every
+// ack and the publish commit together.
+func checkQueueAckTxAtomic[TTx any](t *testing.T, f QueueFactory[TTx]) {
+	t.Parallel()
+	b := openQueue(t, f, QueueConfig{})
+	ackAll := func(jobs []idemstore.QueueJob, effect string) error {
+		return b.store.InTx(b.ctx, func(ctx context.Context, tx TTx) error {
+			if err := b.store.QueuePublishTx(ctx, tx, effect, queueMessages("effect")...); err != nil {
+				return err
+			}
+			for _, j := range jobs {
+				if err := b.store.QueueAckTx(ctx, tx, j.ID, j.Token); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	backlog := func(queue string) int64 {
+		st, err := b.store.QueueStats(b.ctx, queue)
+		require.NoError(t, err)
+		return st.Backlog
+	}
+
+	require.NoError(t, b.store.QueuePublish(b.ctx, "lost", queueMessages("l1", "l2", "l3")...))
+	t0 := time.Now()
+	jobs, err := b.store.QueueFetch(b.ctx, idemstore.QueueFetchParams{Queue: "lost", Max: 3, Lease: time.Second, Now: t0})
+	require.NoError(t, err)
+	require.Len(t, jobs, 3)
+	// Another worker takes the second job once its lease is over (a clock an hour on).
+	taken, err := b.store.QueueFetch(b.ctx, idemstore.QueueFetchParams{Queue: "lost", Max: 1, Lease: time.Hour, Now: t0.Add(time.Hour)})
+	require.NoError(t, err)
+	require.Len(t, taken, 1)
+	stale := slices.IndexFunc(jobs, func(j idemstore.QueueJob) bool { return j.ID == taken[0].ID })
+	require.GreaterOrEqual(t, stale, 0)
+	err = ackAll(jobs, "lost-effect")
+	require.ErrorIs(t, err, idem.ErrLeaseLost)
+	require.ErrorContains(t, err, fmt.Sprintf("job %d", jobs[stale].ID))
+	require.EqualValues(t, 3, backlog("lost"), "no ack of a failed transaction commits")
+	require.Zero(t, backlog("lost-effect"), "the failed transaction's other writes do not commit")
+	require.NoError(t, b.store.QueueAck(b.ctx, taken[0].ID, taken[0].Token), "the new holder still owns its job")
+
+	require.NoError(t, b.store.QueuePublish(b.ctx, "held", queueMessages("h1", "h2", "h3")...))
+	jobs, err = b.store.QueueFetch(b.ctx, idemstore.QueueFetchParams{Queue: "held", Max: 3, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, jobs, 3)
+	require.NoError(t, ackAll(jobs, "held-effect"))
+	require.Zero(t, backlog("held"), "every ack commits")
+	require.EqualValues(t, 1, backlog("held-effect"), "with the transaction's other writes")
 }
 
 // checkQueuePublishKeepsBytes publishes one message alone, several in one call and many in one
