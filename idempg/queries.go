@@ -181,14 +181,15 @@ func buildQueries(schema, prefix string, partitioned bool) queries {
 		// The acks of one InTx transaction, sent with its COMMIT in one batch (commitAcks): the
 		// jobs still held under these tokens are deleted, and when one is not the statement
 		// fails, so the server skips the COMMIT. The failure is a cast to int of a text that
-		// starts with ackLostMarker and lists the jobs that were deleted; it depends on the
+		// starts with ackLostMarker and lists the jobs that were deleted (built only then: the
+		// list is a subquery of the ELSE, which runs only when reached); it depends on the
 		// delete's rows, so it is evaluated at run time only, never folded at planning.
 		queueAckCommit1: `WITH d AS (DELETE FROM {{queue}} WHERE id = $1 AND token = $2 AND lease_until IS NOT NULL RETURNING id)
 			SELECT (CASE WHEN count(*) = 1 THEN '0' ELSE '` + ackLostMarker + `' END)::int FROM d`,
 		queueAckCommit: `WITH d AS (DELETE FROM {{queue}} q USING unnest($1::bigint[], $2::bigint[]) AS a(id, token)
 				WHERE q.id = a.id AND q.token = a.token AND q.lease_until IS NOT NULL RETURNING q.id)
-			SELECT (CASE WHEN count(*) = cardinality($1::bigint[]) THEN '0'
-				ELSE '` + ackLostMarker + `' || coalesce(string_agg(id::text, ' '), '') END)::int FROM d`,
+			SELECT (CASE WHEN (SELECT count(*) FROM d) = cardinality($1::bigint[]) THEN '0'
+				ELSE '` + ackLostMarker + `' || coalesce((SELECT string_agg(id::text, ' ') FROM d), '') END)::int`,
 		queueNak: `UPDATE {{queue}} SET available_at = $3, lease_until = NULL, last_error = $4
 			WHERE id = $1 AND token = $2 AND lease_until IS NOT NULL`,
 		queueExtend: `UPDATE {{queue}} SET lease_until = $3
