@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -483,8 +484,10 @@ func TestQueueAckTxDeferred(t *testing.T) {
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
+			store := newStore(t, idempg.Config{}) // its own pool: the connection below is this test's alone
 			q := fmt.Sprintf("deferred-%d", i)
 			effect := q + "-effect"
+			var conn *pgconn.PgConn
 			require.NoError(t, store.QueuePublish(ctx, q, msg("e1"), msg("e2"), msg("e3")))
 			jobs, err := store.QueueFetch(ctx, idemstore.QueueFetchParams{Queue: q, Max: 3, Lease: time.Minute})
 			require.NoError(t, err)
@@ -493,6 +496,7 @@ func TestQueueAckTxDeferred(t *testing.T) {
 				jobs[1].Token--
 			}
 			err = store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+				conn = tx.Conn().PgConn()
 				if tt.abort {
 					_, err := tx.Exec(ctx, `SELECT 1/0`)
 					require.Error(t, err)
@@ -510,6 +514,11 @@ func TestQueueAckTxDeferred(t *testing.T) {
 				}
 				return nil
 			})
+			// The transaction ended on its connection, committed or rolled back: one left open
+			// (a failed ack whose rollback was skipped) would be aborted ('E') and the pool would
+			// drop the connection.
+			require.Equal(t, byte('I'), conn.TxStatus(), "the connection is out of any transaction")
+			require.False(t, conn.IsClosed(), "the connection goes back to the pool")
 			switch {
 			case tt.wantErr != nil:
 				require.ErrorIs(t, err, tt.wantErr)
