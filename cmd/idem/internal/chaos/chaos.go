@@ -791,6 +791,7 @@ func (h *harness) drain(ctx context.Context) {
 			last = fmt.Sprintf("%d orders unsettled, %d outbox rows unpublished, %d messages in the broker", st.unsettled, st.outbox, backlog)
 		}
 		if time.Now().After(deadline) {
+			last += h.undrained(ctx)
 			h.count(func(r *Report) {
 				r.Violations = append(r.Violations, fmt.Sprintf("the run did not drain within %v: %s", h.o.DrainTimeout, last))
 			})
@@ -800,6 +801,35 @@ func (h *harness) drain(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// undrained names what a run that did not drain left: the first unsettled orders (their kind,
+// and whether a poison identity ever reached the broker) and, on NATS, the durable's pending,
+// unacknowledged and redelivered counts, so that the failure says where the events stopped.
+func (h *harness) undrained(ctx context.Context) string {
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	var b strings.Builder
+	orders, err := payments.UnsettledOrders(qctx, h.db.DB, runScope(h.runID), 10)
+	if err != nil {
+		fmt.Fprintf(&b, "; %v", err)
+	}
+	for i, o := range orders {
+		sep := ", "
+		if i == 0 {
+			sep = "; unsettled: "
+		}
+		b.WriteString(sep + o.String())
+	}
+	if h.broker == nil && h.js != nil {
+		if cons, err := h.js.Consumer(qctx, h.stream, h.durable); err == nil {
+			if info, err := cons.Info(qctx); err == nil {
+				fmt.Fprintf(&b, "; durable %s: %d pending, %d unacknowledged, %d redelivered", h.durable,
+					info.NumPending, info.NumAckPending, info.NumRedelivered)
+			}
+		}
+	}
+	return b.String()
 }
 
 // brokerBacklog is what the durable still has to deliver or see acknowledged.

@@ -34,8 +34,13 @@ const (
 	qUnsettled = `SELECT
 			COALESCE(sum(CASE WHEN o.valid THEN 1 ELSE 0 END), 0),
 			COALESCE(sum(CASE WHEN o.valid THEN 0 ELSE 1 END), 0)
-		FROM {orders} o
-		WHERE o.run_id = ?
+		FROM {orders} o WHERE ` + unsettledOrder
+	// qUnsettledList [run, consumer, relay, consumer, limit]: the first unsettled orders, to name
+	// them when a run does not drain.
+	qUnsettledList = `SELECT o.id, o.poison, o.sent FROM {orders} o WHERE ` + unsettledOrder + ` ORDER BY o.id LIMIT ?`
+	// unsettledOrder [run, consumer, relay, consumer]: order o is neither applied nor
+	// dead-lettered (qUnsettled).
+	unsettledOrder = `o.run_id = ?
 		AND NOT (o.valid AND EXISTS (SELECT 1 FROM {ledger} l WHERE l.run_id = o.run_id AND l.event_id = o.event_id))
 		AND NOT EXISTS (SELECT 1 FROM {dead_letters} d
 			WHERE NOT {ident} AND d.event_id = o.event_id AND d.consumer IN (?, ?)
@@ -265,6 +270,48 @@ func Unsettled(ctx context.Context, db *DB, s Scope) (valid, poison int, err err
 		return 0, 0, fmt.Errorf("count unsettled orders: %w", err)
 	}
 	return valid, poison, nil
+}
+
+// UnsettledOrder is an order neither applied nor dead-lettered, named when a run does not drain.
+type UnsettledOrder struct {
+	// ID is the order's index; Poison its kind ("" for a valid order).
+	ID     int
+	Poison string
+	// Sent is false for a poison identity committed but not yet published to the broker.
+	Sent bool
+}
+
+// String names the order, its kind and, for a poison identity not yet published, that.
+func (o UnsettledOrder) String() string {
+	kind := o.Poison
+	if kind == "" {
+		kind = "valid"
+	}
+	if !o.Sent {
+		kind += ", never published"
+	}
+	return fmt.Sprintf("order %d (%s)", o.ID, kind)
+}
+
+// UnsettledOrders lists the first limit orders Unsettled counts, lowest index first.
+func UnsettledOrders(ctx context.Context, db *DB, s Scope, limit int) ([]UnsettledOrder, error) {
+	q, err := s.sql(qUnsettledList)
+	if err != nil {
+		return nil, err
+	}
+	var out []UnsettledOrder
+	err = db.Rows(ctx, q, []any{s.RunID, ConsumerName, idemrelay.ConsumerName, ConsumerName, limit}, func(scan func(...any) error) error {
+		var o UnsettledOrder
+		if err := scan(&o.ID, &o.Poison, &o.Sent); err != nil {
+			return err
+		}
+		out = append(out, o)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list unsettled orders: %w", err)
+	}
+	return out, nil
 }
 
 // OutboxBacklog counts the run's outbox rows a relay still has to publish.

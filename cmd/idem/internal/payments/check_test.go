@@ -114,6 +114,12 @@ func TestCheck(t *testing.T) {
 			require.Equal(t, 4, books.Events)
 			require.Equal(t, 1, books.Valid)
 			require.Equal(t, map[string]int{"invalid_payload": 2, "key_reuse": 1}, books.DeadLetters)
+			valid, poison, err := Unsettled(ctx, b.db, own)
+			require.NoError(t, err)
+			require.Equal(t, [2]int{0, 0}, [2]int{valid, poison})
+			left, err := UnsettledOrders(ctx, b.db, own, 10)
+			require.NoError(t, err)
+			require.Empty(t, left)
 
 			// Shared with other runs, the identity's dead letter (its id is not the run's) is
 			// out of scope: the identity has none.
@@ -135,6 +141,21 @@ func TestCheck(t *testing.T) {
 			b.claim(t, "r-9")
 			_, err = b.db.Exec(ctx, `UPDATE {wallets} SET balance_cents = balance_cents + 1 WHERE run_id = 'r' AND id = 'w001'`)
 			require.NoError(t, err)
+			// A poison identity committed but never published, and the unapplied valid order:
+			// a run that does not drain names both, the identity as never published.
+			_, err = b.db.Exec(ctx, `INSERT INTO {orders} (id, run_id, event_id, wallet_id, amount_cents, valid, poison, sent) VALUES (5, 'r', 'r-5', 'w005', 5, false, ?, false)`, IdentUTF8)
+			require.NoError(t, err)
+			valid, poison, err = Unsettled(ctx, b.db, own)
+			require.NoError(t, err)
+			require.Equal(t, [2]int{1, 1}, [2]int{valid, poison})
+			left, err = UnsettledOrders(ctx, b.db, own, 1)
+			require.NoError(t, err)
+			require.Equal(t, []UnsettledOrder{{ID: 4, Sent: true}}, left, "the limit holds, lowest index first")
+			left, err = UnsettledOrders(ctx, b.db, own, 10)
+			require.NoError(t, err)
+			require.Equal(t, []UnsettledOrder{{ID: 4, Sent: true}, {ID: 5, Poison: IdentUTF8}}, left)
+			require.Equal(t, "order 4 (valid)", left[0].String())
+			require.Equal(t, "order 5 ("+IdentUTF8+", never published)", left[1].String())
 			bad, err := Check(ctx, b.db, Scope{RunID: "r"})
 			require.NoError(t, err)
 			require.Equal(t, 1, bad.DoubleApplied)
