@@ -64,6 +64,29 @@ func TestSupervisor(t *testing.T) {
 		require.Equal(t, []string{"c"}, s.running())
 	})
 
+	t.Run("stop lets a process that starts slowly finish its work", func(t *testing.T) {
+		t.Parallel()
+		// A role restarted a moment before the drain: it reaches its stop handling only after
+		// a while (here a sleep a SIGTERM would kill), and then must still flush.
+		s, _, counters := shSupervisor(t, context.Background(), `sleep 0.3; cat >/dev/null; echo "@chaos flushed 1"`)
+		require.NoError(t, s.start("p", RoleProducer, nil))
+		require.True(t, s.stop("p", 10*time.Second))
+		require.Equal(t, 1, counters()["flushed"], "the process saw the stop and finished")
+		require.Zero(t, s.unexpectedExits())
+		require.False(t, s.stop("p", time.Second), "nothing left to stop")
+	})
+
+	t.Run("stop kills a process that does not stop within the grace", func(t *testing.T) {
+		t.Parallel()
+		s, _, counters := shSupervisor(t, context.Background(), `exec 0</dev/null; sleep 60; echo "@chaos flushed 1"`)
+		require.NoError(t, s.start("p", RoleProducer, nil))
+		start := time.Now()
+		require.True(t, s.stop("p", 200*time.Millisecond))
+		require.Less(t, time.Since(start), 5*time.Second)
+		require.Zero(t, counters()["flushed"])
+		require.Zero(t, s.unexpectedExits())
+	})
+
 	t.Run("the end of the run kills every group", func(t *testing.T) {
 		t.Parallel()
 		ctx, cancel := context.WithCancel(context.Background())

@@ -184,40 +184,52 @@ func (s *supervisor) running() []string {
 // kill sends SIGKILL to the process group of name and waits until the process is gone. It
 // reports false when the process was not running.
 func (s *supervisor) kill(name string) bool {
-	return s.signal(name, syscall.SIGKILL, 0)
-}
-
-// stop asks the process to stop (SIGTERM to its group), and kills it after grace.
-func (s *supervisor) stop(name string, grace time.Duration) bool {
-	return s.signal(name, syscall.SIGTERM, grace)
-}
-
-func (s *supervisor) signal(name string, sig syscall.Signal, grace time.Duration) bool {
-	s.mu.Lock()
-	p := s.procs[name]
-	if p == nil || p.expected {
-		s.mu.Unlock()
+	p := s.take(name)
+	if p == nil {
 		return false
 	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.done
+	return true
+}
+
+// stop asks the process to stop by closing its stdin, and kills its group after grace. A role
+// watches its stdin (--watch-stdin) and stops gracefully at its end, which it sees however late
+// it starts reading; a SIGTERM instead kills a process that has not installed its handler yet.
+// So a producer restarted a moment before the drain still flushes the poison identities its
+// killed predecessor committed but never published, where a SIGTERM left them unsent for good.
+func (s *supervisor) stop(name string, grace time.Duration) bool {
+	p := s.take(name)
+	if p == nil {
+		return false
+	}
+	_ = p.stdin.Close()
 	select {
 	case <-p.done:
-		s.mu.Unlock()
-		return false
-	default:
-	}
-	p.expected = true
-	s.mu.Unlock()
-	_ = syscall.Kill(-p.cmd.Process.Pid, sig)
-	if sig != syscall.SIGKILL {
-		select {
-		case <-p.done:
-			return true
-		case <-time.After(grace):
-			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		}
+		return true
+	case <-time.After(grace):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	}
 	<-p.done
 	return true
+}
+
+// take marks the running process name as stopped by the supervisor (its exit is expected) and
+// returns it, or nil when it is not running or already being stopped.
+func (s *supervisor) take(name string) *proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.procs[name]
+	if p == nil || p.expected {
+		return nil
+	}
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	p.expected = true
+	return p
 }
 
 // restart starts name again with the arguments it last ran with.
