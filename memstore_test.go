@@ -17,8 +17,11 @@ import (
 // failDeadLetters is set, and refuses what PostgreSQL refuses (NUL, invalid UTF-8, an index
 // entry above 2700 bytes), so the runtime's side of those faults shows without a database.
 type memStore struct {
-	mu          sync.Mutex
-	claims      map[idem.Key]idem.Fingerprint
+	mu     sync.Mutex
+	claims map[idem.Key]idem.Fingerprint
+	// held maps a key claimed by a transaction still open to that transaction's end: a claim of
+	// the same key elsewhere waits for it, as a unique index makes a second insert wait.
+	held        map[idem.Key]chan struct{}
 	claimedAt   map[idem.Key]time.Time
 	deadLetters []idem.DeadLetter
 	// failDeadLetters makes InsertDeadLetter fail while it holds.
@@ -32,28 +35,32 @@ type memStore struct {
 type memTx struct {
 	claims    map[idem.Key]idem.Fingerprint
 	claimedAt map[idem.Key]time.Time
+	// done is closed when the transaction commits or rolls back.
+	done chan struct{}
 }
 
 var _ idemstore.Store[*memTx] = (*memStore)(nil)
 
 func newMemStore() *memStore {
-	return &memStore{claims: map[idem.Key]idem.Fingerprint{}, claimedAt: map[idem.Key]time.Time{}}
+	return &memStore{claims: map[idem.Key]idem.Fingerprint{}, claimedAt: map[idem.Key]time.Time{}, held: map[idem.Key]chan struct{}{}}
 }
 
 func (s *memStore) Dialect() string { return "memory" }
 
 func (s *memStore) InTx(ctx context.Context, fn func(ctx context.Context, tx *memTx) error) error {
-	tx := &memTx{claims: map[idem.Key]idem.Fingerprint{}, claimedAt: map[idem.Key]time.Time{}}
-	if err := fn(ctx, tx); err != nil {
-		return err
-	}
+	tx := &memTx{claims: map[idem.Key]idem.Fingerprint{}, claimedAt: map[idem.Key]time.Time{}, done: make(chan struct{})}
+	err := fn(ctx, tx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k, fp := range tx.claims {
-		s.claims[k] = fp
-		s.claimedAt[k] = tx.claimedAt[k]
+		if err == nil {
+			s.claims[k] = fp
+			s.claimedAt[k] = tx.claimedAt[k]
+		}
+		delete(s.held, k)
 	}
-	return nil
+	close(tx.done)
+	return err
 }
 
 func (s *memStore) ClaimTx(ctx context.Context, tx *memTx, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
@@ -62,14 +69,35 @@ func (s *memStore) ClaimTx(ctx context.Context, tx *memTx, p idemstore.ClaimPara
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if fp, ok := s.claims[p.Key]; ok {
-		if fp == p.Fingerprint {
-			return idemstore.ClaimResult{Status: idemstore.ClaimDuplicate, Existing: fp}, nil
+	for {
+		fp, ok := tx.claims[p.Key]
+		if !ok {
+			fp, ok = s.claims[p.Key]
 		}
-		return idemstore.ClaimResult{Status: idemstore.ClaimConflict, Existing: fp}, nil
+		if ok {
+			if fp == p.Fingerprint {
+				return idemstore.ClaimResult{Status: idemstore.ClaimDuplicate, Existing: fp}, nil
+			}
+			return idemstore.ClaimResult{Status: idemstore.ClaimConflict, Existing: fp}, nil
+		}
+		other, held := s.held[p.Key]
+		if !held {
+			break
+		}
+		// Another open transaction holds the key: wait until it commits (a duplicate then) or
+		// rolls back (the key is free again).
+		s.mu.Unlock()
+		select {
+		case <-other:
+		case <-ctx.Done():
+			s.mu.Lock()
+			return idemstore.ClaimResult{}, fmt.Errorf("memstore: claim: %w", ctx.Err())
+		}
+		s.mu.Lock()
 	}
 	tx.claims[p.Key] = p.Fingerprint
 	tx.claimedAt[p.Key] = p.Now
+	s.held[p.Key] = tx.done
 	return idemstore.ClaimResult{Status: idemstore.ClaimNew}, nil
 }
 
