@@ -21,7 +21,9 @@ type memStore struct {
 	claims map[idem.Key]idem.Fingerprint
 	// held maps a key claimed by a transaction still open to that transaction's end: a claim of
 	// the same key elsewhere waits for it, as a unique index makes a second insert wait.
-	held        map[idem.Key]chan struct{}
+	held map[idem.Key]chan struct{}
+	// claimCalls counts ClaimTx calls, made or waiting.
+	claimCalls  int
 	claimedAt   map[idem.Key]time.Time
 	deadLetters []idem.DeadLetter
 	// failDeadLetters makes InsertDeadLetter fail while it holds.
@@ -69,6 +71,7 @@ func (s *memStore) ClaimTx(ctx context.Context, tx *memTx, p idemstore.ClaimPara
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.claimCalls++
 	for {
 		fp, ok := tx.claims[p.Key]
 		if !ok {
@@ -99,6 +102,12 @@ func (s *memStore) ClaimTx(ctx context.Context, tx *memTx, p idemstore.ClaimPara
 	tx.claimedAt[p.Key] = p.Now
 	s.held[p.Key] = tx.done
 	return idemstore.ClaimResult{Status: idemstore.ClaimNew}, nil
+}
+
+func (s *memStore) claimCallCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.claimCalls
 }
 
 func (s *memStore) claimed(k idem.Key) bool {
