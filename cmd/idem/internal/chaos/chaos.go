@@ -816,27 +816,42 @@ func (h *harness) drain(ctx context.Context) {
 func (h *harness) undrained(ctx context.Context) string {
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	var b strings.Builder
+	var parts []string
 	orders, err := payments.UnsettledOrders(qctx, h.db.DB, runScope(h.runID), 10)
 	if err != nil {
-		fmt.Fprintf(&b, "; %v", err)
+		parts = append(parts, err.Error())
 	}
-	for i, o := range orders {
-		sep := ", "
-		if i == 0 {
-			sep = "; unsettled: "
+	if len(orders) > 0 {
+		names := make([]string, len(orders))
+		for i, o := range orders {
+			names[i] = o.String()
 		}
-		b.WriteString(sep + o.String())
+		parts = append(parts, "unsettled: "+strings.Join(names, ", "))
 	}
-	if h.broker == nil && h.js != nil {
-		if cons, err := h.js.Consumer(qctx, h.stream, h.durable); err == nil {
-			if info, err := cons.Info(qctx); err == nil {
-				fmt.Fprintf(&b, "; durable %s: %d pending, %d unacknowledged, %d redelivered", h.durable,
-					info.NumPending, info.NumAckPending, info.NumRedelivered)
-			}
+	if h.broker == nil {
+		if info, err := h.durableInfo(qctx); err == nil {
+			parts = append(parts, fmt.Sprintf("durable %s: %d pending, %d unacknowledged, %d redelivered", h.durable,
+				info.NumPending, info.NumAckPending, info.NumRedelivered))
 		}
 	}
-	return b.String()
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(parts, "; ")
+}
+
+// durableInfo reads the run's JetStream durable: what it still has to deliver, what awaits an
+// acknowledgement, what it redelivered.
+func (h *harness) durableInfo(ctx context.Context) (*jetstream.ConsumerInfo, error) {
+	cons, err := h.js.Consumer(ctx, h.stream, h.durable)
+	if err != nil {
+		return nil, fmt.Errorf("look up consumer %s: %w", h.durable, err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s info: %w", h.durable, err)
+	}
+	return info, nil
 }
 
 // brokerBacklog is what the durable still has to deliver or see acknowledged.
@@ -844,13 +859,9 @@ func (h *harness) brokerBacklog(ctx context.Context) (int, error) {
 	if h.broker != nil {
 		return h.broker.backlog(ctx)
 	}
-	cons, err := h.js.Consumer(ctx, h.stream, h.durable)
+	info, err := h.durableInfo(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("look up consumer %s: %w", h.durable, err)
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("consumer %s info: %w", h.durable, err)
+		return 0, err
 	}
 	return int(info.NumPending) + info.NumAckPending, nil
 }

@@ -263,13 +263,19 @@ func Unsettled(ctx context.Context, db *DB, s Scope) (valid, poison int, err err
 	if err != nil {
 		return 0, 0, err
 	}
-	err = db.Rows(ctx, q, []any{s.RunID, ConsumerName, idemrelay.ConsumerName, ConsumerName}, func(scan func(...any) error) error {
+	err = db.Rows(ctx, q, unsettledArgs(s), func(scan func(...any) error) error {
 		return scan(&valid, &poison)
 	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("count unsettled orders: %w", err)
 	}
 	return valid, poison, nil
+}
+
+// unsettledArgs are the arguments of unsettledOrder: the run, and the consumers whose dead
+// letters settle an order.
+func unsettledArgs(s Scope) []any {
+	return []any{s.RunID, ConsumerName, idemrelay.ConsumerName, ConsumerName}
 }
 
 // UnsettledOrder is an order neither applied nor dead-lettered, named when a run does not drain.
@@ -300,7 +306,7 @@ func UnsettledOrders(ctx context.Context, db *DB, s Scope, limit int) ([]Unsettl
 		return nil, err
 	}
 	var out []UnsettledOrder
-	err = db.Rows(ctx, q, []any{s.RunID, ConsumerName, idemrelay.ConsumerName, ConsumerName, limit}, func(scan func(...any) error) error {
+	err = db.Rows(ctx, q, append(unsettledArgs(s), limit), func(scan func(...any) error) error {
 		var o UnsettledOrder
 		if err := scan(&o.ID, &o.Poison, &o.Sent); err != nil {
 			return err
