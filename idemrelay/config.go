@@ -92,8 +92,10 @@ type Config struct {
 	PollInterval time.Duration
 	// LeaseTTL is the lifetime of the partition and membership leases (default LeaseTTLDefault,
 	// at least LeaseTTLMin); they are renewed every LeaseTTL/3. A publish must finish within the
-	// lease it started under (at least two thirds of LeaseTTL after a renewal): a slower one is
-	// cut off and counts as a transient failure, so raise LeaseTTL for slow sinks.
+	// lease it started under, less a tenth of LeaseTTL that gives what a cut-off publish had
+	// already sent the time to land before another relay can take the partition: a little over
+	// half of LeaseTTL at worst (a publish begun just before a renewal). A slower one is cut off
+	// and counts as a transient failure, so raise LeaseTTL for slow sinks.
 	LeaseTTL time.Duration
 	// Retry bounds publish retries of one row, counted from its first publish attempt (not its
 	// creation: a relay that was down or behind must not dead-letter a row on its first

@@ -243,10 +243,27 @@ func (r *Relay) releaseAll(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// landingMargin is how much of a lease a publish leaves unused: a publish under a lease is cut
+// off this long before the lease ends, and a new round needs at least this much left. A broker
+// client cut off by its context may already have sent what it was given; the margin is the
+// time those messages have to land while the lease still holds, before another relay can take
+// the partition and publish the key's next rows.
+func (r *Relay) landingMargin() time.Duration { return r.cfg.LeaseTTL / 10 }
+
+// publishBy reports until when a publish on partition p may run (zero when it is not held any
+// more): the end of its lease less the landing margin.
+func (r *Relay) publishBy(p int) time.Time {
+	until := r.leaseUntil(p)
+	if until.IsZero() {
+		return until
+	}
+	return until.Add(-r.landingMargin())
+}
+
 // usable returns, in order, the partitions a new round may work on at now (held, not draining,
-// with a margin of a tenth of the TTL left), and the earliest end of their leases.
+// with more than the landing margin left).
 func (r *Relay) usable(now time.Time) []int {
-	margin := r.cfg.LeaseTTL / 10
+	margin := r.landingMargin()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]int, 0, len(r.owned))

@@ -226,12 +226,13 @@ func (r *Relay) publishWith(ctx context.Context, batch []item, blocked map[strin
 	}
 
 	// Only publish under a live lease: a partition lost or expired since the round began may
-	// already belong to another relay, and two publishers would break the key's order.
+	// already belong to another relay, and two publishers would break the key's order. The
+	// publish ends the landing margin before the earliest of its leases does.
 	now := r.cfg.Now()
 	var deadline time.Time
 	live := batch[:0:0]
 	for _, it := range batch {
-		until := r.leaseUntil(it.row.Partition)
+		until := r.publishBy(it.row.Partition)
 		if !now.Before(until) {
 			block(it)
 			continue
@@ -256,14 +257,15 @@ func (r *Relay) publishWith(ctx context.Context, batch []item, blocked map[strin
 	err := r.sink.Publish(pctx, topic, msgs...)
 	cut := pctx.Err() != nil && ctx.Err() == nil
 	cancel()
-	// Cut off at the end of the lease it started under: if the lease was renewed meanwhile the
-	// publish was merely too slow, and that counts as a transient failure (so the budget
-	// applies); if the lease is gone, the rows belong to whoever holds it now.
+	// Cut off at the end of the lease it started under (less the landing margin): if the lease
+	// was renewed meanwhile the publish was merely too slow, and that counts as a transient
+	// failure (so the budget applies); if the lease is ending or gone, the rows belong to
+	// whoever holds it next.
 	leaseEnded := false
 	if cut {
 		now := r.cfg.Now()
 		for _, it := range batch {
-			if !now.Before(r.leaseUntil(it.row.Partition)) {
+			if !now.Before(r.publishBy(it.row.Partition)) {
 				leaseEnded = true
 				break
 			}

@@ -787,6 +787,59 @@ func TestRelaySlowPublishIsCutAtLeaseEnd(t *testing.T) {
 	require.Equal(t, []string{"slow-1"}, sink.ids())
 }
 
+// leaseGapSink records, at the start of each Publish, how long before the partition's lease
+// ends the call's context does: what a publish cut off at its deadline had already sent must
+// still land while the lease holds.
+type leaseGapSink struct {
+	recSink
+	store idemstore.OutboxRelayStore
+	mu    sync.Mutex
+	gaps  []time.Duration
+	errs  []error
+}
+
+func (s *leaseGapSink) Publish(ctx context.Context, topic string, msgs ...idem.Message) error {
+	deadline, ok := ctx.Deadline()
+	leases, err := s.store.LeaseList(ctx, idemrelay.PartitionLeasePrefix, time.Now())
+	s.mu.Lock()
+	switch {
+	case !ok:
+		s.errs = append(s.errs, errors.New("publish without a deadline"))
+	case err != nil:
+		s.errs = append(s.errs, err)
+	case len(leases) != 1:
+		s.errs = append(s.errs, fmt.Errorf("%d partition leases, want 1", len(leases)))
+	default:
+		s.gaps = append(s.gaps, leases[0].LeaseUntil.Sub(deadline))
+	}
+	s.mu.Unlock()
+	return s.recSink.Publish(ctx, topic, msgs...)
+}
+
+// A publish is cut off a tenth of the lease before the lease ends, not at its end: a broker
+// client may have sent its messages by the time its context ends, and they must land before
+// another relay can take the partition and publish the key's next rows.
+func TestRelayPublishEndsBeforeItsLease(t *testing.T) {
+	t.Parallel()
+	k := newSQLite(t, storeCfg{partitions: 1})
+	const ttl = time.Second
+	sink := &leaseGapSink{store: k.store}
+	r := newRelay(t, k.store, k.dlq, sink, func(c *idemrelay.Config) { c.LeaseTTL = ttl; c.BatchSize = 1 })
+	start(t, r)
+	for i := range 5 {
+		k.enqueue(t, ev(fmt.Sprintf("gap-%d", i), "g", "orders"))
+	}
+	eventually(t, 10*time.Second, func() bool { return len(sink.ids()) == 5 }, "every row published")
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	require.Empty(t, sink.errs)
+	require.NotEmpty(t, sink.gaps)
+	// The store keeps lease ends to the millisecond or finer; the margin is 100 ms.
+	for _, gap := range sink.gaps {
+		require.GreaterOrEqual(t, gap, ttl/10-5*time.Millisecond, "a publish may run until %v before its lease ends", gap)
+	}
+}
+
 // A key held back behind a failed row may have more rows than a batch holds; the relay fetches
 // more so that the keys after it are not starved.
 func TestRelayHeldKeyDoesNotStarveOthers(t *testing.T) {
