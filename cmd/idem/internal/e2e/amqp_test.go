@@ -114,6 +114,7 @@ func amqpHarness(tb testing.TB) transporttest.Harness {
 }
 
 func TestRuntimeSQLiteAMQP(t *testing.T) {
+	wholeMatrix(t, "TestRuntimePostgresAMQP")
 	t.Parallel()
 	consumertest.Exercise(t, func(tb testing.TB) (storetest.Bundle[*sql.Tx], transporttest.Harness) {
 		return sqliteBundle(tb), amqpHarness(tb)
@@ -121,6 +122,7 @@ func TestRuntimeSQLiteAMQP(t *testing.T) {
 }
 
 func TestRuntimeBatchedSQLiteAMQP(t *testing.T) {
+	wholeMatrix(t, "TestRuntimePostgresAMQP and TestRuntimeBatchedMySQLNATS")
 	t.Parallel()
 	consumertest.Exercise(t, func(tb testing.TB) (storetest.Bundle[*sql.Tx], transporttest.Harness) {
 		return sqliteBundle(tb), amqpHarness(tb)

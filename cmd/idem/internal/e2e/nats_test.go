@@ -78,6 +78,7 @@ func TestRuntimePostgresNATS(t *testing.T) {
 }
 
 func TestRuntimeSQLiteNATS(t *testing.T) {
+	wholeMatrix(t, "TestRuntimePostgresNATS")
 	t.Parallel()
 	consumertest.Exercise(t, func(tb testing.TB) (storetest.Bundle[*sql.Tx], transporttest.Harness) {
 		return sqliteBundle(tb), natsHarness(tb)
@@ -85,6 +86,7 @@ func TestRuntimeSQLiteNATS(t *testing.T) {
 }
 
 func TestRuntimeMySQLNATS(t *testing.T) {
+	wholeMatrix(t, "TestRuntimePostgresNATS")
 	t.Parallel()
 	consumertest.Exercise(t, func(tb testing.TB) (storetest.Bundle[*sql.Tx], transporttest.Harness) {
 		return mysqlBundle(tb), natsHarness(tb)
@@ -99,6 +101,7 @@ func TestRuntimeBatchedMySQLNATS(t *testing.T) {
 }
 
 func TestRuntimeBatchedPostgresNATS(t *testing.T) {
+	wholeMatrix(t, "TestRuntimeBatchedMySQLNATS")
 	t.Parallel()
 	consumertest.Exercise(t, func(tb testing.TB) (storetest.Bundle[pgx.Tx], transporttest.Harness) {
 		return pgBundle(tb), natsHarness(tb)

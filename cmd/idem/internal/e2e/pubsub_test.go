@@ -93,6 +93,7 @@ func TestRuntimeSQLitePubSub(t *testing.T) {
 }
 
 func TestRuntimeBatchedSQLitePubSub(t *testing.T) {
+	wholeMatrix(t, "TestRuntimeSQLitePubSub and TestRuntimeBatchedMySQLNATS")
 	t.Parallel()
 	consumertest.Exercise(t, func(tb testing.TB) (storetest.Bundle[*sql.Tx], transporttest.Harness) {
 		_, b := testdb.SQLite(tb)

@@ -110,6 +110,7 @@ func TestRuntimePostgresQueue(t *testing.T) {
 }
 
 func TestRuntimeSQLiteQueue(t *testing.T) {
+	wholeMatrix(t, "TestRuntimeBatchedSQLiteQueue")
 	t.Parallel()
 	consumertest.Exercise(t, func(tb testing.TB) (storetest.Bundle[*sql.Tx], transporttest.Harness) {
 		store, b := testdb.SQLite(tb)
@@ -130,6 +131,7 @@ func TestQueueTransportSQLite(t *testing.T) {
 }
 
 func TestRuntimeBatchedPostgresQueue(t *testing.T) {
+	wholeMatrix(t, "TestRuntimePostgresQueue and TestRuntimeBatchedSQLiteQueue")
 	t.Parallel()
 	consumertest.Exercise(t, func(tb testing.TB) (storetest.Bundle[pgx.Tx], transporttest.Harness) {
 		store, b := testdb.Postgres(tb)
@@ -146,6 +148,7 @@ func TestRuntimeBatchedSQLiteQueue(t *testing.T) {
 }
 
 func TestRuntimeSetBasedSQLiteQueue(t *testing.T) {
+	wholeMatrix(t, "TestRuntimeSetBasedPostgresQueue")
 	t.Parallel()
 	consumertest.Exercise(t, func(tb testing.TB) (storetest.Bundle[*sql.Tx], transporttest.Harness) {
 		store, b := testdb.SQLite(tb)
@@ -176,6 +179,7 @@ func TestQueueTransportMySQL(t *testing.T) {
 }
 
 func TestRuntimeBatchedMySQLQueue(t *testing.T) {
+	wholeMatrix(t, "TestRuntimeMySQLQueue and TestRuntimeBatchedSQLiteQueue")
 	t.Parallel()
 	consumertest.Exercise(t, func(tb testing.TB) (storetest.Bundle[*sql.Tx], transporttest.Harness) {
 		store, b := testdb.MySQL(tb)

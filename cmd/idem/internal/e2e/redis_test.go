@@ -94,6 +94,7 @@ func redisHarness(tb testing.TB) transporttest.Harness {
 }
 
 func TestRuntimeSQLiteRedis(t *testing.T) {
+	wholeMatrix(t, "TestRuntimePostgresRedis")
 	t.Parallel()
 	consumertest.Exercise(t, func(tb testing.TB) (storetest.Bundle[*sql.Tx], transporttest.Harness) {
 		return sqliteBundle(tb), redisHarness(tb)
@@ -101,6 +102,7 @@ func TestRuntimeSQLiteRedis(t *testing.T) {
 }
 
 func TestRuntimeBatchedSQLiteRedis(t *testing.T) {
+	wholeMatrix(t, "TestRuntimePostgresRedis and TestRuntimeBatchedMySQLNATS")
 	t.Parallel()
 	consumertest.Exercise(t, func(tb testing.TB) (storetest.Bundle[*sql.Tx], transporttest.Harness) {
 		return sqliteBundle(tb), redisHarness(tb)

@@ -87,6 +87,7 @@ func TestRuntimeSQLiteSQS(t *testing.T) {
 }
 
 func TestRuntimeBatchedSQLiteSQS(t *testing.T) {
+	wholeMatrix(t, "TestRuntimeSQLiteSQS and TestRuntimeBatchedMySQLNATS")
 	t.Parallel()
 	consumertest.Exercise(t, func(tb testing.TB) (storetest.Bundle[*sql.Tx], transporttest.Harness) {
 		_, b := testdb.SQLite(tb)
