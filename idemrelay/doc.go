@@ -14,7 +14,8 @@
 // renews everything every LeaseTTL/3 and releases partitions above its share between rounds, so
 // a new relay gets work within a few renewals, and the partitions of a relay that died are taken
 // over once its leases expire (LeaseTTL). Only rows of partitions the relay holds are fetched,
-// and a publish runs only while its partition's lease lasts (its context ends with the lease),
+// and a publish runs only while its partition's lease lasts (its context ends LeaseTTL/10 before
+// the lease does, so that what a cut-off publish had already sent still lands under the lease),
 // so two relays never publish one key at the same time — provided their clocks agree to well
 // within LeaseTTL/10, since lease times come from the relays' own clocks.
 //
