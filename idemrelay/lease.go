@@ -253,11 +253,12 @@ func (r *Relay) landingMargin() time.Duration { return r.cfg.LeaseTTL / 10 }
 // publishBy reports until when a publish on partition p may run (zero when it is not held any
 // more): the end of its lease less the landing margin.
 func (r *Relay) publishBy(p int) time.Time {
-	until := r.leaseUntil(p)
-	if until.IsZero() {
-		return until
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if pl, ok := r.owned[p]; ok {
+		return pl.until.Add(-r.landingMargin())
 	}
-	return until.Add(-r.landingMargin())
+	return time.Time{}
 }
 
 // usable returns, in order, the partitions a new round may work on at now (held, not draining,
@@ -274,17 +275,6 @@ func (r *Relay) usable(now time.Time) []int {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// leaseUntil reports until when partition p may still be published (zero when it is not held
-// any more): the end of its lease.
-func (r *Relay) leaseUntil(p int) time.Time {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if pl, ok := r.owned[p]; ok {
-		return pl.until
-	}
-	return time.Time{}
 }
 
 // Partitions returns the partitions this relay holds a lease on at the moment, in order, for
