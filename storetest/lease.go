@@ -12,8 +12,9 @@ import (
 
 // ExerciseLeases checks a lease store through idemstore.LeaseStore: a free or expired lease goes to
 // the asker with a larger token, its owner renews it keeping the token, only the owner releases
-// it, LeaseList lists the unexpired leases of a prefix (no wildcards), and an empty owner or a
-// zero TTL is refused. A store that is no idemstore.LeaseStore is skipped.
+// it, LeaseList lists the unexpired leases of a prefix (no wildcards), a lease holds to the
+// millisecond of its end, and an empty owner or a zero TTL is refused. A store that is no
+// idemstore.LeaseStore is skipped.
 func ExerciseLeases[TTx any](t *testing.T, factory Factory[TTx]) {
 	t.Helper()
 	ctx := context.Background()
@@ -81,6 +82,18 @@ func ExerciseLeases[TTx any](t *testing.T, factory Factory[TTx]) {
 	list, err = ls.LeaseList(ctx, "", t1)
 	require.NoError(t, err)
 	require.Len(t, list, 4)
+
+	// A lease holds to the millisecond of its end, on the Now it is given: the relay cuts its
+	// publishes off a tenth of the TTL before that end, which is a margin only if the store
+	// lets no one else take the lease sooner (a store that compares whole seconds, or its own
+	// clock, would).
+	te := t1.Add(time.Hour)
+	_, ok = acquire("edge/p0", "a", te)
+	require.True(t, ok)
+	_, ok = acquire("edge/p0", "b", te.Add(time.Minute-time.Millisecond))
+	require.False(t, ok, "the lease was taken a millisecond before its end")
+	_, ok = acquire("edge/p0", "b", te.Add(time.Minute+time.Millisecond))
+	require.True(t, ok, "the lease was not free a millisecond after its end")
 
 	_, _, err = ls.LeaseAcquire(ctx, idemstore.LeaseParams{Name: "x", Owner: "", TTL: time.Second})
 	require.ErrorContains(t, err, "owner")
