@@ -63,6 +63,7 @@ func TestMemStoreClaimWaitsLikeAUniqueIndex(t *testing.T) {
 			}
 			require.EqualValues(t, 1, got[idem.OutcomeProcessed], "outcomes %v", got)
 			require.Equal(t, n-1-tc.failures, got[idem.OutcomeDuplicate], "outcomes %v", got)
+			require.Equal(t, tc.failures, got[idem.OutcomeFailed], "outcomes %v", got)
 			require.Equal(t, 1+tc.failures, runs.Load(), "handler runs")
 		})
 	}
