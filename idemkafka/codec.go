@@ -38,7 +38,10 @@ const (
 	HeaderRetryAt = wire.RetryAt
 	// HeaderPublishedAt is set on a retry copy: when the original record was first stored
 	// (RFC 3339, UTC). It keeps Message.PublishedAt, and so the retry policy's elapsed budget,
-	// counting from the first publish instead of restarting with every copy.
+	// counting from the first publish instead of restarting with every copy. A Source reads
+	// HeaderAttempt, HeaderRetryAt and HeaderPublishedAt only from its retry topics: on the
+	// main topic they are forged and ignored (a malformed one still makes the record
+	// invalid_payload).
 	HeaderPublishedAt = wire.PublishedAt
 	// HeaderDecodeError is set by a Source on a record it could not decode (its EventID is then
 	// empty, so the consumer dead-letters it as invalid_payload); it says what was wrong.

@@ -366,6 +366,16 @@ func (s *Source) poll() {
 					continue // already buffered
 				}
 				d := DecodeRecord(r)
+				if !p.retry {
+					// Only this Source writes retry state, and only into its retry topics: on
+					// the main topic it is forged (a foreign producer, a mirrored copy). A
+					// due time there would hold the record, its key and the partition's
+					// commit until then; an attempt or publish time would spend or stretch
+					// the budget and horizon of an event that has not been tried.
+					d.RetryAt = time.Time{}
+					d.Message.Attempt = 1
+					d.Message.PublishedAt = r.Timestamp
+				}
 				if d.Message.EventID == "" && d.Err == nil && s.cfg.EventIDOf != nil && !hasHeader(r, HeaderEventID) {
 					d.Message.EventID = s.cfg.EventIDOf(r)
 				}

@@ -618,3 +618,43 @@ func TestRetryCopiesStayInTheirGroup(t *testing.T) {
 	ds, err := email.Receive(ctxT(t, 1500*time.Millisecond), 10)
 	require.ErrorIs(t, err, context.DeadlineExceeded, "the email group received %v: another group's retry copy", eventIDs(ds))
 }
+
+// TestRetryStateOnTheMainTopicIsNotHonoured: only the Source writes retry copies, and only to
+// its retry topics, so a record of the main topic that carries Idem-Retry-At (a foreign
+// producer, a mirrored copy) is not a retry copy. Honouring it would hold the record, every
+// later record of its key and the partition's committed offset until that time: one header
+// dated 9999 would stall the partition (and, once MaxBuffered fills, the Source) for good.
+// The record is delivered at once, and the offset moves past it once it settles.
+func TestRetryStateOnTheMainTopicIsNotHonoured(t *testing.T) {
+	t.Parallel()
+	c := cluster(t)
+	topic := newTopic(t, c, 1)
+	cl, err := kgo.NewClient(clientOptions(c)...)
+	require.NoError(t, err)
+	defer cl.Close()
+	require.NoError(t, cl.ProduceSync(ctxT(t, 10*time.Second),
+		&kgo.Record{Topic: topic, Key: []byte("k"), Value: []byte(`{}`), Headers: []kgo.RecordHeader{
+			{Key: idemkafka.HeaderEventID, Value: []byte("forged")},
+			{Key: idemkafka.HeaderRetryAt, Value: []byte("9999-12-31T00:00:00Z")},
+		}},
+		&kgo.Record{Topic: topic, Key: []byte("k"), Value: []byte(`{}`), Headers: []kgo.RecordHeader{{Key: idemkafka.HeaderEventID, Value: []byte("next")}}},
+	).FirstErr())
+	for _, order := range []idemkafka.Order{idemkafka.OrderKey, idemkafka.OrderNone} {
+		t.Run(order.String(), func(t *testing.T) {
+			group := topic + "." + order.String()
+			src := openSource(t, c, topic, group, 10*time.Second, func(cfg *idemkafka.SourceConfig) { cfg.Order = order })
+			var got []string
+			for len(got) < 2 {
+				ds, err := src.Receive(ctxT(t, 10*time.Second), 2)
+				require.NoError(t, err, "got only %v: a forged Idem-Retry-At held the record back", got)
+				for _, d := range ds {
+					got = append(got, d.Message().EventID)
+					require.NoError(t, d.Ack(context.Background()))
+				}
+			}
+			require.ElementsMatch(t, []string{"forged", "next"}, got)
+			require.Eventually(t, func() bool { return committed(c, group, topic, 0) == 2 }, 10*time.Second, 10*time.Millisecond,
+				"the committed offset moves past the record with the forged retry time")
+		})
+	}
+}
