@@ -205,9 +205,11 @@ func (s *Source) pull(ctx context.Context, n int) ([]*Delivery, error) {
 	}
 	ids := make([]string, len(rms))
 	ds := make([]*Delivery, len(rms))
+	// The deadline counts from before the call: Pub/Sub's runs from when it handles it.
+	deadline := time.Now().Add(s.cfg.Lease)
 	for i, rm := range rms {
 		ids[i] = rm.GetAckId()
-		ds[i] = &Delivery{src: s, ackID: rm.GetAckId(), rm: rm}
+		ds[i] = &Delivery{src: s, ackID: rm.GetAckId(), rm: rm, deadline: deadline}
 	}
 	mctx, cancel := context.WithTimeout(context.Background(), callMargin)
 	defer cancel()
@@ -217,9 +219,9 @@ func (s *Source) pull(ctx context.Context, n int) ([]*Delivery, error) {
 	return ds, nil
 }
 
-// handOut decodes deliveries a caller will see, counts their attempt and holds them.
+// handOut decodes deliveries a caller will see, counts their attempt and holds them until the
+// ack deadline their pull set.
 func (s *Source) handOut(ds []*Delivery) []idem.Delivery {
-	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]idem.Delivery, len(ds))
@@ -239,7 +241,7 @@ func (s *Source) handOut(ds []*Delivery) []idem.Delivery {
 			m.EventID = ""
 		}
 		d.msg = m
-		s.held[d.ackID] = now.Add(s.cfg.Lease)
+		s.held[d.ackID] = d.deadline
 		out[i] = d
 	}
 	return out
@@ -283,10 +285,11 @@ func (s *Source) release(d *Delivery, forget bool) {
 
 // Delivery is one message received through a Source.
 type Delivery struct {
-	src   *Source
-	ackID string
-	rm    *pubsubpb.ReceivedMessage
-	msg   idem.Message
+	src      *Source
+	ackID    string
+	rm       *pubsubpb.ReceivedMessage
+	msg      idem.Message
+	deadline time.Time // the ack deadline set when pulled (later ones are in src.held)
 }
 
 var _ idem.Delivery = (*Delivery)(nil)
@@ -316,16 +319,27 @@ func (d *Delivery) ack(ctx context.Context, op string) error {
 	return nil
 }
 
-// Extend sets the message's ack deadline to the source's lease from now.
+// Extend sets the message's ack deadline to the source's lease from now. Once the deadline
+// passed (or the delivery was settled) it fails with idem.ErrLeaseLost instead: Pub/Sub may
+// have delivered the message again, and it accepts a ModifyAckDeadline on an expired ack id
+// without error, so only the source can tell that this delivery is no longer the one leased.
 func (d *Delivery) Extend(ctx context.Context) error {
-	if err := d.src.modack(ctx, []string{d.ackID}, d.src.cfg.Lease); err != nil {
-		return fmt.Errorf("idempubsub: extend on %s: %w", d.src.name, err)
+	s := d.src
+	start := time.Now()
+	s.mu.Lock()
+	dl, ok := s.held[d.ackID]
+	s.mu.Unlock()
+	if !ok || !start.Before(dl) {
+		return fmt.Errorf("idempubsub: extend on %s: the ack deadline passed or the message was settled: %w", s.name, idem.ErrLeaseLost)
 	}
-	d.src.mu.Lock()
-	if _, ok := d.src.held[d.ackID]; ok {
-		d.src.held[d.ackID] = time.Now().Add(d.src.cfg.Lease)
+	if err := s.modack(ctx, []string{d.ackID}, s.cfg.Lease); err != nil {
+		return fmt.Errorf("idempubsub: extend on %s: %w", s.name, err)
 	}
-	d.src.mu.Unlock()
+	s.mu.Lock()
+	if _, ok := s.held[d.ackID]; ok {
+		s.held[d.ackID] = start.Add(s.cfg.Lease)
+	}
+	s.mu.Unlock()
 	return nil
 }
 

@@ -175,3 +175,23 @@ func TestReceiveAfterClose(t *testing.T) {
 	require.Error(t, err)
 	assert.False(t, errors.Is(err, context.Canceled))
 }
+
+// TestExtendAfterTheDeadlineIsLeaseLost: a handler whose extension comes after its ack
+// deadline (a stalled process, a starved timer) has lost the message: Pub/Sub delivers it again
+// meanwhile, and a ModifyAckDeadline on the old ack id is accepted without error. The source
+// knows the deadline it set, so Extend reports idem.ErrLeaseLost and the consumer rolls the
+// handler back instead of running on beside the redelivery.
+func TestExtendAfterTheDeadlineIsLeaseLost(t *testing.T) {
+	t.Parallel()
+	c := fake(t)
+	topic := newTopic(t, c, false)
+	src := openSource(t, c, topic, "late", time.Second, false)
+	require.NoError(t, newSink(t, c).Publish(context.Background(), topic, idem.Message{EventID: "late-1", Payload: []byte("p")}))
+	first := receiveAll(t, src, 1, 1, 5*time.Second)[0]
+	again := receiveAll(t, src, 1, 1, 10*time.Second)[0]
+	require.Equal(t, "late-1", again.Message().EventID, "redelivered after the deadline")
+	err := first.Extend(context.Background())
+	require.ErrorIs(t, err, idem.ErrLeaseLost, "extending a delivery whose deadline passed")
+	require.NoError(t, again.Extend(context.Background()), "the current delivery still extends")
+	require.NoError(t, again.Ack(context.Background()))
+}
