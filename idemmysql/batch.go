@@ -141,15 +141,39 @@ const txEndTimeout = 5 * time.Second
 
 // TxEnded implements idemstore.TxEndChecker. MySQL ends a transaction behind the client's back on a
 // deadlock (1213), and a handler may run ROLLBACK or COMMIT itself; the statements after that
-// commit one by one. The client cannot see it, so TxEnded asks the server (@@in_transaction):
-// one round trip per handler of a batch, the price of never committing a batch whose claims are
-// gone. A failed query counts as ended: the batch is then retried rather than trusted.
+// commit one by one. The client cannot see it, so TxEnded asks the server: one round trip per
+// handler of a batch, the price of never committing a batch whose claims are gone. MariaDB
+// answers @@in_transaction; MySQL 8 has no such variable (error 1193), so there, from the first
+// refusal on, TxEnded sets and releases a savepoint instead, which fails only outside a
+// transaction. A failed query counts as ended: the batch is then retried rather than trusted.
 func (s *Store) TxEnded(tx *sql.Tx) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), txEndTimeout)
 	defer cancel()
-	var open int
-	if err := tx.QueryRowContext(ctx, "SELECT @@in_transaction").Scan(&open); err != nil {
+	if !s.noInTransaction.Load() {
+		var open int
+		err := tx.QueryRowContext(ctx, "SELECT @@in_transaction").Scan(&open)
+		if err == nil {
+			return open == 0
+		}
+		if !isMySQLError(err, errUnknownSystemVariable) {
+			return true
+		}
+		s.noInTransaction.Store(true)
+	}
+	return savepointRefused(ctx, tx)
+}
+
+// txProbe is the savepoint savepointRefused sets; no other savepoint of idem's or a handler's is
+// expected to bear its name.
+const txProbe = "idem_tx_probe"
+
+// savepointRefused sets and releases a savepoint in tx and reports whether the server refused
+// either: outside a transaction (autocommit) a savepoint ends with the statement that set it, so
+// its release fails with 1305, on MySQL and MariaDB alike.
+func savepointRefused(ctx context.Context, tx *sql.Tx) bool {
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT "+txProbe); err != nil {
 		return true
 	}
-	return open == 0
+	_, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT "+txProbe)
+	return err != nil
 }

@@ -174,6 +174,15 @@ func TestConformanceBatch(t *testing.T) {
 			storetest.ExerciseBatch(t, factoryFor(idemmysql.Config{Isolation: iso.level}))
 		})
 	}
+	// MySQL 8 has no @@in_transaction: the batch path then relies on TxEnded's savepoint probe.
+	t.Run("SavepointProbe", func(t *testing.T) {
+		t.Parallel()
+		storetest.ExerciseBatch(t, func(tb testing.TB) storetest.Bundle[*sql.Tx] {
+			b := factoryFor(idemmysql.Config{})(tb)
+			idemmysql.UseTxProbe(b.Store.(*idemmysql.Store))
+			return b
+		})
+	})
 }
 
 // now returns the current time at the precision the store keeps (microseconds, UTC), so stored

@@ -55,24 +55,25 @@ const (
 
 // MySQL and MariaDB error numbers the store acts on.
 const (
-	errDupEntry           = 1062 // ER_DUP_ENTRY
-	errLockWaitTimeout    = 1205 // ER_LOCK_WAIT_TIMEOUT
-	errLockDeadlock       = 1213 // ER_LOCK_DEADLOCK
-	errConCount           = 1040 // ER_CON_COUNT_ERROR: too many connections
-	errOutOfResources     = 1041 // ER_OUT_OF_RESOURCES
-	errServerShutdown     = 1053 // ER_SERVER_SHUTDOWN
-	errQueryInterrupted   = 1317 // ER_QUERY_INTERRUPTED (KILL QUERY)
-	errTooManyUserConns   = 1203 // ER_TOO_MANY_USER_CONNECTIONS
-	errLockTableFull      = 1206 // ER_LOCK_TABLE_FULL
-	errReadOnly           = 1290 // ER_OPTION_PREVENTS_STATEMENT (--read-only, --super-read-only)
-	errNeedReprepare      = 1615 // ER_NEED_REPREPARE
-	errReadOnlyTx         = 1792 // ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION
-	errReadOnlyMode       = 1836 // ER_READ_ONLY_MODE
-	errConnectionKilled   = 1927 // MariaDB ER_CONNECTION_KILLED
-	errStatementTimeout   = 1969 // MariaDB ER_STATEMENT_TIMEOUT (max_statement_time)
-	errExecutionTimeout   = 3024 // MySQL ER_QUERY_TIMEOUT (max_execution_time)
-	errLockNowait         = 3572 // MySQL ER_LOCK_NOWAIT
-	errClientInterruption = 4031 // MySQL ER_CLIENT_INTERACTION_TIMEOUT: idle connection closed
+	errDupEntry              = 1062 // ER_DUP_ENTRY
+	errLockWaitTimeout       = 1205 // ER_LOCK_WAIT_TIMEOUT
+	errLockDeadlock          = 1213 // ER_LOCK_DEADLOCK
+	errConCount              = 1040 // ER_CON_COUNT_ERROR: too many connections
+	errOutOfResources        = 1041 // ER_OUT_OF_RESOURCES
+	errServerShutdown        = 1053 // ER_SERVER_SHUTDOWN
+	errQueryInterrupted      = 1317 // ER_QUERY_INTERRUPTED (KILL QUERY)
+	errTooManyUserConns      = 1203 // ER_TOO_MANY_USER_CONNECTIONS
+	errLockTableFull         = 1206 // ER_LOCK_TABLE_FULL
+	errReadOnly              = 1290 // ER_OPTION_PREVENTS_STATEMENT (--read-only, --super-read-only)
+	errNeedReprepare         = 1615 // ER_NEED_REPREPARE
+	errUnknownSystemVariable = 1193 // ER_UNKNOWN_SYSTEM_VARIABLE (@@in_transaction on MySQL 8)
+	errReadOnlyTx            = 1792 // ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION
+	errReadOnlyMode          = 1836 // ER_READ_ONLY_MODE
+	errConnectionKilled      = 1927 // MariaDB ER_CONNECTION_KILLED
+	errStatementTimeout      = 1969 // MariaDB ER_STATEMENT_TIMEOUT (max_statement_time)
+	errExecutionTimeout      = 3024 // MySQL ER_QUERY_TIMEOUT (max_execution_time)
+	errLockNowait            = 3572 // MySQL ER_LOCK_NOWAIT
+	errClientInterruption    = 4031 // MySQL ER_CLIENT_INTERACTION_TIMEOUT: idle connection closed
 )
 
 // Config configures a Store. Zero fields take the documented defaults (see WithDefaults).
@@ -172,6 +173,9 @@ type Store struct {
 	// and after Close.
 	claimStmts atomic.Pointer[claimStmts]
 	closed     atomic.Bool
+	// noInTransaction is set once the server refused @@in_transaction (MySQL 8): TxEnded then
+	// probes with a savepoint.
+	noInTransaction atomic.Bool
 }
 
 // claimStmts are the prepared statements of the claim path.
