@@ -71,11 +71,17 @@ return {out, last}
 // owner changed) or whose entry was settled cannot ack, extend or nak it. It returns 1 when it
 // acted, 0 when the fence refused.
 //
+// An entry trimmed from its stream (MAXLEN, XTRIM) while this consumer holds it is still in its
+// hands: release and delay then re-add the consumer's copy of its fields (ARGV 10 on, as it was
+// read) through the delayed set, instead of releasing a pending entry without content, which
+// the next claim drops, or acking it with no copy made.
+//
 // KEYS: the entry's stream, the group's delayed set. ARGV: group, consumer, id, count, op,
 // arg1, arg2, delete (1 on a retry stream: its entries are the group's own and are deleted once
-// acked). Ops: ack; extend (set the idle time to arg1, expiry−lease: see receiveScript);
-// release (idle time arg1, past expiry, so the next claim takes it, with delivery count arg2);
-// delay (re-add after arg1 ms, as attempt arg2).
+// acked), the attempt of a re-added copy, then the entry's fields. Ops: ack; extend (set the
+// idle time to arg1, expiry−lease: see receiveScript); release (idle time arg1, past expiry, so
+// the next claim takes it, with delivery count arg2; re-added at once when trimmed); delay
+// (re-add after arg1 ms).
 var settleScript = redis.NewScript(`
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
 if #p == 0 or p[1][2] ~= ARGV[2] or tostring(p[1][4]) ~= ARGV[4] then
@@ -86,32 +92,38 @@ if op == 'extend' then
   redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[6], 'JUSTID')
   return 1
 end
-if op == 'release' then
-  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[6], 'RETRYCOUNT', ARGV[7], 'JUSTID')
-  return 1
-end
-if op == 'delay' then
+if op == 'release' or op == 'delay' then
   local r = redis.call('XRANGE', KEYS[1], ARGV[3], ARGV[3])
-  if #r == 1 then
-    local f = r[1][2]
-    local nf = {}
-    local published = string.match(ARGV[3], '^(%d+)')
-    for j = 1, #f, 2 do
-      if f[j] == '` + FieldPublishedAt + `' then
-        if ARGV[8] == '1' then published = f[j + 1] end
-      elseif f[j] ~= '` + FieldAttempt + `' then
-        nf[#nf + 1] = f[j]
-        nf[#nf + 1] = f[j + 1]
-      end
-    end
-    nf[#nf + 1] = '` + FieldAttempt + `'
-    nf[#nf + 1] = ARGV[7]
-    nf[#nf + 1] = '` + FieldPublishedAt + `'
-    nf[#nf + 1] = published
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    redis.call('ZADD', KEYS[2], now + tonumber(ARGV[6]), cmsgpack.pack({KEYS[1], ARGV[3], nf}))
+  if op == 'release' and #r == 1 then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[6], 'RETRYCOUNT', ARGV[7], 'JUSTID')
+    return 1
   end
+  local delay = 0
+  if op == 'delay' then delay = tonumber(ARGV[6]) end
+  local f
+  if #r == 1 then
+    f = r[1][2]
+  else
+    f = {}
+    for j = 10, #ARGV do f[#f + 1] = ARGV[j] end
+  end
+  local nf = {}
+  local published = string.match(ARGV[3], '^(%d+)')
+  for j = 1, #f, 2 do
+    if f[j] == '` + FieldPublishedAt + `' then
+      if ARGV[8] == '1' then published = f[j + 1] end
+    elseif f[j] ~= '` + FieldAttempt + `' then
+      nf[#nf + 1] = f[j]
+      nf[#nf + 1] = f[j + 1]
+    end
+  end
+  nf[#nf + 1] = '` + FieldAttempt + `'
+  nf[#nf + 1] = ARGV[9]
+  nf[#nf + 1] = '` + FieldPublishedAt + `'
+  nf[#nf + 1] = published
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('ZADD', KEYS[2], now + delay, cmsgpack.pack({KEYS[1], ARGV[3], nf}))
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 if ARGV[8] == '1' then

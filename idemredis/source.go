@@ -253,14 +253,14 @@ func (s *Source) receive(ctx context.Context, limit int) ([]*Delivery, [2]string
 		if idx == 2 {
 			key, retry = s.retry, true
 		}
-		ds = append(ds, s.delivery(key, retry, id, fields, count))
+		ds = append(ds, s.delivery(key, retry, id, flat, fields, count))
 	}
 	return ds, last, nil
 }
 
 // delivery decodes one entry; a message that does not decode is still delivered, with an
 // empty EventID and the reason in HeaderDecodeError, so the consumer dead-letters it.
-func (s *Source) delivery(key string, retry bool, id string, fields map[string]string, count int64) *Delivery {
+func (s *Source) delivery(key string, retry bool, id string, flat []any, fields map[string]string, count int64) *Delivery {
 	m, err := DecodeFields(id, fields, count, retry)
 	if err != nil {
 		if m.Headers == nil {
@@ -278,7 +278,7 @@ func (s *Source) delivery(key string, retry bool, id string, fields map[string]s
 		}
 		m.Tenant = s.cfg.Tenant
 	}
-	return &Delivery{src: s, key: key, retry: retry, id: id, count: count, msg: m}
+	return &Delivery{src: s, key: key, retry: retry, id: id, count: count, fields: flat, msg: m}
 }
 
 // giveBack releases deliveries no caller saw, restoring their delivery counts, so the next
@@ -291,7 +291,7 @@ func (s *Source) giveBack(ds []*Delivery) {
 	defer cancel()
 	for _, d := range ds {
 		// A failure leaves the entry pending: it comes back after its lease, which is safe.
-		_, _ = d.settle(ctx, "release", releaseIdle.Milliseconds(), d.count-1)
+		_, _ = d.settle(ctx, "release", releaseIdle.Milliseconds(), d.count-1, int64(d.msg.Attempt))
 	}
 }
 
@@ -302,12 +302,13 @@ func isNoGroup(err error) bool {
 
 // Delivery is one entry received through a Source.
 type Delivery struct {
-	src   *Source
-	key   string
-	retry bool
-	id    string
-	count int64
-	msg   idem.Message
+	src    *Source
+	key    string
+	retry  bool
+	id     string
+	count  int64
+	fields []any // the entry's fields as read, re-added by a Nak should the entry be trimmed
+	msg    idem.Message
 }
 
 var _ idem.Delivery = (*Delivery)(nil)
@@ -319,31 +320,34 @@ func (d *Delivery) Message() idem.Message { return d.msg }
 func (d *Delivery) ID() string { return d.id }
 
 // Ack acknowledges the entry in the group.
-func (d *Delivery) Ack(ctx context.Context) error { return d.do(ctx, "ack", 0, 0) }
+func (d *Delivery) Ack(ctx context.Context) error { return d.do(ctx, "ack", 0, 0, 0) }
 
 // Term acknowledges the entry too: the consumer wrote it to idem's dead-letter table, so the
 // group must never deliver it again.
-func (d *Delivery) Term(ctx context.Context) error { return d.do(ctx, "ack", 0, 0) }
+func (d *Delivery) Term(ctx context.Context) error { return d.do(ctx, "ack", 0, 0, 0) }
 
 // Extend resets the entry's idle time, pushing its lease out by the source's lease.
 func (d *Delivery) Extend(ctx context.Context) error {
-	return d.do(ctx, "extend", (expiryIdle - d.src.cfg.Lease).Milliseconds(), 0)
+	return d.do(ctx, "extend", (expiryIdle - d.src.cfg.Lease).Milliseconds(), 0, 0)
 }
 
 // Nak asks for redelivery after delay. Without delay the entry is released in place and the
 // next claim takes it; with one it is acknowledged and a copy waits in the group's delayed set
-// until the source moves it to the group's retry stream, carrying the next attempt.
+// until the source moves it to the group's retry stream, carrying the next attempt. An entry
+// trimmed from its stream while held is re-added from the delivery's copy of its fields, so a
+// Nak that succeeds always brings the message back.
 func (d *Delivery) Nak(ctx context.Context, delay time.Duration) error {
+	next := int64(d.msg.Attempt) + 1
 	if delay <= 0 {
-		return d.do(ctx, "release", releaseIdle.Milliseconds(), d.count)
+		return d.do(ctx, "release", releaseIdle.Milliseconds(), d.count, next)
 	}
 	ms := max(delay.Milliseconds(), 1)
-	return d.do(ctx, "delay", ms, int64(d.msg.Attempt)+1)
+	return d.do(ctx, "delay", ms, 0, next)
 }
 
 // do runs one settle and turns a refused fence into idem.ErrLeaseLost.
-func (d *Delivery) do(ctx context.Context, op string, arg1, arg2 int64) error {
-	ok, err := d.settle(ctx, op, arg1, arg2)
+func (d *Delivery) do(ctx context.Context, op string, arg1, arg2, attempt int64) error {
+	ok, err := d.settle(ctx, op, arg1, arg2, attempt)
 	if err != nil {
 		return fmt.Errorf("idemredis: %s on %s: %w", op, d.src.name, err)
 	}
@@ -354,15 +358,20 @@ func (d *Delivery) do(ctx context.Context, op string, arg1, arg2 int64) error {
 	return nil
 }
 
-// settle runs settleScript for this entry; ok is false when the fence refused.
-func (d *Delivery) settle(ctx context.Context, op string, arg1, arg2 int64) (bool, error) {
+// settle runs settleScript for this entry; ok is false when the fence refused. attempt is the
+// attempt of the copy release and delay re-add when the entry was trimmed (delay always
+// re-adds); only those two ops send the entry's fields along.
+func (d *Delivery) settle(ctx context.Context, op string, arg1, arg2, attempt int64) (bool, error) {
 	del := "0"
 	if d.retry {
 		del = "1"
 	}
-	n, err := settleScript.Run(ctx, d.src.rdb, []string{d.key, d.src.delayed},
-		d.src.cfg.Group, d.src.cfg.Consumer, d.id, strconv.FormatInt(d.count, 10), op,
-		arg1, arg2, del).Int()
+	args := []any{d.src.cfg.Group, d.src.cfg.Consumer, d.id, strconv.FormatInt(d.count, 10), op,
+		arg1, arg2, del, attempt}
+	if op == "release" || op == "delay" {
+		args = append(args, d.fields...)
+	}
+	n, err := settleScript.Run(ctx, d.src.rdb, []string{d.key, d.src.delayed}, args...).Int()
 	return n == 1, err
 }
 
