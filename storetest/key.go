@@ -26,6 +26,42 @@ func (s *suite[TTx]) bucketWidth() time.Duration {
 func keyChecks[TTx any](run func(name string, fn func(s *suite[TTx]))) {
 	key := func(id string) idem.Key { return idem.Key{Tenant: "acme", Consumer: "ledger@v1", EventID: id} }
 
+	run("KeysDifferingInCaseSpaceOrAccentAreDistinct", func(s *suite[TTx]) {
+		// The key is compared byte for byte: a store whose columns fold case, ignore trailing
+		// spaces or accents (MySQL's default collations do all three) would make two events
+		// one key and skip the second as a duplicate, or dead-letter it as key reuse. The
+		// balance, not the ledger, counts the effects: a bundle's own ledger query may fold.
+		s.wallet("w1")
+		c := s.consumer("ledger@v1", nil)
+		p := Payment{Wallet: "w1", Amount: 1}
+		at := time.Now().UTC()
+		keys := []struct{ tenant, id string }{
+			{"acme", "evt-a"}, {"acme", "evt-A"}, {"acme", "evt-a "}, {"acme", "evt-á"},
+			{"acme", "evt-ss"}, {"acme", "evt-ß"}, {"Acme", "evt-a"}, {"acme ", "evt-a"},
+		}
+		for _, k := range keys {
+			r := c.Process(s.ctx, PaymentMessageAt(k.tenant, k.id, at, p))
+			require.NoError(s.t, r.Err, "tenant %q, event %q", k.tenant, k.id)
+			require.Equal(s.t, idem.OutcomeProcessed, r.Outcome, "tenant %q, event %q: another key's claim took it", k.tenant, k.id)
+		}
+		for _, k := range keys {
+			r := c.Process(s.ctx, PaymentMessageAt(k.tenant, k.id, at, p))
+			require.Equal(s.t, idem.OutcomeDuplicate, r.Outcome, "tenant %q, event %q again: %v", k.tenant, k.id, r.Err)
+		}
+		require.EqualValues(s.t, len(keys), s.balance("w1"), "one effect per distinct key")
+		if _, ok := s.b.Store.(idemstore.BatchStore[TTx]); ok {
+			bc := s.consumer("ledger@v2", func(cfg *idem.ConsumerConfig[TTx]) { cfg.Batch = idem.BatchConfig{Enabled: true} })
+			msgs := make([]idem.Message, len(keys))
+			for i, k := range keys {
+				msgs[i] = PaymentMessageAt(k.tenant, k.id, at, p)
+			}
+			for i, r := range bc.ProcessBatch(s.ctx, msgs) {
+				require.Equal(s.t, idem.OutcomeProcessed, r.Outcome, "batched: tenant %q, event %q: %v", keys[i].tenant, keys[i].id, r.Err)
+			}
+			require.EqualValues(s.t, 2*len(keys), s.balance("w1"), "batched: one effect per distinct key")
+		}
+	})
+
 	run("OccurrenceTimeInAnotherBucketIsTheSameKey", func(s *suite[TTx]) {
 		// A producer that re-sends an event with a fresh timestamp, or a copy whose header was
 		// changed: the same key, a duplicate, never a second effect.
