@@ -320,17 +320,13 @@ func (d *Delivery) ack(ctx context.Context, op string) error {
 }
 
 // Extend sets the message's ack deadline to the source's lease from now. Once the deadline
-// passed (or the delivery was settled) it fails with idem.ErrLeaseLost instead: Pub/Sub may
-// have delivered the message again, and it accepts a ModifyAckDeadline on an expired ack id
-// without error, so only the source can tell that this delivery is no longer the one leased.
+// (less fenceMargin) passed, or the delivery was settled, it fails with idem.ErrLeaseLost
+// instead (see fenced).
 func (d *Delivery) Extend(ctx context.Context) error {
 	s := d.src
 	start := time.Now()
-	s.mu.Lock()
-	dl, ok := s.held[d.ackID]
-	s.mu.Unlock()
-	if !ok || !start.Before(dl) {
-		return fmt.Errorf("idempubsub: extend on %s: the ack deadline passed or the message was settled: %w", s.name, idem.ErrLeaseLost)
+	if err := d.fenced("extend", start); err != nil {
+		return err
 	}
 	if err := s.modack(ctx, []string{d.ackID}, s.cfg.Lease); err != nil {
 		return fmt.Errorf("idempubsub: extend on %s: %w", s.name, err)
@@ -343,11 +339,37 @@ func (d *Delivery) Extend(ctx context.Context) error {
 	return nil
 }
 
+// fenceMargin is how long before a delivery's ack deadline the source stops changing it: a
+// ModifyAckDeadline sent then may reach Pub/Sub after the deadline, when the message may be
+// someone else's.
+func fenceMargin(lease time.Duration) time.Duration { return min(time.Second, lease/10) }
+
+// fenced returns an error wrapping idem.ErrLeaseLost when, at now, d's ack deadline is within
+// fenceMargin or past, or d was settled. Pub/Sub accepts a ModifyAckDeadline on an expired ack
+// id without error after it may have delivered the message again, so only the source can tell
+// that this delivery is no longer the one leased: an Extend then would keep a handler running
+// beside the redelivery, a Nak would move a message another worker holds.
+func (d *Delivery) fenced(op string, now time.Time) error {
+	s := d.src
+	s.mu.Lock()
+	dl, ok := s.held[d.ackID]
+	s.mu.Unlock()
+	if !ok || !now.Before(dl.Add(-fenceMargin(s.cfg.Lease))) {
+		return fmt.Errorf("idempubsub: %s on %s: the ack deadline passed or the message was settled: %w", op, s.name, idem.ErrLeaseLost)
+	}
+	return nil
+}
+
 // Nak asks for redelivery after delay through the ack deadline: ModifyAckDeadline(0) makes the
 // message available at once, ModifyAckDeadline(delay) keeps it away until the delay passes.
 // The delay is rounded up to whole seconds and capped at LeaseMax (600 s), Pub/Sub's longest
 // ack deadline; the subscription's retry policy, if any, applies only to Nak(0).
 func (d *Delivery) Nak(ctx context.Context, delay time.Duration) error {
+	if err := d.fenced("nak", time.Now()); err != nil {
+		// Past its deadline the message comes back by itself.
+		d.src.release(d, false)
+		return err
+	}
 	if err := d.src.modack(ctx, []string{d.ackID}, delay); err != nil {
 		return fmt.Errorf("idempubsub: nak on %s: %w", d.src.name, err)
 	}

@@ -192,6 +192,10 @@ func TestExtendAfterTheDeadlineIsLeaseLost(t *testing.T) {
 	require.Equal(t, "late-1", again.Message().EventID, "redelivered after the deadline")
 	err := first.Extend(context.Background())
 	require.ErrorIs(t, err, idem.ErrLeaseLost, "extending a delivery whose deadline passed")
+	for _, delay := range []time.Duration{0, time.Minute} {
+		// A late Nak would move the message its new owner holds: now, or a minute away.
+		require.ErrorIs(t, first.Nak(context.Background(), delay), idem.ErrLeaseLost, "nak(%s) of a delivery whose deadline passed", delay)
+	}
 	require.NoError(t, again.Extend(context.Background()), "the current delivery still extends")
 	require.NoError(t, again.Ack(context.Background()))
 }
