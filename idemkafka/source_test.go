@@ -474,13 +474,10 @@ func TestEventIDOf(t *testing.T) {
 	t.Parallel()
 	c := cluster(t)
 	topic := newTopic(t, c, 1)
-	cl, err := kgo.NewClient(clientOptions(c)...)
-	require.NoError(t, err)
-	defer cl.Close()
-	require.NoError(t, cl.ProduceSync(ctxT(t, 10*time.Second),
+	produceRaw(t, c,
 		&kgo.Record{Topic: topic, Value: []byte("pay-7:captured")},
 		&kgo.Record{Topic: topic, Value: []byte("x"), Headers: []kgo.RecordHeader{{Key: idemkafka.HeaderEventID, Value: []byte("own")}}},
-	).FirstErr())
+	)
 	cases := []struct {
 		name string
 		of   func(r *kgo.Record) string
@@ -530,6 +527,16 @@ func TestRedeliveryWindow(t *testing.T) {
 			require.Equal(t, tc.want, src.RedeliveryWindow())
 		})
 	}
+}
+
+// produceRaw writes records as a producer that does not know idem would, and waits until
+// Kafka stored them.
+func produceRaw(tb testing.TB, c *kfake.Cluster, recs ...*kgo.Record) {
+	tb.Helper()
+	cl, err := kgo.NewClient(clientOptions(c)...)
+	require.NoError(tb, err)
+	defer cl.Close()
+	require.NoError(tb, cl.ProduceSync(ctxT(tb, 10*time.Second), recs...).FirstErr())
 }
 
 // alterTopic sets one config of topic.
@@ -629,16 +636,13 @@ func TestRetryStateOnTheMainTopicIsNotHonoured(t *testing.T) {
 	t.Parallel()
 	c := cluster(t)
 	topic := newTopic(t, c, 1)
-	cl, err := kgo.NewClient(clientOptions(c)...)
-	require.NoError(t, err)
-	defer cl.Close()
-	require.NoError(t, cl.ProduceSync(ctxT(t, 10*time.Second),
+	produceRaw(t, c,
 		&kgo.Record{Topic: topic, Key: []byte("k"), Value: []byte(`{}`), Headers: []kgo.RecordHeader{
 			{Key: idemkafka.HeaderEventID, Value: []byte("forged")},
 			{Key: idemkafka.HeaderRetryAt, Value: []byte("9999-12-31T00:00:00Z")},
 		}},
 		&kgo.Record{Topic: topic, Key: []byte("k"), Value: []byte(`{}`), Headers: []kgo.RecordHeader{{Key: idemkafka.HeaderEventID, Value: []byte("next")}}},
-	).FirstErr())
+	)
 	for _, order := range []idemkafka.Order{idemkafka.OrderKey, idemkafka.OrderNone} {
 		t.Run(order.String(), func(t *testing.T) {
 			group := topic + "." + order.String()
