@@ -242,9 +242,9 @@ func (s *Source) run(sess *session) {
 	defer s.wg.Done()
 	backoff := s.cfg.ReconnectMin
 	for {
-		lost := s.forward(sess)
+		lost, held := s.forward(sess)
 		if !lost {
-			s.handBack(sess)
+			s.handBack(sess, held...)
 		}
 		sess.end()
 		if !lost {
@@ -287,29 +287,33 @@ func (s *Source) run(sess *session) {
 // source nobody receives from (a paused consumer) would sit on those messages: when deliveries
 // have waited a whole lease with no Receive taking one, forward stops consuming, hands them
 // back to the queue for the other consumers, and consumes again at the next Receive.
-func (s *Source) forward(sess *session) (lost bool) {
+//
+// A delivery forward holds when the source closes is returned as held, for handBack: select
+// picks at random between the close and a free slot in s.in, and a delivery dropped there would
+// be requeued by the channel's close flagged redelivered, an attempt no handler made.
+func (s *Source) forward(sess *session) (lost bool, held []amqp.Delivery) {
 	check := time.NewTicker(min(s.cfg.Lease/2, time.Second))
 	defer check.Stop()
 	for {
 		select {
 		case raw, ok := <-sess.deliveries:
 			if !ok {
-				return s.closed.Err() == nil
+				return s.closed.Err() == nil, nil
 			}
 			d := s.delivery(sess, raw)
 			select {
 			case s.in <- d:
 			case <-sess.dead:
-				return s.closed.Err() == nil
+				return s.closed.Err() == nil, nil
 			case <-s.closed.Done():
-				return false
+				return false, []amqp.Delivery{raw}
 			}
 		case <-check.C:
 			if len(s.in) == 0 || s.waiting.Load() > 0 || time.Since(time.Unix(0, s.lastTake.Load())) < s.cfg.Lease {
 				continue
 			}
 			if !s.handBack(sess) {
-				return s.closed.Err() == nil
+				return s.closed.Err() == nil, nil
 			}
 			s.cfg.Logger.Debug("idemamqp: no receiver for a lease; handed the prefetch back", "queue", s.name)
 			select {
@@ -321,18 +325,18 @@ func (s *Source) forward(sess *session) (lost bool) {
 				case <-s.demand:
 				case <-check.C:
 				case <-sess.dead:
-					return s.closed.Err() == nil
+					return s.closed.Err() == nil, nil
 				case <-s.closed.Done():
-					return false
+					return false, nil
 				}
 			}
 			if err := s.consume(sess); err != nil {
-				return s.closed.Err() == nil
+				return s.closed.Err() == nil, nil
 			}
 		case <-sess.dead:
-			return s.closed.Err() == nil
+			return s.closed.Err() == nil, nil
 		case <-s.closed.Done():
-			return false
+			return false, nil
 		}
 	}
 }
@@ -358,7 +362,7 @@ const handBackTimeout = 5 * time.Second
 // and every graceful restart would then count an attempt against messages no handler saw. It
 // reports whether everything was handed back; what was not is left to the broker's requeue
 // when the session ends.
-func (s *Source) handBack(sess *session) bool {
+func (s *Source) handBack(sess *session, held ...amqp.Delivery) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), handBackTimeout)
 	defer cancel()
 	if err := sess.ch.Cancel(sess.tag, false); err != nil {
@@ -370,6 +374,11 @@ func (s *Source) handBack(sess *session) bool {
 			return false
 		}
 		return raw.Ack(false) == nil
+	}
+	for _, raw := range held {
+		if !back(raw) {
+			return false
+		}
 	}
 	for drained := false; !drained; {
 		select {
