@@ -548,7 +548,7 @@ func Exercise[TTx any](t *testing.T, setup Setup[TTx], opts ...Option) {
 		e.eventually(30*time.Second, "slow event processed", func() bool { return e.rec.Count(idem.OutcomeProcessed, "evt-s") == 1 })
 		time.Sleep(e.lease)
 		require.NoError(e.t, stop())
-		require.EqualValues(e.t, 1, calls.Load(), "the lease was extended: no second delivery")
+		require.EqualValues(e.t, 1, calls.Load(), "the lease was extended: no second delivery; %s", e.seen(4000))
 		require.EqualValues(e.t, 1, e.ledger("evt-s"))
 	})
 
