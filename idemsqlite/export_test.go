@@ -65,3 +65,7 @@ func (s *Store) SetAckDelay(d time.Duration) {
 	s.acks.delay = d
 	s.acks.mu.Unlock()
 }
+
+// OwnPoolUse is ownPoolUse, for the test of a store read that counts itself just before an
+// InTx transaction begins and waits just after.
+func (s *Store) OwnPoolUse() (done func()) { return s.ownPoolUse() }

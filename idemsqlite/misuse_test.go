@@ -109,3 +109,33 @@ func TestSlowTxWithStoreReadsWaiting(t *testing.T) {
 		require.NoError(t, <-readers)
 	}
 }
+
+// TestOwnReadBegunJustBeforeTheTx: a store read that counted itself as the store's own just
+// before a transaction began, and waited for the pool just after, is still the store's own.
+// The watchdog counted only own reads begun after the transaction's start, took this one for a
+// handler using the *sql.DB, and cancelled a slow handler with ErrDBUsedInTx; it was seen as a
+// SlowHandlerKeepsLease flake of the set-based SQLite queue consumer, whose idle workers peek.
+func TestOwnReadBegunJustBeforeTheTx(t *testing.T) {
+	t.Parallel()
+	b := setup(t, idemsqlite.Config{})
+	done := b.store.OwnPoolUse() // counted before the transaction begins…
+	inTx := make(chan struct{})
+	read := make(chan error, 1)
+	go func() {
+		defer done()
+		<-inTx // …and waits for the pool after it began
+		var one int
+		read <- b.db.QueryRowContext(context.Background(), `SELECT 1`).Scan(&one)
+	}()
+	err := b.store.InTx(context.Background(), func(ctx context.Context, tx *sql.Tx) error {
+		close(inTx)
+		select {
+		case <-time.After(5 * time.Second): // more than two ticks of the watchdog
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	})
+	require.NoError(t, err, "the store's own read is not the handler's")
+	require.NoError(t, <-read)
+}

@@ -165,7 +165,7 @@ func (s *Store) queueMayHaveJobs(ctx context.Context, queue string, now time.Tim
 		return true
 	}
 	var one int
-	s.ownPoolUse()
+	defer s.ownPoolUse()()
 	err := st.queuePeek.QueryRowContext(ctx, queue, now.UnixMicro()).Scan(&one)
 	return !errors.Is(err, sql.ErrNoRows)
 }
@@ -486,7 +486,7 @@ func (s *Store) QueueStats(ctx context.Context, queue string) (idemstore.QueueSt
 		// wait for it; the count may then include jobs acked moments ago.
 		s.acks.flush(ctx, s)
 	}
-	s.ownPoolUse()
+	defer s.ownPoolUse()()
 	if err := s.db.QueryRowContext(ctx, s.q.queueStats, queue).Scan(&st.Backlog, &oldest); err != nil {
 		return st, fmt.Errorf("idemsqlite: stats of queue %q: %w", queue, err)
 	}

@@ -208,9 +208,10 @@ type Store struct {
 	// QueueAckTx).
 	acks ackQueue
 
-	// ownPoolUses counts the store's own uses of the *sql.DB's pool (reads outside a write),
-	// so that watchPoolWait does not take their waits for a handler's (see ownPoolUse).
-	ownPoolUses atomic.Int64
+	// ownPoolUsers counts the store's own uses of the *sql.DB's pool (reads outside a write)
+	// under way, so that watchPoolWait does not take their waits for a handler's (see
+	// ownPoolUse).
+	ownPoolUsers atomic.Int64
 
 	// stmts holds the statements of the hot path (claim, queue publish, fetch and ack) prepared once, so
 	// that they do not parse SQL each time; nil until they could be prepared (the tables exist)
@@ -342,8 +343,9 @@ func (s *Store) prepareStmts(ctx context.Context) {
 		{&st.queueRange, s.q.queueRange}, {&st.queueInsert, s.q.queueInsert}, {&st.queuePeek, s.q.queuePeek}, {&st.queueFetch, s.q.queueFetch}, {&st.queueAck, s.q.queueAck}, {&st.queueAckMany, s.q.queueAckMany}, {&st.queueHeld, s.q.queueHeld}, {&st.queueRelease, s.q.queueRelease}, {&st.queueInsert8, s.q.queueInsert8}, {&st.queueInsert32, s.q.queueInsert32},
 	} {
 		var err error
-		s.ownPoolUse()
+		done := s.ownPoolUse()
 		*p.dst, err = s.db.PrepareContext(ctx, p.query)
+		done()
 		errs = append(errs, err)
 	}
 	if errors.Join(errs...) != nil {
@@ -477,7 +479,6 @@ const poolWaitLimit = 2 * time.Second
 // transaction) and it was already seen a tick earlier, it cancels ctx with ErrDBUsedInTx. It
 // only runs on a pool of one connection (a *sql.DB from Open).
 func (s *Store) watchPoolWait(ctx context.Context) (context.Context, func()) {
-	ownStart := s.ownPoolUses.Load()
 	start := s.db.Stats()
 	if start.MaxOpenConnections != 1 {
 		return ctx, func() {}
@@ -499,8 +500,12 @@ func (s *Store) watchPoolWait(ctx context.Context) (context.Context, func()) {
 		st := s.db.Stats()
 		// Waits of the store's own reads (another worker's fetch peek, QueueStats of a metrics
 		// collector…) are not the handler's: they wait as long as the transaction, however
-		// long a slow handler makes it.
-		foreign := st.WaitCount - start.WaitCount - (s.ownPoolUses.Load() - ownStart)
+		// long a slow handler makes it. While no wait has ended since the start (checked next),
+		// each own read that waits is still under way, so the reads under way now bound them.
+		// Counting own reads begun since the start instead missed one that counted itself just
+		// before the transaction began and waited just after: then a slow handler was taken
+		// for a deadlock and cancelled.
+		foreign := st.WaitCount - start.WaitCount - s.ownPoolUsers.Load()
 		waiting := foreign > 0 && st.WaitDuration == start.WaitDuration
 		if waiting && seen {
 			cancel(ErrDBUsedInTx)
@@ -726,7 +731,10 @@ func (s *Store) waitFor(ctx context.Context, w *wake, max time.Duration) error {
 	}
 }
 
-// ownPoolUse records that the store is about to use the *sql.DB's pool itself: while an InTx
-// transaction holds the pool's one connection that use waits, and watchPoolWait must not take
-// the wait for the handler's.
-func (s *Store) ownPoolUse() { s.ownPoolUses.Add(1) }
+// ownPoolUse records that the store is about to use the *sql.DB's pool itself, until the
+// returned function is called: while an InTx transaction holds the pool's one connection that
+// use waits, and watchPoolWait must not take the wait for the handler's.
+func (s *Store) ownPoolUse() (done func()) {
+	s.ownPoolUsers.Add(1)
+	return func() { s.ownPoolUsers.Add(-1) }
+}
