@@ -95,15 +95,7 @@ func TestSlowTxWithStoreReadsWaiting(t *testing.T) {
 		_, err := b.store.QueueFetch(context.Background(), idemstore.QueueFetchParams{Queue: "q", Max: 1, Lease: time.Minute})
 		readers <- err
 	}()
-	err = b.store.InTx(context.Background(), func(ctx context.Context, tx *sql.Tx) error {
-		close(inTx)
-		select {
-		case <-time.After(5 * time.Second): // more than two ticks of the watchdog
-			return nil
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
-	})
+	err = slowTx(b.store, inTx)
 	require.NoError(t, err, "the store's own waiting reads are not the handler's")
 	for range 2 {
 		require.NoError(t, <-readers)
@@ -127,15 +119,21 @@ func TestOwnReadBegunJustBeforeTheTx(t *testing.T) {
 		var one int
 		read <- b.db.QueryRowContext(context.Background(), `SELECT 1`).Scan(&one)
 	}()
-	err := b.store.InTx(context.Background(), func(ctx context.Context, tx *sql.Tx) error {
-		close(inTx)
+	err := slowTx(b.store, inTx)
+	require.NoError(t, err, "the store's own read is not the handler's")
+	require.NoError(t, <-read)
+}
+
+// slowTx runs a transaction longer than two ticks of the pool watchdog, closing started once it
+// is open; it returns the cause if the watchdog cancels it.
+func slowTx(store *idemsqlite.Store, started chan struct{}) error {
+	return store.InTx(context.Background(), func(ctx context.Context, _ *sql.Tx) error {
+		close(started)
 		select {
-		case <-time.After(5 * time.Second): // more than two ticks of the watchdog
+		case <-time.After(5 * time.Second):
 			return nil
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
 	})
-	require.NoError(t, err, "the store's own read is not the handler's")
-	require.NoError(t, <-read)
 }
