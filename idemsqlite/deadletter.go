@@ -67,7 +67,8 @@ func (s *Store) InsertDeadLetter(ctx context.Context, dl idem.DeadLetter) (idem.
 
 // GetDeadLetter returns dead letter id, or an error wrapping idem.ErrNotFound naming it.
 func (s *Store) GetDeadLetter(ctx context.Context, id int64) (idem.DeadLetter, error) {
-	defer s.ownPoolUse()()
+	s.ownPoolUse()
+	defer s.ownPoolDone()
 	dl, err := scanDeadLetter(s.db.QueryRowContext(ctx, s.q.dlGet, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return idem.DeadLetter{}, fmt.Errorf("idemsqlite: dead letter %d: %w", id, idem.ErrNotFound)
@@ -126,7 +127,8 @@ func (s *Store) ListDeadLetters(ctx context.Context, f idemstore.DeadLetterFilte
 	q.WriteString(" ORDER BY id LIMIT ?")
 	args = append(args, limit)
 
-	defer s.ownPoolUse()()
+	s.ownPoolUse()
+	defer s.ownPoolDone()
 	rows, err := s.db.QueryContext(ctx, q.String(), args...)
 	if err != nil {
 		return nil, fmt.Errorf("idemsqlite: list dead letters: %w", err)
@@ -231,7 +233,8 @@ func (s *Store) ListAudit(ctx context.Context, limit int) ([]idemstore.AuditEntr
 	if limit <= 0 {
 		limit = listLimitDefault
 	}
-	defer s.ownPoolUse()()
+	s.ownPoolUse()
+	defer s.ownPoolDone()
 	rows, err := s.db.QueryContext(ctx, s.q.auditList, limit)
 	if err != nil {
 		return nil, fmt.Errorf("idemsqlite: list audit: %w", err)
@@ -259,7 +262,8 @@ func (s *Store) ListAudit(ctx context.Context, limit int) ([]idemstore.AuditEntr
 // failure of the oldest.
 func (s *Store) DeadLetterStats(ctx context.Context) (idemstore.DeadLetterStats, error) {
 	st := idemstore.DeadLetterStats{ByReason: map[idem.Reason]int64{}}
-	defer s.ownPoolUse()()
+	s.ownPoolUse()
+	defer s.ownPoolDone()
 	rows, err := s.db.QueryContext(ctx, s.q.dlStatsPending)
 	if err != nil {
 		return st, fmt.Errorf("idemsqlite: dead letter stats: %w", err)

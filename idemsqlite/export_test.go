@@ -68,4 +68,7 @@ func (s *Store) SetAckDelay(d time.Duration) {
 
 // OwnPoolUse is ownPoolUse, for the test of a store read that counts itself just before an
 // InTx transaction begins and waits just after.
-func (s *Store) OwnPoolUse() (done func()) { return s.ownPoolUse() }
+func (s *Store) OwnPoolUse() (done func()) {
+	s.ownPoolUse()
+	return s.ownPoolDone
+}

@@ -62,7 +62,8 @@ func (s *Store) OutboxFetch(ctx context.Context, p idemstore.OutboxFetchParams) 
 	if limit <= 0 {
 		limit = outboxFetchLimitDefault
 	}
-	defer s.ownPoolUse()()
+	s.ownPoolUse()
+	defer s.ownPoolDone()
 	rows, err := s.db.QueryContext(ctx, s.q.outboxFetch, intList(p.Partitions), limit)
 	if err != nil {
 		return nil, fmt.Errorf("idemsqlite: fetch outbox partitions %v: %w", p.Partitions, err)
@@ -157,7 +158,8 @@ func (s *Store) OutboxStats(ctx context.Context) (idemstore.QueueStats, error) {
 		st     idemstore.QueueStats
 		oldest sql.NullInt64
 	)
-	defer s.ownPoolUse()()
+	s.ownPoolUse()
+	defer s.ownPoolDone()
 	if err := s.db.QueryRowContext(ctx, s.q.outboxStats).Scan(&st.Backlog, &oldest); err != nil {
 		return st, fmt.Errorf("idemsqlite: outbox stats: %w", err)
 	}
@@ -212,7 +214,8 @@ func (s *Store) LeaseList(ctx context.Context, prefix string, now time.Time) ([]
 	if now.IsZero() {
 		now = time.Now()
 	}
-	defer s.ownPoolUse()()
+	s.ownPoolUse()
+	defer s.ownPoolDone()
 	rows, err := s.db.QueryContext(ctx, s.q.leaseList, prefix, now.UnixMicro())
 	if err != nil {
 		return nil, fmt.Errorf("idemsqlite: list leases %q*: %w", prefix, err)

@@ -165,7 +165,8 @@ func (s *Store) queueMayHaveJobs(ctx context.Context, queue string, now time.Tim
 		return true
 	}
 	var one int
-	defer s.ownPoolUse()()
+	s.ownPoolUse()
+	defer s.ownPoolDone()
 	err := st.queuePeek.QueryRowContext(ctx, queue, now.UnixMicro()).Scan(&one)
 	return !errors.Is(err, sql.ErrNoRows)
 }
@@ -486,7 +487,8 @@ func (s *Store) QueueStats(ctx context.Context, queue string) (idemstore.QueueSt
 		// wait for it; the count may then include jobs acked moments ago.
 		s.acks.flush(ctx, s)
 	}
-	defer s.ownPoolUse()()
+	s.ownPoolUse()
+	defer s.ownPoolDone()
 	if err := s.db.QueryRowContext(ctx, s.q.queueStats, queue).Scan(&st.Backlog, &oldest); err != nil {
 		return st, fmt.Errorf("idemsqlite: stats of queue %q: %w", queue, err)
 	}

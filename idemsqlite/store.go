@@ -343,9 +343,9 @@ func (s *Store) prepareStmts(ctx context.Context) {
 		{&st.queueRange, s.q.queueRange}, {&st.queueInsert, s.q.queueInsert}, {&st.queuePeek, s.q.queuePeek}, {&st.queueFetch, s.q.queueFetch}, {&st.queueAck, s.q.queueAck}, {&st.queueAckMany, s.q.queueAckMany}, {&st.queueHeld, s.q.queueHeld}, {&st.queueRelease, s.q.queueRelease}, {&st.queueInsert8, s.q.queueInsert8}, {&st.queueInsert32, s.q.queueInsert32},
 	} {
 		var err error
-		done := s.ownPoolUse()
+		s.ownPoolUse()
 		*p.dst, err = s.db.PrepareContext(ctx, p.query)
-		done()
+		s.ownPoolDone()
 		errs = append(errs, err)
 	}
 	if errors.Join(errs...) != nil {
@@ -731,10 +731,11 @@ func (s *Store) waitFor(ctx context.Context, w *wake, max time.Duration) error {
 	}
 }
 
-// ownPoolUse records that the store is about to use the *sql.DB's pool itself, until the
-// returned function is called: while an InTx transaction holds the pool's one connection that
-// use waits, and watchPoolWait must not take the wait for the handler's.
-func (s *Store) ownPoolUse() (done func()) {
-	s.ownPoolUsers.Add(1)
-	return func() { s.ownPoolUsers.Add(-1) }
-}
+// ownPoolUse records that the store is about to use the *sql.DB's pool itself, until
+// ownPoolDone: while an InTx transaction holds the pool's one connection that use waits, and
+// watchPoolWait must not take the wait for the handler's. Two calls rather than a returned
+// func, so that the fetch path's peek allocates nothing for it.
+func (s *Store) ownPoolUse() { s.ownPoolUsers.Add(1) }
+
+// ownPoolDone ends a use that ownPoolUse recorded.
+func (s *Store) ownPoolDone() { s.ownPoolUsers.Add(-1) }
