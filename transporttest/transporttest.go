@@ -44,8 +44,8 @@ type Features struct {
 	// Takeover: two sources opened under the same name share its messages, and a message whose
 	// delivery's lease ran out goes to the other one; implied by FencedSettle. Then a late Nak or
 	// Extend of the old delivery must fail with idem.ErrLeaseLost and leave the new owner's
-	// lease alone (see takeover.go). Not
-	// JetStream: a durable's AckWait belongs to the consumer, so its sources share one lease.
+	// lease alone (see takeover.go). Not JetStream: a durable's AckWait belongs to the
+	// consumer, so its sources share one lease.
 	Takeover bool
 	// FanOut: sources opened under different names on one topic each receive every message
 	// published after they were opened (subscriptions, consumer groups, durables), and sources
