@@ -77,7 +77,7 @@ type Harness struct {
 // sources receive only what is published after their name exists (Pub/Sub subscriptions,
 // queue-table subscriptions), as in a deployment that creates its subscriptions before producers
 // publish, creates these in Harness.NewTopic: some checks publish before they open a source.
-var SourceNames = []string{"bench", "cancelled", "closed", "concurrent", "confirm", "ctx", "dedup", "email", "extend",
+var SourceNames = []string{"bench", "cancelled", "closed", "closing", "concurrent", "confirm", "ctx", "dedup", "email", "extend",
 	"fenced", "handover", "lease", "ledger", "max", "nakdelay", "naknow", "refused", "resume", "reuse", "roundtrip", "term"}
 
 // Timing of the checks. Leases are short so that lease expiry and delayed naks are observable
@@ -116,6 +116,7 @@ func Exercise(t *testing.T, h Harness) {
 		{name: "TermNeverRedelivers", run: testTermNeverRedelivers},
 		{name: "BrokerDedup", needs: feature(h.Features.BrokerDedup, "BrokerDedup"), run: testBrokerDedup},
 		{name: "PersistentResume", needs: feature(h.Features.Persistent, "Persistent"), run: testPersistentResume},
+		{name: "CloseWhilePrefetching", needs: feature(h.Features.Persistent, "Persistent"), run: testCloseWhilePrefetching},
 		{name: "PublishConfirms", run: testPublishConfirms},
 		{name: "PublishRefused", needs: feature(h.Refuse != nil, "Refuse (Harness)"), run: testPublishRefused},
 		{name: "KeyReuseReachesConsumer", run: testKeyReuseReachesConsumer},
@@ -414,6 +415,64 @@ func testPersistentResume(t *testing.T, h Harness) {
 		}
 		ack(t, d)
 	}
+}
+
+// testCloseWhilePrefetching: a source closed while the messages it reads ahead are still
+// arriving gives back every message no Receive returned, at once and without spending an
+// attempt. Round after round a source of one name is opened, takes a message or two (or
+// nothing), and is closed 0 to 3 ms later, when the transport's prefetch is on its way; every
+// message must then reach a later source of that name on its first attempt, well within the
+// lease. A RabbitMQ source that had read a delivery off the channel but not yet buffered it when
+// Close won the race dropped it: the broker requeued it as redelivered, and the next consumer saw
+// Attempt 2 for a message no handler had seen, one attempt of its retry budget spent by a
+// graceful restart.
+func testCloseWhilePrefetching(t *testing.T, h Harness) {
+	const n, rounds, max = 60, 20, 2
+	topic := h.NewTopic(t)
+	prefix := newPrefix(t)
+	msgs := make([]idem.Message, n)
+	ids := make([]string, n)
+	for i := range msgs {
+		ids[i] = fmt.Sprintf("%s-%02d", prefix, i)
+		msgs[i] = idem.Message{EventID: ids[i], Payload: []byte(ids[i])}
+	}
+	publish(t, h.Sink(t), topic, msgs...)
+
+	var got []idem.Delivery
+	take := func(ds []idem.Delivery, when string) {
+		for _, d := range ds {
+			if a := d.Message().Attempt; a != 1 {
+				t.Errorf("event %s: Attempt = %d %s, want 1: a source closed while prefetching spent an attempt no handler saw",
+					d.Message().EventID, a, when)
+			}
+			ack(t, d)
+		}
+		got = append(got, ds...)
+	}
+	for i := range rounds {
+		src := h.Source(t, topic, "closing", longLease)
+		if src == nil {
+			t.Fatalf("Harness.Source(%s, closing) returned nil", topic)
+		}
+		if i%3 != 2 { // every third source closes without a Receive: its prefetch alone is in flight
+			ds, err := receive(t, src, max, 5*time.Second)
+			if err != nil {
+				_ = src.Close()
+				t.Fatalf("round %d: Receive: %v", i, err)
+			}
+			take(ds, fmt.Sprintf("in round %d", i))
+		}
+		time.Sleep(mrand.N(3*time.Millisecond + 1))
+		if err := call(t, "Close", callTimeout, func(context.Context) error { return src.Close() }); err != nil {
+			t.Fatalf("round %d: Close: %v", i, err)
+		}
+	}
+	// What no Receive returned must come to the next source at once, not after the lease.
+	last := openSource(t, h, topic, "closing", longLease)
+	rest := receiveN(t, last, n-len(got), longLease/2)
+	rest = append(rest, receiveFor(t, last, n, time.Second)...)
+	take(rest, "after the closed sources")
+	requireIDs(t, got, ids...)
 }
 
 // testPublishConfirms: Publish returns once the broker holds the messages (a source sees them
