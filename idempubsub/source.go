@@ -38,7 +38,7 @@ type Source struct {
 	mu       sync.Mutex
 	closed   bool
 	held     map[string]time.Time // ack id → ack deadline of every unsettled delivery
-	attempts map[string]int       // message id → deliveries handed out (without a dead-letter policy)
+	attempts attemptCounts        // message id → deliveries handed out (without a dead-letter policy)
 	freed    chan struct{}        // signalled when a settle makes room under MaxOutstanding
 	calls    sync.WaitGroup       // pulls running detached from a Receive that returned
 }
@@ -73,7 +73,7 @@ func NewSource(ctx context.Context, client *pubsub.Client, cfg SourceConfig) (*S
 		name:     name,
 		window:   retentionDefault,
 		held:     make(map[string]time.Time),
-		attempts: make(map[string]int),
+		attempts: newAttemptCounts(attemptsGeneration),
 		freed:    make(chan struct{}, 1),
 	}
 	if d := sub.GetMessageRetentionDuration(); d != nil {
@@ -229,8 +229,7 @@ func (s *Source) handOut(ds []*Delivery) []idem.Delivery {
 		pm := d.rm.GetMessage()
 		attempt := int(d.rm.GetDeliveryAttempt())
 		if !s.brokerN || attempt < 1 {
-			s.attempts[pm.GetMessageId()]++
-			attempt = s.attempts[pm.GetMessageId()]
+			attempt = s.attempts.next(pm.GetMessageId())
 		}
 		m, err := Decode(pm.GetData(), pm.GetAttributes(), pm.GetPublishTime().AsTime(), attempt)
 		if err != nil {
@@ -274,7 +273,7 @@ func (s *Source) release(d *Delivery, forget bool) {
 	s.mu.Lock()
 	delete(s.held, d.ackID)
 	if forget {
-		delete(s.attempts, d.rm.GetMessage().GetMessageId())
+		s.attempts.forget(d.rm.GetMessage().GetMessageId())
 	}
 	s.mu.Unlock()
 	select {
@@ -282,6 +281,51 @@ func (s *Source) release(d *Delivery, forget bool) {
 	default:
 	}
 }
+
+// attemptsGeneration is how many message ids one generation of a Source's attempt counts holds.
+const attemptsGeneration = 1 << 15
+
+// attemptCounts counts the deliveries of each message a Source handed out, in two generations
+// of at most max ids each: an id is counted in the current one, and when it is full it becomes
+// the previous one and the one before is dropped. An ack or a term forgets an id, but a message
+// this source held and another source of the subscription settled (a lease that ran out, a
+// delivery given back) is never settled here; without generations its count would stay for
+// the life of the process. A message still going round is seen again and moves to the current
+// generation; one that returns only after 2×max other ids were counted starts again at 1, which
+// can only give it more attempts before its dead letter, never fewer. Its caller holds the
+// Source's lock.
+type attemptCounts struct {
+	max       int
+	cur, prev map[string]int
+}
+
+func newAttemptCounts(max int) attemptCounts {
+	return attemptCounts{max: max, cur: make(map[string]int), prev: make(map[string]int)}
+}
+
+// next counts one more delivery of message id and returns its number, 1 for the first.
+func (a *attemptCounts) next(id string) int {
+	n, ok := a.cur[id]
+	if !ok {
+		n = a.prev[id]
+		delete(a.prev, id)
+	}
+	n++
+	a.cur[id] = n
+	if len(a.cur) >= a.max {
+		a.prev, a.cur = a.cur, make(map[string]int)
+	}
+	return n
+}
+
+// forget drops the count of message id: it was settled and will not come back.
+func (a *attemptCounts) forget(id string) {
+	delete(a.cur, id)
+	delete(a.prev, id)
+}
+
+// len is how many ids are counted.
+func (a *attemptCounts) len() int { return len(a.cur) + len(a.prev) }
 
 // Delivery is one message received through a Source.
 type Delivery struct {
