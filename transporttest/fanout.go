@@ -1,7 +1,6 @@
 package transporttest
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/idemkit/idem"
@@ -17,13 +16,7 @@ func testFanOut(t *testing.T, h Harness) {
 	ledger := openSource(t, h, topic, "ledger", longLease)
 	ledger2 := openSource(t, h, topic, "ledger", longLease)
 	email := openSource(t, h, topic, "email", longLease)
-	prefix := newPrefix(t)
-	msgs := make([]idem.Message, n)
-	ids := make([]string, n)
-	for i := range msgs {
-		ids[i] = fmt.Sprintf("%s-%02d", prefix, i)
-		msgs[i] = idem.Message{EventID: ids[i], Payload: []byte(ids[i])}
-	}
+	msgs, ids := numbered(t, n)
 	publish(t, h.Sink(t), topic, msgs...)
 
 	first := receiveN(t, ledger, firstTake, slack)

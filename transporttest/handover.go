@@ -2,7 +2,6 @@ package transporttest
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -32,13 +31,7 @@ func ExerciseHandover(t *testing.T, h Harness) {
 func testHandoverOnClose(t *testing.T, h Harness) {
 	const n, held = 60, 10
 	topic := h.NewTopic(t)
-	prefix := newPrefix(t)
-	msgs := make([]idem.Message, n)
-	ids := make([]string, n)
-	for i := range msgs {
-		ids[i] = fmt.Sprintf("%s-%02d", prefix, i)
-		msgs[i] = idem.Message{EventID: ids[i], Payload: []byte(ids[i])}
-	}
+	msgs, ids := numbered(t, n)
 	publish(t, h.Sink(t), topic, msgs...)
 
 	first := openSource(t, h, topic, "handover", longLease)

@@ -429,24 +429,12 @@ func testPersistentResume(t *testing.T, h Harness) {
 func testCloseWhilePrefetching(t *testing.T, h Harness) {
 	const n, rounds, max = 60, 20, 2
 	topic := h.NewTopic(t)
-	prefix := newPrefix(t)
-	msgs := make([]idem.Message, n)
-	ids := make([]string, n)
-	for i := range msgs {
-		ids[i] = fmt.Sprintf("%s-%02d", prefix, i)
-		msgs[i] = idem.Message{EventID: ids[i], Payload: []byte(ids[i])}
-	}
+	msgs, ids := numbered(t, n)
 	publish(t, h.Sink(t), topic, msgs...)
 
 	var got []idem.Delivery
 	take := func(ds []idem.Delivery, when string) {
-		for _, d := range ds {
-			if a := d.Message().Attempt; a != 1 {
-				t.Errorf("event %s: Attempt = %d %s, want 1: a source closed while prefetching spent an attempt no handler saw",
-					d.Message().EventID, a, when)
-			}
-			ack(t, d)
-		}
+		ackFirstAttempts(t, ds, when, "a source closed while prefetching spent an attempt no handler saw")
 		got = append(got, ds...)
 	}
 	for i := range rounds {
@@ -698,23 +686,12 @@ func testReceiveCancelledGivesBack(t *testing.T, h Harness) {
 	const n, max, tries = 40, 5, 300
 	topic := h.NewTopic(t)
 	src := openSource(t, h, topic, "cancelled", longLease)
-	prefix := newPrefix(t)
-	msgs := make([]idem.Message, n)
-	ids := make([]string, n)
-	for i := range msgs {
-		ids[i] = fmt.Sprintf("%s-%02d", prefix, i)
-		msgs[i] = idem.Message{EventID: ids[i], Payload: []byte(ids[i])}
-	}
+	msgs, ids := numbered(t, n)
 	publish(t, h.Sink(t), topic, msgs...)
 
 	var got []idem.Delivery
 	checkFirst := func(ds []idem.Delivery, when string) {
-		for _, d := range ds {
-			if a := d.Message().Attempt; a != 1 {
-				t.Errorf("event %s: Attempt = %d %s, want 1: a cancelled Receive spent an attempt no handler saw", d.Message().EventID, a, when)
-			}
-			ack(t, d)
-		}
+		ackFirstAttempts(t, ds, when, "a cancelled Receive spent an attempt no handler saw")
 		got = append(got, ds...)
 	}
 	for i := 0; i < tries && len(got) < n; i++ {
@@ -763,12 +740,7 @@ func testReceiveCancelledSteady(t *testing.T, h Harness) {
 
 	var got []idem.Delivery
 	take := func(ds []idem.Delivery, when string) {
-		for _, d := range ds {
-			if a := d.Message().Attempt; a != 1 {
-				t.Errorf("event %s: Attempt = %d %s, want 1: a cancelled Receive spent an attempt no handler saw", d.Message().EventID, a, when)
-			}
-			ack(t, d)
-		}
+		ackFirstAttempts(t, ds, when, "a cancelled Receive spent an attempt no handler saw")
 		got = append(got, ds...)
 	}
 	for range tries {
@@ -794,13 +766,7 @@ func testConcurrentReceiveAck(t *testing.T, h Harness) {
 	const n, workers, max = 60, 4, 5
 	topic := h.NewTopic(t)
 	src := openSource(t, h, topic, "concurrent", longLease)
-	prefix := newPrefix(t)
-	msgs := make([]idem.Message, n)
-	ids := make([]string, n)
-	for i := range msgs {
-		ids[i] = fmt.Sprintf("%s-%02d", prefix, i)
-		msgs[i] = idem.Message{EventID: ids[i], Payload: []byte(ids[i])}
-	}
+	msgs, ids := numbered(t, n)
 	publish(t, h.Sink(t), topic, msgs...)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -913,6 +879,20 @@ func openSource(tb testing.TB, h Harness, topic, name string, lease time.Duratio
 	}
 	tb.Cleanup(func() { _ = src.Close() })
 	return src
+}
+
+// numbered returns n messages under a fresh prefix, each carrying its event id as payload, and
+// their event ids.
+func numbered(tb testing.TB, n int) ([]idem.Message, []string) {
+	tb.Helper()
+	prefix := newPrefix(tb)
+	msgs := make([]idem.Message, n)
+	ids := make([]string, n)
+	for i := range msgs {
+		ids[i] = fmt.Sprintf("%s-%02d", prefix, i)
+		msgs[i] = idem.Message{EventID: ids[i], Payload: []byte(ids[i])}
+	}
+	return msgs, ids
 }
 
 // newPrefix returns a random event-id prefix, so ids never collide across checks or runs.
@@ -1066,6 +1046,18 @@ func eventIDs(ds []idem.Delivery) []string {
 		ids[i] = d.Message().EventID
 	}
 	return ids
+}
+
+// ackFirstAttempts acks each of ds, failing the test (with why) for any not on its first
+// attempt; when says where in the check they were received.
+func ackFirstAttempts(tb testing.TB, ds []idem.Delivery, when, why string) {
+	tb.Helper()
+	for _, d := range ds {
+		if a := d.Message().Attempt; a != 1 {
+			tb.Errorf("event %s: Attempt = %d %s, want 1: %s", d.Message().EventID, a, when, why)
+		}
+		ack(tb, d)
+	}
 }
 
 // ack acks d and fails the test on error.
