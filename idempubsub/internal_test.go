@@ -28,6 +28,9 @@ func TestSeconds(t *testing.T) {
 	}
 }
 
+// len is how many ids a are counting.
+func (a *attemptCounts) len() int { return len(a.cur) + len(a.prev) }
+
 // TestAttemptCounts: a message's count goes on while it keeps coming back, a settled one starts
 // again, and ids that are never settled here (another source of the subscription acked them)
 // stay bounded at two generations instead of growing for the life of the process.

@@ -324,9 +324,6 @@ func (a *attemptCounts) forget(id string) {
 	delete(a.prev, id)
 }
 
-// len is how many ids are counted.
-func (a *attemptCounts) len() int { return len(a.cur) + len(a.prev) }
-
 // Delivery is one message received through a Source.
 type Delivery struct {
 	src      *Source
