@@ -41,7 +41,7 @@
 // the Idem-Replay-Of, Idem-Replayed-By, Idem-Replay-New-Event-Of and Idem-Replay-Event-Time
 // headers (the last one dates the original event for the too_old check). A [Verifier] lists
 // the replay keys it accepts in [VerifierConfig].ReplayKeys; it still requires the producer's
-// signature and checks its MAC (not its age) when it holds the producer's key.
+// signature, made with a key the keyring holds, and checks its MAC (not its age).
 //
 // # Rotation
 //

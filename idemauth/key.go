@@ -1,6 +1,8 @@
 package idemauth
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -105,13 +107,16 @@ type Keyring struct {
 
 // NewKeyring validates keys and returns a Keyring holding copies of them. Every error names the
 // key (by id, or by position when the id itself is wrong) and the field: ids must be non-empty
-// and unique, tenants non-empty, secrets at least SecretMinBytes long.
+// and unique, tenants non-empty, secrets at least SecretMinBytes long, and no two tenants may
+// share a secret (compared as the HMAC key it amounts to, see HMACKey): a producer holding it
+// could otherwise sign for the other tenant. Keys of one tenant may share one.
 func NewKeyring(keys ...Key) (*Keyring, error) {
 	if len(keys) == 0 {
 		return nil, errors.New("idemauth: NewKeyring: no keys (want at least one)")
 	}
 	r := &Keyring{keys: make([]Key, 0, len(keys)), byID: make(map[string]int, len(keys))}
 	var errs []error
+	bySecret := make(map[string]Key, len(keys)) // effective HMAC key -> first key with it
 	for i, k := range keys {
 		if err := k.validate(i); err != nil {
 			errs = append(errs, err)
@@ -121,6 +126,14 @@ func NewKeyring(keys ...Key) (*Keyring, error) {
 			errs = append(errs, fmt.Errorf("idemauth: key %q: ID is used by another key too", k.ID))
 			continue
 		}
+		hk := string(HMACKey(k.Secret))
+		if o, dup := bySecret[hk]; dup && o.Tenant != k.Tenant {
+			errs = append(errs, fmt.Errorf("idemauth: key %q (tenant %q): Secret is the same HMAC key as key %q's (tenant %q): "+
+				"a producer of either tenant could sign for the other; give each tenant its own secret", k.ID, k.Tenant, o.ID, o.Tenant))
+			continue
+		} else if !dup {
+			bySecret[hk] = k
+		}
 		k.Secret = append([]byte(nil), k.Secret...)
 		r.byID[k.ID] = len(r.keys)
 		r.keys = append(r.keys, k)
@@ -129,6 +142,19 @@ func NewKeyring(keys ...Key) (*Keyring, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// HMACKey returns the key HMAC-SHA256 actually uses for secret, for duplicate-secret checks
+// (here and in idemwebhook): a secret longer than SHA-256's
+// block size is replaced by its SHA-256, and the result is padded with zero bytes to the block
+// size, so trailing zero bytes make no difference. Two secrets with the same HMACKey make the
+// same MACs; the duplicate checks compare these.
+func HMACKey(secret []byte) []byte {
+	if len(secret) > sha256.BlockSize {
+		sum := sha256.Sum256(secret)
+		secret = sum[:]
+	}
+	return bytes.TrimRight(secret, "\x00")
 }
 
 // Key returns the key named id.

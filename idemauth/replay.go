@@ -26,9 +26,10 @@ const HeaderReplaySignature = wire.ReplaySignature
 // replay comes from an operator. Its String, GoString and LogValue never show Secret.
 type ReplayKey struct {
 	// ID names the key in replay signature headers (required; the same alphabet as Key.ID). It
-	// must not be the id of a producer key.
+	// must not be the id of a producer key (NewVerifier refuses it).
 	ID string
-	// Secret is the HMAC key, at least SecretMinBytes random bytes (required).
+	// Secret is the HMAC key, at least SecretMinBytes random bytes (required), shared with no
+	// producer key and no other replay key (NewVerifier refuses it).
 	Secret []byte
 	// Tenants limits the tenants this key may replay for; empty means any tenant.
 	Tenants []string
@@ -131,8 +132,8 @@ func replayMAC(key ReplayKey, unix int64, msg idem.Message) [32]byte {
 // authenticateReplay verifies a message that carries an operator's replay signature: the replay
 // key must be one of ReplayKeys and allowed for the message's tenant, its MAC must cover the
 // message as received, and its time must lie within the tolerance of the (re)publish time. The
-// producer's original signature must still be there and, when its key is in the keyring, match
-// the message (only its age is forgiven), so that a replay key re-authorises what a producer
+// producer's original signature must still be there, made with a key of the keyring (v1 only
+// inside AcceptV1Until), and match the message (only its age is forgiven), so that a replay key re-authorises what a producer
 // signed rather than anything an operator's store holds — except for an edited dead letter the
 // operator explicitly sent as a new event (Idem-Replay-New-Event-Of, covered by the MAC).
 func (v *Verifier) authenticateReplay(msg *idem.Message, refuse func(error, string, ...any) error) error {
@@ -170,19 +171,25 @@ func (v *Verifier) authenticateReplay(msg *idem.Message, refuse func(error, stri
 	if err != nil {
 		return fmt.Errorf("%w: %w", idem.ErrUnauthenticated, err)
 	}
-	if pk, ok := v.ring.Key(osig.KeyID); ok {
-		if pk.Tenant != msg.Tenant {
-			return refuse(ErrTenantMismatch, "(the replay says tenant %s, producer key %q speaks for tenant %q)", quoteTrunc(msg.Tenant), pk.ID, pk.Tenant)
-		}
-		// The producer's MAC covers the message without the replay headers.
-		m := *msg
-		want := computeMAC(pk, osig.Timestamp.Unix(), m)
-		if osig.Version == 1 {
-			want = computeMACv1(pk, osig.Timestamp.Unix(), m)
-		}
-		if !hmac.Equal(osig.MAC[:], want[:]) {
-			return refuse(ErrBadSignature, "(producer key %q): the replayed message is not the one the producer signed", pk.ID)
-		}
+	// The producer's key must be in the keyring: were an unknown one let through unchecked, a
+	// replay key alone could put any payload under any event id by naming a key the verifier
+	// does not hold. Keep a retired key in the ring (with a NotAfter) while its dead letters may
+	// be replayed, or replay them as new events.
+	pk, ok := v.ring.Key(osig.KeyID)
+	if !ok {
+		return refuse(ErrUnknownKey, "%q in %s (the producer key of a replay must be in the keyring; replay it as a new event otherwise)", osig.KeyID, HeaderSignature)
+	}
+	if pk.Tenant != msg.Tenant {
+		return refuse(ErrTenantMismatch, "(the replay says tenant %s, producer key %q speaks for tenant %q)", quoteTrunc(msg.Tenant), pk.ID, pk.Tenant)
+	}
+	// The producer's MAC covers the message without the replay headers; v1 only inside the
+	// rotation window, as for a message verified directly.
+	want, err = v.producerMAC(pk, osig, *msg, refuse)
+	if err != nil {
+		return err
+	}
+	if !hmac.Equal(osig.MAC[:], want[:]) {
+		return refuse(ErrBadSignature, "(producer key %q): the replayed message is not the one the producer signed", pk.ID)
 	}
 	return v.checkTenantClaims(*msg, key.ID, msg.Tenant, refuse)
 }

@@ -86,8 +86,9 @@ func (c VerifierConfig) WithDefaults() VerifierConfig {
 	return c
 }
 
-// validate reports every invalid field of a config that WithDefaults has filled in.
-func (c VerifierConfig) validate() error {
+// validate reports every invalid field of a config that WithDefaults has filled in, for a
+// Verifier over ring.
+func (c VerifierConfig) validate(ring *Keyring) error {
 	var errs []error
 	if c.Tolerance < 0 {
 		errs = append(errs, fmt.Errorf("Tolerance is %v, want > 0", c.Tolerance))
@@ -95,7 +96,26 @@ func (c VerifierConfig) validate() error {
 	if c.TenantField != strings.TrimSpace(c.TenantField) {
 		errs = append(errs, fmt.Errorf("TenantField %q has surrounding spaces", c.TenantField))
 	}
+	errs = append(errs, c.validateReplayKeys(ring)...)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("idemauth: verifier config: %w", err)
+	}
+	return nil
+}
+
+// validateReplayKeys reports every invalid replay key: an invalid field, an id used twice or by a
+// producer key of ring, and a secret (compared as the HMAC key it amounts to) of a producer key
+// or of another replay key. A shared secret would let a producer sign replays, or an operator
+// whose key is limited to some tenants sign as one that is not.
+func (c VerifierConfig) validateReplayKeys(ring *Keyring) []error {
+	var errs []error
 	seen := map[string]bool{}
+	secrets := map[string]string{} // effective HMAC key -> description of its first owner
+	for _, k := range ring.keys {
+		if _, ok := secrets[string(HMACKey(k.Secret))]; !ok {
+			secrets[string(HMACKey(k.Secret))] = fmt.Sprintf("producer key %q's", k.ID)
+		}
+	}
 	for i, k := range c.ReplayKeys {
 		if err := k.validate(); err != nil {
 			errs = append(errs, fmt.Errorf("ReplayKeys[%d]: %w", i, err))
@@ -105,11 +125,17 @@ func (c VerifierConfig) validate() error {
 			errs = append(errs, fmt.Errorf("ReplayKeys[%d]: ID %q is used by another replay key too", i, k.ID))
 		}
 		seen[k.ID] = true
+		if _, ok := ring.byID[k.ID]; ok {
+			errs = append(errs, fmt.Errorf("ReplayKeys[%d]: ID %q is the id of a producer key: give replay keys ids of their own", i, k.ID))
+		}
+		hk := string(HMACKey(k.Secret))
+		if owner, ok := secrets[hk]; ok {
+			errs = append(errs, fmt.Errorf("ReplayKeys[%d]: replay key %q: Secret is the same HMAC key as %s: give every replay key a secret of its own", i, k.ID, owner))
+			continue
+		}
+		secrets[hk] = fmt.Sprintf("replay key %q's", k.ID)
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("idemauth: verifier config: %w", err)
-	}
-	return nil
+	return errs
 }
 
 // Verifier is an idem.Authenticator that checks HMAC signatures against a Keyring and sets each
@@ -122,13 +148,14 @@ type Verifier struct {
 
 var _ idem.Authenticator = (*Verifier)(nil)
 
-// NewVerifier returns a Verifier over ring; cfg's errors name the field.
+// NewVerifier returns a Verifier over ring; cfg's errors name the field. It refuses a replay key
+// whose id is a producer key's, or whose secret is a producer key's or another replay key's.
 func NewVerifier(ring *Keyring, cfg VerifierConfig) (*Verifier, error) {
 	if ring == nil {
 		return nil, errors.New("idemauth: NewVerifier: keyring is nil")
 	}
 	cfg = cfg.WithDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.validate(ring); err != nil {
 		return nil, err
 	}
 	v := &Verifier{ring: ring, cfg: cfg, replay: make(map[string]ReplayKey, len(cfg.ReplayKeys))}
@@ -205,18 +232,28 @@ func (v *Verifier) checkProducerMAC(sig Signature, msg idem.Message, refuse func
 	if !ok {
 		return Key{}, refuse(ErrUnknownKey, "%q (not in the keyring: never added, or retired)", sig.KeyID)
 	}
-	want := computeMAC(key, sig.Timestamp.Unix(), msg)
-	if sig.Version == 1 {
-		until := v.cfg.AcceptV1Until
-		if until.IsZero() || sig.Timestamp.After(until) || v.cfg.Now().After(until) {
-			return Key{}, refuse(ErrVersionRetired, "(key %q signed with v1, which does not cover the occurrence time; sign with v2)", key.ID)
-		}
-		want = computeMACv1(key, sig.Timestamp.Unix(), msg)
+	want, err := v.producerMAC(key, sig, msg, refuse)
+	if err != nil {
+		return Key{}, err
 	}
 	if !hmac.Equal(sig.MAC[:], want[:]) {
 		return Key{}, refuse(ErrBadSignature, "(key %q): the message was changed after signing, or signed with another secret", key.ID)
 	}
 	return key, nil
+}
+
+// producerMAC is the MAC key should have made for sig over msg: v2, or v1 while the rotation
+// window (VerifierConfig.AcceptV1Until) allows it, for a producer's signature checked directly
+// and for the one a replay keeps alike.
+func (v *Verifier) producerMAC(key Key, sig Signature, msg idem.Message, refuse func(error, string, ...any) error) ([32]byte, error) {
+	if sig.Version != 1 {
+		return computeMAC(key, sig.Timestamp.Unix(), msg), nil
+	}
+	until := v.cfg.AcceptV1Until
+	if until.IsZero() || sig.Timestamp.After(until) || v.cfg.Now().After(until) {
+		return [32]byte{}, refuse(ErrVersionRetired, "(key %q signed with v1, which does not cover the occurrence time; sign with v2)", key.ID)
+	}
+	return computeMACv1(key, sig.Timestamp.Unix(), msg), nil
 }
 
 // checkTimes refuses a signature made after its key's NotAfter or further than the tolerance from

@@ -20,7 +20,9 @@
 // the request target, the Idempotency-Key, Idem-Event-Id, Idem-Tenant, Idem-Type and
 // Idem-Occurred-At headers, the timestamp, the key id and SHA-256 of the body, so a captured
 // request cannot be re-sent under another key, tenant or path; Verify refuses timestamps outside
-// its tolerance, so it cannot be re-sent later either. The header and its "h1" field are distinct
+// its tolerance, so it cannot be re-sent later either. Verify also refuses a request that repeats
+// a signed header (the MAC covers one value) and a secret shorter than SecretMinBytes. One sink
+// secret signs the events of every tenant; the tenant is bound by Idem-Tenant being signed. The header and its "h1" field are distinct
 // from idemauth's broker signature (Idem-Signature, "v2"), which signs another input.
 //
 // Redirects are never followed, with the default client or a caller's: a 3xx is a permanent

@@ -14,7 +14,7 @@ import (
 // A receiving service checks the signature before it trusts anything in the request, then
 // applies the effect once per Idempotency-Key.
 func ExampleVerify() {
-	secret := []byte("shared-secret")
+	secret := []byte("shared-secret-of-32-bytes-or-more")
 	applied := map[string]bool{}
 	handler := func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
@@ -31,7 +31,7 @@ func ExampleVerify() {
 	}
 
 	body := `{"amount":5}`
-	for _, s := range []string{"shared-secret", "shared-secret", "wrong-secret"} {
+	for _, s := range []string{"shared-secret-of-32-bytes-or-more", "shared-secret-of-32-bytes-or-more", "wrong-secret-of-32-bytes-or-more!"} {
 		req := httptest.NewRequest(http.MethodPost, "/hooks/payments", strings.NewReader(body))
 		req.Header.Set(idemhttp.HeaderIdempotencyKey, idemhttp.IdempotencyKey("acme", "pay-1"))
 		req.Header.Set(idemhttp.SignatureHeaderDefault, idemhttp.Sign([]byte(s), "", time.Now(), idemhttp.RequestOf(req, []byte(body))))

@@ -22,6 +22,11 @@ import (
 // and a slow network without keeping captured requests replayable for long.
 const ToleranceDefault = 5 * time.Minute
 
+// SecretMinBytes is the shortest secret VerifyHeader and NewSink accept: 32 bytes, HMAC-SHA256's
+// output size, as idemauth.SecretMinBytes. A shorter secret can be guessed offline from a single
+// signed request.
+const SecretMinBytes = 32
+
 // maxSignatureHeaderLen bounds the header Verify parses, so an attacker cannot make it work hard.
 const maxSignatureHeaderLen = 4096
 
@@ -45,7 +50,9 @@ type SignedRequest struct {
 	Body []byte
 }
 
-// RequestOf returns what the signature of r covers; body is r's body, read by the caller.
+// RequestOf returns what the signature of r covers; body is r's body, read by the caller. It
+// reads the first value of each header: Verify refuses a request that repeats a signed header,
+// and a caller passing RequestOf to VerifyHeader itself should check the same (see Verify).
 func RequestOf(r *http.Request, body []byte) SignedRequest {
 	return SignedRequest{
 		Method:         r.Method,
@@ -87,21 +94,37 @@ func mac(secret []byte, ts, keyID string, req SignedRequest) []byte {
 	return h.Sum(nil)
 }
 
+// signedHeaders are the headers whose values the signature covers, one value each.
+var signedHeaders = [...]string{HeaderIdempotencyKey, HeaderEventID, HeaderTenant, HeaderType, HeaderOccurredAt}
+
 // Verify checks the SignatureHeaderDefault header of r, whose body the caller has read into body,
-// with secret: VerifyHeader over RequestOf(r, body).
+// with secret: VerifyHeader over RequestOf(r, body). It first refuses, with an error wrapping
+// idem.ErrUnauthenticated, a request with more than one value of a signed header or of the
+// signature header: the signature covers one value, and a receiver (or a proxy) reading another
+// one would act on what was not signed.
 func Verify(secret []byte, r *http.Request, body []byte, now time.Time, tolerance time.Duration) error {
+	for _, name := range append(signedHeaders[:], SignatureHeaderDefault) {
+		if n := len(r.Header.Values(name)); n > 1 {
+			return fmt.Errorf("%w: idemhttp: verify signature: header %s has more than one value (%d): the signature covers one, so the request is ambiguous",
+				idem.ErrUnauthenticated, name, n)
+		}
+	}
 	return VerifyHeader(secret, r.Header.Get(SignatureHeaderDefault), RequestOf(r, body), now, tolerance)
 }
 
 // VerifyHeader checks a signature header made by Sign (or sent by the sink) against req and
-// secret. It refuses, with an error wrapping idem.ErrUnauthenticated: an empty secret, a
-// malformed header, a timestamp further than tolerance from now in either direction (a replayed
+// secret. It refuses, with an error wrapping idem.ErrUnauthenticated: a secret shorter than
+// SecretMinBytes (a configuration error, reported on every request), a malformed header, a timestamp further than tolerance from now in either direction (a replayed
 // or pre-dated request; tolerance <= 0 means ToleranceDefault), and a header none of whose h1
 // signatures matches. Several h1 fields are allowed so that a sender can sign with an old and a
 // new key during rotation; they share the header's kid. Signatures are compared in constant time.
 func VerifyHeader(secret []byte, header string, req SignedRequest, now time.Time, tolerance time.Duration) error {
 	if len(secret) == 0 {
 		return fmt.Errorf("%w: idemhttp: verify signature: secret is empty", idem.ErrUnauthenticated)
+	}
+	if len(secret) < SecretMinBytes {
+		return fmt.Errorf("%w: idemhttp: verify signature: secret has %d bytes, want at least %d random bytes",
+			idem.ErrUnauthenticated, len(secret), SecretMinBytes)
 	}
 	if tolerance <= 0 {
 		tolerance = ToleranceDefault

@@ -22,14 +22,14 @@ var sampleRequest = idemhttp.SignedRequest{Method: "POST", Target: "/hooks/payme
 
 func TestVerify(t *testing.T) {
 	t.Parallel()
-	secret := []byte("s3cret")
+	secret := []byte("s3cret-of-at-least-32-random-bytes")
 	req := sampleRequest
 	at := time.Unix(1740830400, 0)
 	good := idemhttp.Sign(secret, "", at, req)
 	h1 := strings.TrimPrefix(good[strings.Index(good, "h1="):], "h1=")
 	withKID := idemhttp.Sign(secret, "k1", at, req)
 	h1kid := withKID[strings.Index(withKID, "h1=")+3:]
-	other := idemhttp.Sign([]byte("old-key"), "", at, req)
+	other := idemhttp.Sign([]byte("old-key-of-at-least-32-random-bytes"), "", at, req)
 	ts := strconv.FormatInt(at.Unix(), 10)
 	change := func(f func(r *idemhttp.SignedRequest)) idemhttp.SignedRequest {
 		r := req
@@ -51,7 +51,7 @@ func TestVerify(t *testing.T) {
 		{"rotation: one of two signatures", secret, other + ",h1=" + h1, req, at, time.Minute, ""},
 		{"within tolerance", secret, good, req, at.Add(59 * time.Second), time.Minute, ""},
 		{"default tolerance", secret, good, req, at.Add(4 * time.Minute), 0, ""},
-		{"wrong secret", []byte("wrong"), good, req, at, time.Minute, "no h1 signature matches"},
+		{"wrong secret", []byte("wrong-secret-of-at-least-32-bytes"), good, req, at, time.Minute, "no h1 signature matches"},
 		{"tampered body", secret, good, change(func(r *idemhttp.SignedRequest) { r.Body = []byte(`{"amount":500}`) }), at, time.Minute, "no h1 signature matches"},
 		{"new idempotency key", secret, good, change(func(r *idemhttp.SignedRequest) { r.IdempotencyKey = "acme:pay-2" }), at, time.Minute, "no h1 signature matches"},
 		{"other tenant", secret, good, change(func(r *idemhttp.SignedRequest) { r.Tenant = "globex" }), at, time.Minute, "no h1 signature matches"},
@@ -134,7 +134,7 @@ func TestIdempotencyKeyUnambiguous(t *testing.T) {
 // FuzzVerify checks that VerifyHeader never panics, refuses with ErrUnauthenticated, accepts what
 // Sign produced, and never accepts a header for another body or idempotency key.
 func FuzzVerify(f *testing.F) {
-	f.Add([]byte("secret"), "t=1700000000,h1=00", []byte("{}"), "acme:e", int64(1700000000))
+	f.Add([]byte("secret-of-at-least-32-random-bytes"), "t=1700000000,h1=00", []byte("{}"), "acme:e", int64(1700000000))
 	f.Add([]byte("k"), "", []byte(nil), "", int64(0))
 	f.Add([]byte("k"), "t=1,kid=a,h1=zz,h1=", []byte("x"), "x", int64(1))
 	f.Fuzz(func(t *testing.T, secret []byte, header string, body []byte, key string, unix int64) {
@@ -147,8 +147,8 @@ func FuzzVerify(f *testing.F) {
 		if err != nil && !errors.Is(err, idem.ErrUnauthenticated) {
 			t.Fatalf("error does not wrap ErrUnauthenticated: %v", err)
 		}
-		if err == nil && len(secret) == 0 {
-			t.Fatal("verified with an empty secret")
+		if err == nil && len(secret) < idemhttp.SecretMinBytes {
+			t.Fatalf("verified with a %d-byte secret", len(secret))
 		}
 		if err == nil {
 			other := req
@@ -162,7 +162,7 @@ func FuzzVerify(f *testing.F) {
 				t.Fatalf("header %q verifies two idempotency keys", header)
 			}
 		}
-		if len(secret) == 0 {
+		if len(secret) < idemhttp.SecretMinBytes {
 			return
 		}
 		signed := idemhttp.Sign(secret, "", now, req)

@@ -70,7 +70,8 @@ type SinkConfig struct {
 	// the idempotency key, and a 301/302/303 would turn the POST into a GET. A redirect is a
 	// permanent error naming the status.
 	Client *http.Client
-	// Secret is the HMAC-SHA256 key requests are signed with. Empty means no signature header:
+	// Secret is the HMAC-SHA256 key requests are signed with, at least SecretMinBytes random
+	// bytes. Empty means no signature header:
 	// only acceptable when the channel is authenticated some other way (mTLS, a private network).
 	Secret []byte
 	// KeyID is sent as kid in the signature header so that the receiver can pick the key, which
@@ -118,6 +119,9 @@ func (c SinkConfig) validate() error {
 	}
 	if strings.ContainsAny(c.KeyID, ",= \t\r\n") {
 		errs = append(errs, fmt.Errorf("KeyID %q contains ',', '=' or blanks, which the signature header cannot carry", c.KeyID))
+	}
+	if len(c.Secret) > 0 && len(c.Secret) < SecretMinBytes {
+		errs = append(errs, fmt.Errorf("Secret has %d bytes, want at least %d random bytes", len(c.Secret), SecretMinBytes))
 	}
 	if len(c.Secret) == 0 && c.KeyID != "" {
 		errs = append(errs, fmt.Errorf("KeyID is %q but Secret is empty: nothing would be signed", c.KeyID))

@@ -74,7 +74,7 @@ var fixedNow = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 func TestSinkSendsHeadersAndSignature(t *testing.T) {
 	t.Parallel()
 	rec, srv := newServer(t, nil)
-	secret := []byte("s3cret")
+	secret := []byte("s3cret-of-at-least-32-random-bytes")
 	sink := newSink(t, idemhttp.SinkConfig{BaseURL: srv.URL + "/hooks/", Secret: secret, KeyID: "key-2025", Now: func() time.Time { return fixedNow }})
 	occurred := time.Date(2025, 3, 1, 11, 59, 0, 123, time.UTC)
 	msgs := []idem.Message{
@@ -278,7 +278,8 @@ func TestNewSinkValidates(t *testing.T) {
 		want string
 	}{
 		{"ok base", idemhttp.SinkConfig{BaseURL: "https://hooks.example.com"}, ""},
-		{"ok func", idemhttp.SinkConfig{URL: url, Secret: []byte("k"), KeyID: "k1"}, ""},
+		{"ok func", idemhttp.SinkConfig{URL: url, Secret: []byte("k-of-at-least-32-random-bytes-!!"), KeyID: "k1"}, ""},
+		{"short secret", idemhttp.SinkConfig{URL: url, Secret: []byte("k"), KeyID: "k1"}, "Secret has 1 bytes, want at least 32"},
 		{"neither", idemhttp.SinkConfig{}, "URL and BaseURL are both empty"},
 		{"both", idemhttp.SinkConfig{URL: url, BaseURL: "http://x"}, "URL and BaseURL are both set"},
 		{"relative base", idemhttp.SinkConfig{BaseURL: "/hooks"}, "BaseURL \"/hooks\": want an absolute http or https URL"},
@@ -309,7 +310,7 @@ func TestNewSinkValidates(t *testing.T) {
 // and the copy was applied a second time.
 func TestCapturedRequestReplayedUnderAnotherKeyIsRefused(t *testing.T) {
 	t.Parallel()
-	secret := []byte("s3cret-shared-with-the-receiver")
+	secret := []byte("s3cret-shared-with-the-receiver-32")
 	var (
 		mu      sync.Mutex
 		applied = map[string]bool{}
@@ -359,7 +360,7 @@ func TestSinkNeverFollowsRedirects(t *testing.T) {
 		http.Redirect(w, r, otherSrv.URL+"/steal", http.StatusTemporaryRedirect)
 	})
 	follows := &http.Client{Timeout: 5 * time.Second} // the zero CheckRedirect follows 307s with the body
-	sink := newSink(t, idemhttp.SinkConfig{BaseURL: srv.URL, Secret: []byte("s3cret"), Client: follows})
+	sink := newSink(t, idemhttp.SinkConfig{BaseURL: srv.URL, Secret: []byte("s3cret-of-at-least-32-random-bytes"), Client: follows})
 	err := sink.Publish(context.Background(), "payments", idem.Message{EventID: "pay-1", Tenant: "acme", Payload: []byte(`{"amount":5}`)})
 	require.ErrorContains(t, err, "status 307")
 	require.Equal(t, idem.ClassPermanent, idem.Classify(err))

@@ -84,7 +84,7 @@ func newHTTPSink(tb testing.TB, srv *httptest.Server, secret []byte) idem.Sink {
 
 func TestHTTPSinkThroughRelay(t *testing.T) {
 	t.Parallel()
-	secret := []byte("shared-secret")
+	secret := []byte("shared-secret-of-at-least-32-bytes")
 	for _, tc := range []struct {
 		name    string
 		respond func(n int, w http.ResponseWriter) int
