@@ -13,9 +13,9 @@
 // A [Verifier] checks one provider's signature in constant time and returns the provider's event
 // id (which becomes the claim's event id, so a redelivery is a duplicate), the event type and
 // time when the provider gives them, and the tenant — always the tenant of the secret that
-// verified, never a field of the request. A request that fails verification is dead-lettered as
-// unauthenticated with no tenant, its claimed event id bounded and its body kept for forensics;
-// nothing in it is trusted.
+// verified, never a field of the request. A request that fails verification is answered 401,
+// counted and logged (its claimed event id bounded, never its body) and not stored: anyone can
+// send one, and the provider keeps a genuine delivery and sends it again.
 //
 // The verifiers: [QStash] (Upstash-Signature, a JWT signed with the current or next signing key
 // and bound to the URL and the body), [Stripe] (Stripe-Signature, t and v1), [GitHub]

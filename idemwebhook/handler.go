@@ -15,6 +15,7 @@ import (
 	"github.com/idemkit/idem/idemauth"
 	"github.com/idemkit/idem/idemredact"
 	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/idemtype"
 	"github.com/idemkit/idem/retry"
 	"github.com/idemkit/idem/wire"
 )
@@ -198,36 +199,38 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		// Verify sees no body: it can only name the event the request claims.
 		claimed, _ := h.cfg.Verifier.Verify(r, nil)
-		d.msg = h.message(r, nil, boundID(claimed.EventID), "", "", claimed.Attempt)
+		d.msg = h.message(r, nil, boundID(claimed.EventID), "", "", claimed.Attempt, false)
 		derr := fmt.Errorf("%w: body exceeds %d bytes (Config.MaxBodyBytes)", idem.ErrInvalidPayload, h.cfg.MaxBodyBytes)
 		h.refuse(w, r, d, idem.ReasonInvalidPayload, derr, http.StatusRequestEntityTooLarge, nil, "the body exceeds the limit of this endpoint; it was dead-lettered without its body")
 		return
 	}
 
 	v, err := h.cfg.Verifier.Verify(r, body)
+	genuine := err == nil || errors.Is(err, idem.ErrInvalidPayload) && !errors.Is(err, idem.ErrUnauthenticated)
+	if genuine {
+		if terr := checkTenant(v.Tenant); terr != nil {
+			// A verifier (a custom one) that names no usable tenant has not said whose
+			// delivery this is: nothing downstream may run under a guessed one.
+			genuine, err = false, terr
+		}
+	}
+	if !genuine {
+		h.unauthenticated(w, r, d, boundID(v.EventID), err)
+		return
+	}
 	if err != nil {
-		if errors.Is(err, idem.ErrInvalidPayload) && !errors.Is(err, idem.ErrUnauthenticated) {
-			// Genuine, but not an event: it belongs to the verified tenant.
-			d.msg = h.message(r, body, boundID(v.EventID), v.Tenant, v.Type, v.Attempt)
-			h.refuse(w, r, d, idem.ReasonInvalidPayload, err, h.provider.StopStatus, h.provider.StopHeaders, bounded(err.Error()))
-			return
-		}
-		// Never under a tenant it claimed: unauthenticated input has no tenant.
-		d.msg = h.message(r, body, boundID(v.EventID), "", "", v.Attempt)
-		if !errors.Is(err, idem.ErrUnauthenticated) {
-			err = fmt.Errorf("%w: %w", idem.ErrUnauthenticated, err)
-		}
-		w.Header().Set("WWW-Authenticate", fmt.Sprintf("Signature realm=%q", h.provider.Name))
-		h.refuse(w, r, d, idem.ReasonUnauthenticated, err, http.StatusUnauthorized, nil, unauthenticatedDetail(err))
+		// Genuine, but not an event: it belongs to the verified tenant.
+		d.msg = h.message(r, body, boundID(v.EventID), v.Tenant, v.Type, v.Attempt, false)
+		h.refuse(w, r, d, idem.ReasonInvalidPayload, err, h.provider.StopStatus, h.provider.StopHeaders, bounded(err.Error()))
 		return
 	}
 	if err := checkEventID(v.EventID, "the verified event id"); err != nil {
-		d.msg = h.message(r, body, boundID(v.EventID), v.Tenant, v.Type, v.Attempt)
+		d.msg = h.message(r, body, boundID(v.EventID), v.Tenant, v.Type, v.Attempt, false)
 		h.refuse(w, r, d, idem.ReasonInvalidPayload, err, h.provider.StopStatus, h.provider.StopHeaders, bounded(err.Error()))
 		return
 	}
 
-	d.msg = h.message(r, body, v.EventID, v.Tenant, v.Type, v.Attempt)
+	d.msg = h.message(r, body, v.EventID, v.Tenant, v.Type, v.Attempt, v.Replay)
 	d.msg.OccurredAt = v.OccurredAt
 	res := h.process(r.Context(), d.msg)
 	err = res.Err
@@ -303,6 +306,36 @@ func (h *Handler) retryLater(w http.ResponseWriter, d *delivery, delay time.Dura
 	writeProblem(w, Problem{Status: http.StatusServiceUnavailable, Detail: detail, Reason: "retry", EventID: d.msg.EventID, Provider: h.provider.Name}, nil)
 }
 
+// unauthenticated answers a delivery whose signature did not verify: 401 with WWW-Authenticate,
+// counted (outcome failed, reason unauthenticated, no tenant) and logged without its body, and
+// never stored. Anyone can send such a request, so storing each would let anyone fill the
+// dead-letter store; the provider keeps a genuine delivery refused by a misconfigured key and
+// sends it again once the key is fixed, so nothing is lost.
+func (h *Handler) unauthenticated(w http.ResponseWriter, r *http.Request, d *delivery, claimedID string, err error) {
+	if !errors.Is(err, idem.ErrUnauthenticated) {
+		err = fmt.Errorf("%w: %w", idem.ErrUnauthenticated, err)
+	}
+	d.msg = idem.Message{EventID: claimedID, Attempt: 1}
+	d.ev.Outcome, d.ev.Reason, d.ev.Class = idem.OutcomeFailed, idem.ReasonUnauthenticated, idem.ClassPermanent
+	h.observe(d)
+	h.log(r.Context(), slog.LevelWarn, "idemwebhook: signature refused; the delivery was not stored", d, idem.ReasonUnauthenticated,
+		fmt.Errorf("idemwebhook: %s: %w (claimed event %q)", h.provider.Name, err, claimedID))
+	w.Header().Set("WWW-Authenticate", fmt.Sprintf("Signature realm=%q", h.provider.Name))
+	writeProblem(w, Problem{Status: http.StatusUnauthorized, Detail: unauthenticatedDetail(err), Reason: string(idem.ReasonUnauthenticated),
+		EventID: claimedID, Provider: h.provider.Name}, nil)
+}
+
+// checkTenant refuses the tenant of a verified delivery that is empty or not a valid identity.
+func checkTenant(tenant string) error {
+	if tenant == "" {
+		return fmt.Errorf("%w: %w: the verifier named no tenant for the delivery", idem.ErrUnauthenticated, ErrNoTenant)
+	}
+	if err := idemtype.ValidateField(idemtype.FieldTenant, tenant); err != nil {
+		return fmt.Errorf("%w: %w: the verifier's tenant: %w", idem.ErrUnauthenticated, ErrNoTenant, err)
+	}
+	return nil
+}
+
 // refuse dead-letters a delivery rejected before the consumer saw it (its fingerprint is over
 // the raw body, as the consumer's runtime does for such rejections) and answers status.
 func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, d *delivery, reason idem.Reason, err error, status int, headers map[string]string, detail string) {
@@ -364,12 +397,15 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 }
 
 // message builds the idem.Message of a delivery: the kept request headers (bounded) and the
-// provider's name, the body as payload.
-func (h *Handler) message(r *http.Request, body []byte, eventID, tenant, typ string, attempt int) idem.Message {
+// provider's name, the body as payload. The Idem-Replay-* headers are kept only when replay is
+// true (a replay signature covering them verified): the core reads them (the original event time
+// decides a too_old dead letter, Idem-Replay-Of marks a dead letter recovered), so unsigned ones
+// must not reach it.
+func (h *Handler) message(r *http.Request, body []byte, eventID, tenant, typ string, attempt int, replay bool) idem.Message {
 	headers := map[string]string{HeaderProvider: h.provider.Name}
 	for _, name := range h.provider.Headers {
 		v := r.Header.Get(name)
-		if v == "" {
+		if v == "" || !replay && strings.HasPrefix(http.CanonicalHeaderKey(name), wire.ReplayPrefix) {
 			continue
 		}
 		if len(v) > maxKeptHeaderLen {
@@ -428,7 +464,7 @@ func (h *Handler) log(ctx context.Context, level slog.Level, text string, d *del
 
 // refusals are the reasons a sender may learn from a 401: a legitimate sender with a skewed
 // clock or a rotated key can act on them, and they say nothing about the keys held.
-var refusals = []error{ErrNotSigned, ErrMalformedSignature, ErrBadSignature, ErrStaleSignature, ErrClaimMismatch,
+var refusals = []error{ErrNotSigned, ErrMalformedSignature, ErrBadSignature, ErrStaleSignature, ErrClaimMismatch, ErrNoTenant,
 	idemauth.ErrNotSigned, idemauth.ErrMalformedSignature, idemauth.ErrUnknownKey, idemauth.ErrBadSignature,
 	idemauth.ErrKeyExpired, idemauth.ErrStaleSignature, idemauth.ErrTenantMismatch, idemauth.ErrVersionRetired}
 

@@ -2,6 +2,7 @@ package idemwebhook
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -110,6 +111,7 @@ func TestHandlerOutcomes(t *testing.T) {
 		effects    int
 		claims     int
 		dlReason   idem.Reason
+		reason     string // the problem's reason when nothing was dead-lettered (default "retry")
 		retryAfter string // "" means: absent; "*" means: present, >= 1
 	}{
 		{name: "processed", req: func() *http.Request { return ghRequest(`{"do":"ok"}`, "d-1", keyAcme) }, status: 200, effects: 1, claims: 1},
@@ -119,7 +121,7 @@ func TestHandlerOutcomes(t *testing.T) {
 		{name: "permanent", req: func() *http.Request { return ghRequest(`{"do":"permanent"}`, "d-1", keyAcme) }, status: 400, dlReason: idem.ReasonPermanentError},
 		{name: "invalid payload", req: func() *http.Request { return ghRequest(`{"do":"invalid"}`, "d-1", keyAcme) }, status: 400, dlReason: idem.ReasonInvalidPayload},
 		{name: "handler panic", req: func() *http.Request { return ghRequest(`{"do":"panic"}`, "d-1", keyAcme) }, status: 400, dlReason: idem.ReasonHandlerPanic},
-		{name: "bad signature", req: func() *http.Request { return ghRequest(`{"do":"ok"}`, "d-1", keyOther) }, status: 401, dlReason: idem.ReasonUnauthenticated},
+		{name: "bad signature", req: func() *http.Request { return ghRequest(`{"do":"ok"}`, "d-1", keyOther) }, status: 401, reason: "unauthenticated"},
 		{name: "no delivery id", req: func() *http.Request { return ghRequest(`{"do":"ok"}`, "", keyAcme) }, status: 400, dlReason: idem.ReasonInvalidPayload},
 	}
 	for _, tc := range cases {
@@ -152,8 +154,9 @@ func TestHandlerOutcomes(t *testing.T) {
 			require.NotContains(t, w.Body.String(), "hunter2", "no handler error text in the answer")
 			require.NotContains(t, w.Body.String(), "amount_positive")
 			if tc.dlReason == "" {
-				require.Empty(t, dls, "a retried delivery is not dead-lettered")
-				require.Equal(t, "retry", p.Reason)
+				require.Empty(t, dls, "a retried or unauthenticated delivery is not dead-lettered")
+				want := cmp.Or(tc.reason, "retry")
+				require.Equal(t, want, p.Reason)
 				return
 			}
 			require.Len(t, dls, 1)
@@ -200,20 +203,20 @@ func TestHandlerDuplicateAndKeyReuse(t *testing.T) {
 
 func TestHandlerUnauthenticatedBoundsClaims(t *testing.T) {
 	b := setup(t, githubVerifier(t), nil)
-	hostile := strings.Repeat("é", 100) + "\x00\n" + strings.Repeat("x", 500)
+	hostile := strings.Repeat("é", 100) + "\x00\n\u2028" + strings.Repeat("x", 500)
 	r := ghRequest(`{"tenant":"globex"}`, "d-1", keyOther)
 	r.Header.Set(HeaderGitHubDelivery, hostile)
 	w := serve(b.h, r)
 	require.Equal(t, 401, w.Code)
 	_, claims, dls := b.store.snapshot()
 	require.Zero(t, claims)
-	require.Len(t, dls, 1)
-	id := dls[0].Message.EventID
+	require.Empty(t, dls, "unauthenticated input is not stored")
+	id := decodeProblem(t, w).EventID
 	require.LessOrEqual(t, len(id), 128)
 	require.NotContains(t, id, "\x00")
-	require.Empty(t, dls[0].Message.Tenant)
-	require.Equal(t, `{"tenant":"globex"}`, string(dls[0].Message.Payload), "kept for forensics")
-	require.Equal(t, id, decodeProblem(t, w).EventID)
+	require.NotContains(t, id, "\u2028")
+	require.NotContains(t, b.logs.String(), "\u2028", "nor logged unbounded")
+	require.NoError(t, checkEventID(id, "the bounded claim"))
 }
 
 func TestHandlerBodyLimit(t *testing.T) {
@@ -251,17 +254,14 @@ func TestHandlerMethod(t *testing.T) {
 func TestHandlerDeadLetterWriteFails(t *testing.T) {
 	b := setup(t, githubVerifier(t), nil)
 	b.store.dlErr = errors.New("disk full")
-	for _, body := range []string{`{"do":"permanent"}`, `{"do":"ok"}`} {
-		key := keyAcme
-		if body == `{"do":"ok"}` {
-			key = keyOther // unauthenticated
-		}
-		w := serve(b.h, ghRequest(body, "d-1", key))
-		require.Equal(t, http.StatusServiceUnavailable, w.Code, "the provider keeps what could not be recorded")
-		require.NotEmpty(t, w.Header().Get("Retry-After"))
-		require.Empty(t, w.Header().Get("WWW-Authenticate"))
-		decodeProblem(t, w)
-	}
+	w := serve(b.h, ghRequest(`{"do":"permanent"}`, "d-1", keyAcme))
+	require.Equal(t, http.StatusServiceUnavailable, w.Code, "the provider keeps what could not be recorded")
+	require.NotEmpty(t, w.Header().Get("Retry-After"))
+	require.Empty(t, w.Header().Get("WWW-Authenticate"))
+	decodeProblem(t, w)
+	// An unauthenticated delivery writes nothing, so a store that is down changes nothing for it.
+	w = serve(b.h, ghRequest(`{"do":"ok"}`, "d-1", keyOther))
+	require.Equal(t, http.StatusUnauthorized, w.Code)
 	require.Contains(t, b.logs.String(), "dead letter not written")
 	require.Contains(t, b.logs.String(), "disk full")
 }
@@ -337,7 +337,7 @@ func TestHandlerObserves(t *testing.T) {
 		require.Equal(t, "webhook:github", e.Queue)
 		got = append(got, fmt.Sprintf("%s %s %s", e.EventID, e.Outcome, e.Reason))
 	}
-	require.Equal(t, []string{"d-1 processed ", "d-1 duplicate ", "d-2 retried ", "d-3 dead_lettered unauthenticated"}, got)
+	require.Equal(t, []string{"d-1 processed ", "d-1 duplicate ", "d-2 retried ", "d-3 failed unauthenticated"}, got)
 }
 
 func TestNewConfigErrors(t *testing.T) {

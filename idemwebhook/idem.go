@@ -49,7 +49,8 @@ func (i *Idem) Provider() Provider {
 
 // Verify rebuilds the signed message from r and body and authenticates it with idemauth. A
 // tenant claimed in Idem-Tenant that is not the key's is refused (idemauth.ErrTenantMismatch).
-// The replay headers are passed on only with a replay signature, which covers them.
+// The replay headers are passed on only with a replay signature, which covers them; Verified.Replay
+// then says it verified, and the Handler keeps them on the message.
 func (i *Idem) Verify(r *http.Request, body []byte) (Verified, error) {
 	claimed := Verified{EventID: r.Header.Get(idemhttp.HeaderEventID)}
 	msg := idem.Message{
@@ -70,7 +71,11 @@ func (i *Idem) Verify(r *http.Request, body []byte) (Verified, error) {
 			msg.Headers[h] = v
 		}
 	}
-	if r.Header.Get(idemauth.HeaderReplaySignature) != "" {
+	replay := r.Header.Get(idemauth.HeaderReplaySignature) != ""
+	if replay {
+		// A replay signature covers the tenant (the operator's replay of that tenant's dead
+		// letter): idemauth checks it against the producer key's and the replay key's tenants.
+		msg.Tenant = r.Header.Get(idemhttp.HeaderTenant)
 		for name := range r.Header {
 			if strings.HasPrefix(name, wire.ReplayPrefix) {
 				msg.Headers[name] = r.Header.Get(name)
@@ -80,7 +85,7 @@ func (i *Idem) Verify(r *http.Request, body []byte) (Verified, error) {
 	if err := i.v.Authenticate(r.Context(), &msg); err != nil {
 		return claimed, err
 	}
-	v := Verified{EventID: msg.EventID, Tenant: msg.Tenant, Type: msg.Type, OccurredAt: msg.OccurredAt}
+	v := Verified{EventID: msg.EventID, Tenant: msg.Tenant, Type: msg.Type, OccurredAt: msg.OccurredAt, Replay: replay}
 	if err := checkEventID(v.EventID, "header "+idemhttp.HeaderEventID); err != nil {
 		return v, err
 	}

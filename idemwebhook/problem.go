@@ -21,7 +21,8 @@ type Problem struct {
 	Status int `json:"status"`
 	// Detail says what the sender can do about it.
 	Detail string `json:"detail,omitempty"`
-	// Reason is the dead-letter reason when the delivery was dead-lettered, or "retry" when it
+	// Reason is the dead-letter reason when the delivery was dead-lettered, "unauthenticated"
+	// when its signature did not verify (such a delivery is not stored), or "retry" when it
 	// should be sent again.
 	Reason string `json:"reason,omitempty"`
 	// EventID is the (bounded) event id the request carried, when known.

@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemauth"
+	"github.com/idemkit/idem/idemtype"
 )
 
 // Why a verifier refused a request. Verify's errors wrap idem.ErrUnauthenticated and one of these,
@@ -30,6 +32,10 @@ var (
 	// ErrClaimMismatch: the signature is genuine but was made for another destination URL, issuer
 	// or body (QStash's sub, iss and body claims).
 	ErrClaimMismatch = errors.New("idemwebhook: signed claims do not match the request")
+	// ErrNoTenant: the verifier accepted the request but named no tenant, or one that is not a
+	// valid identity (a custom Verifier's bug): the Handler refuses the delivery as
+	// unauthenticated rather than run it under no tenant.
+	ErrNoTenant = errors.New("idemwebhook: verifier named no valid tenant")
 )
 
 // Verified is what a Verifier learned from a request whose signature it checked.
@@ -46,6 +52,11 @@ type Verified struct {
 	// Attempt is the 1-based delivery attempt when the provider counts them (QStash); 0 when it
 	// does not.
 	Attempt int
+	// Replay is true when the request carried a replay signature that verified (idemauth's
+	// Idem-Replay-Signature): only then are its Idem-Replay-* headers kept on the message, since
+	// the replay signature is what covers them. A verifier that does not verify replays leaves it
+	// false.
+	Replay bool
 }
 
 // Provider describes how a provider talks to the ingress.
@@ -101,7 +112,9 @@ func (s Secret) String() string {
 func (s Secret) GoString() string { return s.String() }
 
 // validateSecrets reports every invalid secret of a verifier config: none at all, an empty
-// tenant, a short key, or one key listed for two tenants (the signer would not decide the tenant).
+// tenant or one that is not a valid identity (idem.ValidateIdentity's rules), a short key, or
+// one key (as the HMAC key it amounts to, idemauth.HMACKey) listed for two tenants (the signer
+// would not decide the tenant).
 func validateSecrets(secrets []Secret) []error {
 	if len(secrets) == 0 {
 		return []error{errors.New("Secrets is empty (want at least one signing secret)")}
@@ -110,12 +123,14 @@ func validateSecrets(secrets []Secret) []error {
 	for i, s := range secrets {
 		if s.Tenant == "" {
 			errs = append(errs, fmt.Errorf("Secrets[%d]: Tenant is empty", i))
+		} else if err := idemtype.ValidateField(idemtype.FieldTenant, s.Tenant); err != nil {
+			errs = append(errs, fmt.Errorf("Secrets[%d]: Tenant: %w", i, err))
 		}
 		if len(s.Key) < SecretMinBytes {
 			errs = append(errs, fmt.Errorf("Secrets[%d]: Key has %d bytes, want at least %d", i, len(s.Key), SecretMinBytes))
 		}
 		for j := range i {
-			if bytes.Equal(secrets[j].Key, s.Key) && secrets[j].Tenant != s.Tenant {
+			if bytes.Equal(idemauth.HMACKey(secrets[j].Key), idemauth.HMACKey(s.Key)) && secrets[j].Tenant != s.Tenant {
 				errs = append(errs, fmt.Errorf("Secrets[%d]: the same Key as Secrets[%d] for another tenant (%q, %q): the signer could not decide the tenant", i, j, s.Tenant, secrets[j].Tenant))
 			}
 		}
@@ -160,11 +175,18 @@ func checkEventID(id, name string) error {
 		return invalid("%s is not UTF-8", name)
 	}
 	for _, r := range id {
-		if unicode.IsControl(r) {
-			return invalid("%s %s holds a control character", name, quoteTrunc(id))
+		if forbidden(r) {
+			return invalid("%s %s holds a control character or a line separator", name, quoteTrunc(id))
 		}
 	}
 	return nil
+}
+
+// forbidden reports the characters an identity may not carry, as the core's identity check
+// does: the C0 and C1 control characters, DEL, and the Unicode line and paragraph separators,
+// all of which break log lines and terminals.
+func forbidden(r rune) bool {
+	return unicode.IsControl(r) || unicode.In(r, unicode.Zl, unicode.Zp)
 }
 
 // boundedIDLen bounds an unverified event id kept in a dead letter.
@@ -175,7 +197,7 @@ const boundedIDLen = 128
 func boundID(id string) string {
 	id = strings.ToValidUTF8(id, "\uFFFD")
 	id = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
+		if forbidden(r) {
 			return '?'
 		}
 		return r
