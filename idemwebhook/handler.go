@@ -50,8 +50,8 @@ type Config struct {
 	// store, so `idem dlq` lists them beside the broker's.
 	DeadLetters idemstore.DeadLetterStore
 	// MaxBodyBytes is the largest body read (default MaxBodyBytesDefault); a larger one is
-	// answered 413 and dead-lettered as invalid_payload without its body. It may not exceed the
-	// consumer's MaxPayloadBytes.
+	// answered 413, counted and logged as invalid_payload, and not stored (it was never
+	// verified). It may not exceed the consumer's MaxPayloadBytes.
 	MaxBodyBytes int64
 	// Source is recorded with every dead letter as where it came from (default
 	// "webhook:<provider>"). A replay names its target queue explicitly (idem dlq replay --topic).
@@ -172,8 +172,8 @@ type delivery struct {
 //
 //	200  processed (committed) or duplicate (applied before)
 //	503  transient failure, with Retry-After; nothing was claimed
-//	401  signature missing, malformed, stale or from an unknown key; dead-lettered as unauthenticated
-//	413  body over MaxBodyBytes; dead-lettered as invalid_payload without its body
+//	401  signature missing, malformed, stale or from an unknown key, or no valid tenant; not stored
+//	413  body over MaxBodyBytes (refused before it could be verified); not stored
 //	4xx  (the provider's StopStatus) refused for good: invalid_payload, permanent_error,
 //	     key_reuse, too_old, handler_panic or retries_exhausted, dead-lettered
 //	405  not a POST
@@ -197,11 +197,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeProblem(w, Problem{Status: http.StatusBadRequest, Detail: "the body could not be read", Provider: h.provider.Name}, nil)
 			return
 		}
-		// Verify sees no body: it can only name the event the request claims.
+		// Verify sees no body: it can only name the event the request claims, and nothing about
+		// the request is verified, so it is refused like a bad signature: counted, not stored.
 		claimed, _ := h.cfg.Verifier.Verify(r, nil)
-		d.msg = h.message(r, nil, boundID(claimed.EventID), "", "", claimed.Attempt, false)
 		derr := fmt.Errorf("%w: body exceeds %d bytes (Config.MaxBodyBytes)", idem.ErrInvalidPayload, h.cfg.MaxBodyBytes)
-		h.refuse(w, r, d, idem.ReasonInvalidPayload, derr, http.StatusRequestEntityTooLarge, nil, "the body exceeds the limit of this endpoint; it was dead-lettered without its body")
+		h.refuseUnverified(w, r, d, boundID(claimed.EventID), idem.ReasonInvalidPayload, derr, http.StatusRequestEntityTooLarge,
+			"idemwebhook: body over the limit refused before verification; nothing was stored",
+			fmt.Sprintf("the body exceeds the limit of this endpoint (%d bytes); nothing was stored", h.cfg.MaxBodyBytes))
 		return
 	}
 
@@ -215,7 +217,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if !genuine {
-		h.unauthenticated(w, r, d, boundID(v.EventID), err)
+		if !errors.Is(err, idem.ErrUnauthenticated) {
+			err = fmt.Errorf("%w: %w", idem.ErrUnauthenticated, err)
+		}
+		w.Header().Set("WWW-Authenticate", fmt.Sprintf("Signature realm=%q", h.provider.Name))
+		h.refuseUnverified(w, r, d, boundID(v.EventID), idem.ReasonUnauthenticated, err, http.StatusUnauthorized,
+			"idemwebhook: signature refused; nothing was stored", unauthenticatedDetail(err))
 		return
 	}
 	if err != nil {
@@ -306,23 +313,18 @@ func (h *Handler) retryLater(w http.ResponseWriter, d *delivery, delay time.Dura
 	writeProblem(w, Problem{Status: http.StatusServiceUnavailable, Detail: detail, Reason: "retry", EventID: d.msg.EventID, Provider: h.provider.Name}, nil)
 }
 
-// unauthenticated answers a delivery whose signature did not verify: 401 with WWW-Authenticate,
-// counted (outcome failed, reason unauthenticated, no tenant) and logged without its body, and
-// never stored. Anyone can send such a request, so storing each would let anyone fill the
-// dead-letter store; the provider keeps a genuine delivery refused by a misconfigured key and
-// sends it again once the key is fixed, so nothing is lost.
-func (h *Handler) unauthenticated(w http.ResponseWriter, r *http.Request, d *delivery, claimedID string, err error) {
-	if !errors.Is(err, idem.ErrUnauthenticated) {
-		err = fmt.Errorf("%w: %w", idem.ErrUnauthenticated, err)
-	}
+// refuseUnverified answers a delivery refused before anything in it was verified (a signature
+// that did not verify, a body too large to verify): status, counted (outcome failed, the reason,
+// no tenant) and logged with text and its claimed event id, never its body, and never stored.
+// Anyone can send such a request, so storing each would let anyone fill the dead-letter store;
+// the provider keeps a genuine delivery it sees refused and sends it again (after a key is fixed,
+// or to a larger limit), so nothing is lost.
+func (h *Handler) refuseUnverified(w http.ResponseWriter, r *http.Request, d *delivery, claimedID string, reason idem.Reason, err error, status int, text, detail string) {
 	d.msg = idem.Message{EventID: claimedID, Attempt: 1}
-	d.ev.Outcome, d.ev.Reason, d.ev.Class = idem.OutcomeFailed, idem.ReasonUnauthenticated, idem.ClassPermanent
+	d.ev.Outcome, d.ev.Reason, d.ev.Class = idem.OutcomeFailed, reason, idem.ClassPermanent
 	h.observe(d)
-	h.log(r.Context(), slog.LevelWarn, "idemwebhook: signature refused; the delivery was not stored", d, idem.ReasonUnauthenticated,
-		fmt.Errorf("idemwebhook: %s: %w (claimed event %q)", h.provider.Name, err, claimedID))
-	w.Header().Set("WWW-Authenticate", fmt.Sprintf("Signature realm=%q", h.provider.Name))
-	writeProblem(w, Problem{Status: http.StatusUnauthorized, Detail: unauthenticatedDetail(err), Reason: string(idem.ReasonUnauthenticated),
-		EventID: claimedID, Provider: h.provider.Name}, nil)
+	h.log(r.Context(), slog.LevelWarn, text, d, reason, fmt.Errorf("idemwebhook: %s: %w (claimed event %q)", h.provider.Name, err, claimedID))
+	writeProblem(w, Problem{Status: status, Detail: detail, Reason: string(reason), EventID: claimedID, Provider: h.provider.Name}, nil)
 }
 
 // checkTenant refuses the tenant of a verified delivery that is empty or not a valid identity.
