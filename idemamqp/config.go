@@ -58,10 +58,13 @@ type SourceConfig struct {
 	QueueType string
 	// DeliveryLimit, on a quorum queue only, is the broker's x-delivery-limit: how often one
 	// queue message may be returned (lease lost, channel lost) before the broker drops it or
-	// dead-letters it to its own DLX. 0 (default) sets no limit. It is only a safety net against
-	// a message that crashes every worker, and must be at least the retry policy's attempts
-	// (see Retry): when the broker gives up first, the message is neither handled nor in idem's
-	// dead-letter table.
+	// dead-letters it to its own DLX. 0 (default) declares none; RabbitMQ 4.0 and later then
+	// apply their own default of 20 (QuorumDeliveryLimitDefault) to a quorum queue, which
+	// Source.DeliveryLimit reports so that the consumer checks it against its retry policy. It is
+	// only a safety net against a message that crashes every worker, and must be at least the
+	// retry policy's attempts (see Retry) plus idem.DeliveryLimitMargin: when the broker gives up
+	// first, the message is neither handled nor in idem's dead-letter table. A limit set by a
+	// broker policy instead is not visible to idem; keep it as high.
 	DeliveryLimit int
 	// Retry is the consumer's retry policy, used only to check DeliveryLimit against its
 	// attempts (zero fields mean the policy's defaults, as in the consumer).

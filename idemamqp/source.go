@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,6 +50,10 @@ type Source struct {
 	demand    chan struct{}
 	lastTake  atomic.Int64
 	consumers int // consumer tags issued; only the run goroutine touches it
+
+	// implicitLimit is the delivery limit the broker last connected to applies to the work
+	// queue without an x-delivery-limit (implicitDeliveryLimit), set on every connect.
+	implicitLimit atomic.Int64
 }
 
 // session is one connection with its consuming channel and its publishing channel (for naks).
@@ -126,8 +132,36 @@ func (s *Source) Name() string { return s.name }
 // extend it before the source gives it back.
 func (s *Source) Lease() time.Duration { return s.cfg.Lease }
 
-// DeliveryLimit is the quorum queue's x-delivery-limit, or 0 when the broker sets none.
-func (s *Source) DeliveryLimit() int { return s.cfg.DeliveryLimit }
+// DeliveryLimit is the quorum queue's x-delivery-limit: SourceConfig.DeliveryLimit, or, when
+// that is 0, the limit the broker applies by itself (20 on a quorum queue from RabbitMQ 4.0), or
+// 0 when there is none. The consumer checks it against its retry policy (idem.CheckSourceLimits):
+// at its limit the broker drops a message that was neither applied nor dead-lettered.
+func (s *Source) DeliveryLimit() int {
+	if s.cfg.DeliveryLimit > 0 {
+		return s.cfg.DeliveryLimit
+	}
+	return int(s.implicitLimit.Load())
+}
+
+// QuorumDeliveryLimitDefault is the delivery limit RabbitMQ 4.0 and later give a quorum queue
+// declared without x-delivery-limit (earlier versions give none).
+const QuorumDeliveryLimitDefault = 20
+
+// implicitDeliveryLimit is the delivery limit a broker reporting version (the connection's
+// server property "version", "4.0.5") applies to a queue of queueType declared without
+// x-delivery-limit: QuorumDeliveryLimitDefault for a quorum queue from RabbitMQ 4, else 0. A
+// version that does not parse counts as 4 or later: assuming a limit is only ever stricter.
+func implicitDeliveryLimit(version any, queueType string) int {
+	if queueType != QueueQuorum {
+		return 0
+	}
+	v, _ := version.(string)
+	major, _, _ := strings.Cut(v, ".")
+	if n, err := strconv.Atoi(major); err == nil && n < 4 {
+		return 0
+	}
+	return QuorumDeliveryLimitDefault
+}
 
 // RedeliveryWindow is how long after publishing the broker can deliver the same event again:
 // a message waits in the work queue until consumed (bounded by MessageTTL when set, else
@@ -159,6 +193,7 @@ func (s *Source) connect(ctx context.Context) (*session, error) {
 		_ = conn.Close()
 		return nil, fmt.Errorf("idemamqp: %s on queue %s: %w", what, s.name, err)
 	}
+	s.implicitLimit.Store(int64(implicitDeliveryLimit(conn.Properties["version"], s.cfg.QueueType)))
 	ch, err := conn.Channel()
 	if err != nil {
 		return fail("open channel", err)
