@@ -46,8 +46,13 @@ var ReplayHeadersDefault = []string{"Content-Type", "Content-Language", "Content
 type Config struct {
 	// Principal names who sends the request (required): the authenticated user, API key or
 	// tenant, read from what your authentication middleware left in the request. Keys are
-	// scoped by it, so one client can never get another's stored response. An error refuses
-	// the request with 401. For an API without authentication return a constant, deliberately.
+	// scoped by it, so one client can never get another's stored response. Everything else
+	// that scopes the caller belongs in it too: a tenant or account chosen per request (by a
+	// header such as X-Tenant, which neither the key's scope nor DefaultFingerprint looks at),
+	// an impersonated user; combine them, e.g. tenant + "/" + user. Otherwise one key sent for
+	// two tenants gets the first tenant's stored response. An error or an empty principal
+	// refuses the request with 401. For an API without authentication return a constant,
+	// deliberately.
 	Principal func(r *http.Request) (string, error)
 	// Route names the operation (default: the pattern the standard mux matched, r.Pattern, or
 	// the escaped path when there is none). Keys are scoped by it too. With chi, return
@@ -72,7 +77,9 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxResponseBytes is the largest response body stored (default MaxResponseBytesDefault). A
 	// larger response cannot be replayed, so its transaction is rolled back and the request
-	// answered 500.
+	// answered 500. It also bounds the response of a request that Handle runs without a key,
+	// which is held in memory until its transaction commits: a larger one is rolled back and
+	// answered 500 as well. (Wrap passes such requests through unbuffered.)
 	MaxResponseBytes int
 	// ReplayHeaders are stored and replayed besides status and body (default
 	// ReplayHeadersDefault).
@@ -80,9 +87,10 @@ type Config struct {
 	// ReplayHeader is set to "true" on a replayed response (default ReplayHeaderDefault).
 	ReplayHeader string
 	// Commit decides by its status whether a response of the handler commits its transaction
-	// and is stored with the key (default: status below 500). Otherwise the transaction rolls
-	// back, the response goes out as written, and the key is released so that a retry runs
-	// again.
+	// and is stored with the key (default DefaultCommit: below 500, except 408, 425 and 429).
+	// Otherwise the transaction rolls back, the response goes out as written, and the key is
+	// released so that a retry runs again. A status outside 100-999 is never stored, whatever
+	// Commit says: WriteHeader panics on it, as net/http's does, and the panic rolls back.
 	Commit func(status int) bool
 	// Now is the clock (default time.Now). Locks and retention compare times written by
 	// different processes, so their clocks should agree to well within LockTimeout.
@@ -160,7 +168,7 @@ func (c Config) WithDefaults() Config {
 		c.ReplayHeader = ReplayHeaderDefault
 	}
 	if c.Commit == nil {
-		c.Commit = func(status int) bool { return status < 500 }
+		c.Commit = DefaultCommit
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -218,6 +226,18 @@ func DefaultRoute(r *http.Request) string {
 		return r.Pattern
 	}
 	return r.URL.EscapedPath()
+}
+
+// DefaultCommit is Config.Commit's default: a status below 500 commits and is stored, except
+// the ones that tell the client to retry the same request later, which would otherwise be
+// replayed to every retry for the whole retention: 408 Request Timeout, 425 Too Early and 429
+// Too Many Requests. They roll back, and the key is released. 5xx roll back too.
+func DefaultCommit(status int) bool {
+	switch status {
+	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests:
+		return false
+	}
+	return status < 500
 }
 
 // DefaultFingerprint is Config.Fingerprint's default: SHA-256 over the method, the escaped

@@ -113,7 +113,32 @@ func TestConfigValidate(t *testing.T) {
 	require.Equal(t, idemkey.ReplayHeaderDefault, cfg.ReplayHeader)
 	require.True(t, cfg.Commit(201))
 	require.True(t, cfg.Commit(409))
+	require.False(t, cfg.Commit(429))
 	require.False(t, cfg.Commit(503))
+}
+
+func TestDefaultCommit(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		status int
+		want   bool
+	}{
+		{http.StatusOK, true},
+		{http.StatusCreated, true},
+		{http.StatusBadRequest, true},
+		{http.StatusConflict, true},
+		{http.StatusUnprocessableEntity, true},
+		// The client is told to retry: storing would answer every retry the same for 24 h.
+		{http.StatusRequestTimeout, false},
+		{http.StatusTooEarly, false},
+		{http.StatusTooManyRequests, false},
+		{http.StatusInternalServerError, false},
+		{http.StatusServiceUnavailable, false},
+		{599, false},
+	}
+	for _, tt := range tests {
+		require.Equal(t, tt.want, idemkey.DefaultCommit(tt.status), "status %d", tt.status)
+	}
 }
 
 func TestKeyIDScopes(t *testing.T) {

@@ -50,7 +50,8 @@ func (m *Middleware[TTx]) Config() Config { return m.cfg }
 
 // Handle returns h as an http.Handler guarded by the key. Requests whose method needs no key
 // (and, with Config.Optional, requests without one) run h in a transaction of their own, with
-// the same rules for committing but nothing stored.
+// the same rules for committing and the same cap on the held response
+// (Config.MaxResponseBytes), but nothing stored.
 func (m *Middleware[TTx]) Handle(h HandlerFunc[TTx]) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m.serve(w, r, h, func() { m.serveUnkeyed(w, r, h) })
@@ -120,7 +121,9 @@ func (m *Middleware[TTx]) serve(w http.ResponseWriter, r *http.Request, h Handle
 		return
 	}
 	principal, err := m.cfg.Principal(r)
-	if err != nil {
+	// An empty principal is refused like an error: a principal func that fails open with ""
+	// would put all its callers in one scope.
+	if err != nil || principal == "" {
 		ob.Status = writeProblem(w, http.StatusUnauthorized, "the request has no principal to scope its Idempotency-Key by", nil)
 		return
 	}
@@ -348,11 +351,17 @@ func (m *Middleware[TTx]) release(ctx context.Context, lk Record) {
 	}
 }
 
-// serveUnkeyed runs h for a request that needs no key, in a transaction of its own.
+// serveUnkeyed runs h for a request that needs no key, in a transaction of its own. Its
+// response is held until the transaction commits, as a keyed one is (the client must not see
+// an effect that may still roll back), so it is capped by Config.MaxResponseBytes the same way.
 func (m *Middleware[TTx]) serveUnkeyed(w http.ResponseWriter, r *http.Request, h HandlerFunc[TTx]) {
-	buf := newBuffer(-1)
+	buf := newBuffer(m.cfg.MaxResponseBytes)
 	err := m.store.InTx(r.Context(), func(ctx context.Context, tx TTx) error {
-		if err := h(buf, r.WithContext(context.WithValue(ctx, txKey{}, tx)), tx); err != nil {
+		err := h(buf, r.WithContext(context.WithValue(ctx, txKey{}, tx)), tx)
+		switch {
+		case buf.overflow:
+			return errTooLarge // the handler's error, if any, is the failed write
+		case err != nil:
 			return handlerError{err}
 		}
 		if !m.cfg.Commit(buf.statusCode()) {
@@ -363,6 +372,9 @@ func (m *Middleware[TTx]) serveUnkeyed(w http.ResponseWriter, r *http.Request, h
 	switch {
 	case err == nil, errors.Is(err, errNotCommitted):
 		buf.writeTo(w, "")
+	case errors.Is(err, errTooLarge):
+		m.log(r.Context(), "idemkey: rolled back", Record{}, err)
+		_ = writeProblem(w, http.StatusInternalServerError, "the response is too large to hold until its transaction commits, so nothing was done", nil)
 	case errors.As(err, new(handlerError)):
 		m.log(r.Context(), "idemkey: handler failed, rolled back", Record{}, err)
 		_ = writeProblem(w, http.StatusInternalServerError, "the request failed and nothing was done", nil)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 )
@@ -29,9 +30,19 @@ func newBuffer(limit int) *buffer { return &buffer{header: http.Header{}, limit:
 // Header returns the response's header map.
 func (b *buffer) Header() http.Header { return b.header }
 
-// WriteHeader records the first final status; informational ones (1xx) are dropped.
+// WriteHeader records the first final status; informational ones (1xx) are dropped, and calls
+// after the status is set are ignored. A code outside 100-999 panics, as in net/http (whose
+// WriteHeader would panic on it when the response goes out, or on every replay): the panic
+// rolls the handler's transaction back and releases its key like any handler panic, so such a
+// code is never committed or stored.
 func (b *buffer) WriteHeader(code int) {
-	if b.status == 0 && code >= 200 {
+	if b.status != 0 {
+		return
+	}
+	if code < 100 || code > 999 {
+		panic(fmt.Sprintf("invalid WriteHeader code %v", code))
+	}
+	if code >= 200 {
 		b.status = code
 	}
 }

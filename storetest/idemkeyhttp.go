@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemkey"
 )
 
@@ -33,6 +35,17 @@ func keyHTTPChecks[TTx any](run func(string, func(*keyHarness[TTx]))) {
 			require.Zero(h.t, h.ledger(k))
 		}
 		h.requireOutcomes("refused 400", "refused 400", "refused 400", "refused 401")
+	})
+
+	run("KeyBlankPrincipal401", func(h *keyHarness[TTx]) {
+		// A principal func that fails open with "" would put every such caller in one scope.
+		h.serve(idemkey.Config{Principal: func(*http.Request) (string, error) { return "", nil }}, false, nil)
+		resp := h.mustPost("/orders/1", "k-blank", orderRequest{Amount: 5})
+		requireProblem(h.t, resp, http.StatusUnauthorized, "no principal")
+		require.Zero(h.t, h.ledger("k-blank"))
+		_, err := h.get(idemkey.NewKeyID("", orderRoute, "k-blank"))
+		require.ErrorIs(h.t, err, idem.ErrNotFound, "nothing was looked up or stored")
+		h.requireOutcomes("refused 401")
 	})
 
 	for _, plain := range []bool{false, true} {
@@ -276,6 +289,44 @@ func keyHTTPChecks[TTx any](run func(string, func(*keyHarness[TTx]))) {
 		h.requireOutcomes("rolled_back 503", "rolled_back 503")
 	})
 
+	run("KeyTransientClientErrorsNotStored", func(h *keyHarness[TTx]) {
+		// 408, 425 and 429 tell the client to retry: storing them would answer every retry
+		// with the key the same way for the whole retention.
+		h.serve(idemkey.Config{}, false, nil)
+		var want []string
+		for _, status := range []int{http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests} {
+			key := fmt.Sprintf("k-%d", status)
+			for range 2 {
+				resp := h.mustPost("/orders/1", key, orderRequest{Amount: 5, Status: status})
+				require.Equal(h.t, status, resp.status, resp.body)
+				require.Empty(h.t, resp.header.Get(idemkey.ReplayHeaderDefault), "%d is not stored, so never replayed", status)
+				require.Zero(h.t, h.ledger(key), "%d rolls its transaction back", status)
+				want = append(want, fmt.Sprintf("rolled_back %d", status))
+			}
+		}
+		h.requireOutcomes(want...)
+	})
+
+	run("KeyInvalidStatusNotStored", func(h *keyHarness[TTx]) {
+		// net/http panics on a WriteHeader code outside 100-999; stored, such a code would
+		// panic every replay for the whole retention (and one below 100 went out as 200). The
+		// Commit here would store them: the middleware itself must refuse them.
+		h.serve(idemkey.Config{Commit: func(status int) bool { return status < 500 || status > 599 }}, false, nil)
+		var want []string
+		for _, status := range []int{1000, 42} {
+			key := fmt.Sprintf("k-bad-%d", status)
+			for range 2 {
+				_, err := h.post(h.ctx, "/orders/1", key, orderRequest{Amount: 5, Status: status})
+				require.Error(h.t, err, "status %d: the handler panics like under net/http, and the connection drops", status)
+				require.Zero(h.t, h.ledger(key), "status %d: the write rolled back", status)
+				_, err = h.get(idemkey.NewKeyID("alice", orderRoute, key))
+				require.ErrorIs(h.t, err, idem.ErrNotFound, "status %d: the key was released, nothing stored", status)
+				want = append(want, "rolled_back 0")
+			}
+		}
+		h.requireOutcomes(want...)
+	})
+
 	run("KeyLockLostRollsBack", func(h *keyHarness[TTx]) {
 		if h.b.Store.Dialect() == sqliteDialect {
 			h.t.Skip("one writer: a second request cannot take a key over while the first's transaction is open")
@@ -325,6 +376,15 @@ func keyHTTPChecks[TTx any](run func(string, func(*keyHarness[TTx]))) {
 		require.True(h.t, strings.Contains(resp.body, "malformed"))
 		require.EqualValues(h.t, 1, h.ledger(""))
 		require.EqualValues(h.t, 1, h.ledger("k-opt"))
+	})
+
+	run("KeyUnkeyedResponseCapped", func(h *keyHarness[TTx]) {
+		// A request that needs no key still holds its response until its transaction commits:
+		// the hold is capped by MaxResponseBytes too, so a handler cannot grow it unbounded.
+		h.serve(idemkey.Config{Methods: []string{http.MethodPatch}, MaxResponseBytes: 10}, false, nil)
+		resp := h.mustPost("/orders/1", "", orderRequest{Amount: 5})
+		requireProblem(h.t, resp, http.StatusInternalServerError, "too large")
+		require.Zero(h.t, h.ledger(""), "a response that cannot be held rolls its effect back")
 	})
 
 	run("KeyResponseTooLarge", func(h *keyHarness[TTx]) {
