@@ -112,8 +112,8 @@ func (c VerifierConfig) validateReplayKeys(ring *Keyring) []error {
 	seen := map[string]bool{}
 	secrets := map[string]string{} // effective HMAC key -> description of its first owner
 	for _, k := range ring.keys {
-		if _, ok := secrets[string(HMACKey(k.Secret))]; !ok {
-			secrets[string(HMACKey(k.Secret))] = fmt.Sprintf("producer key %q's", k.ID)
+		if hk := string(HMACKey(k.Secret)); secrets[hk] == "" {
+			secrets[hk] = fmt.Sprintf("producer key %q's", k.ID)
 		}
 	}
 	for i, k := range c.ReplayKeys {

@@ -94,16 +94,14 @@ func mac(secret []byte, ts, keyID string, req SignedRequest) []byte {
 	return h.Sum(nil)
 }
 
-// signedHeaders are the headers whose values the signature covers, one value each.
-var signedHeaders = [...]string{HeaderIdempotencyKey, HeaderEventID, HeaderTenant, HeaderType, HeaderOccurredAt}
-
 // Verify checks the SignatureHeaderDefault header of r, whose body the caller has read into body,
 // with secret: VerifyHeader over RequestOf(r, body). It first refuses, with an error wrapping
 // idem.ErrUnauthenticated, a request with more than one value of a signed header or of the
 // signature header: the signature covers one value, and a receiver (or a proxy) reading another
 // one would act on what was not signed.
 func Verify(secret []byte, r *http.Request, body []byte, now time.Time, tolerance time.Duration) error {
-	for _, name := range append(signedHeaders[:], SignatureHeaderDefault) {
+	// The headers whose values the signature covers (RequestOf), and the signature itself.
+	for _, name := range [...]string{HeaderIdempotencyKey, HeaderEventID, HeaderTenant, HeaderType, HeaderOccurredAt, SignatureHeaderDefault} {
 		if n := len(r.Header.Values(name)); n > 1 {
 			return fmt.Errorf("%w: idemhttp: verify signature: header %s has more than one value (%d): the signature covers one, so the request is ambiguous",
 				idem.ErrUnauthenticated, name, n)
@@ -114,8 +112,9 @@ func Verify(secret []byte, r *http.Request, body []byte, now time.Time, toleranc
 
 // VerifyHeader checks a signature header made by Sign (or sent by the sink) against req and
 // secret. It refuses, with an error wrapping idem.ErrUnauthenticated: a secret shorter than
-// SecretMinBytes (a configuration error, reported on every request), a malformed header, a timestamp further than tolerance from now in either direction (a replayed
-// or pre-dated request; tolerance <= 0 means ToleranceDefault), and a header none of whose h1
+// SecretMinBytes (a configuration error, reported on every request), a malformed header, a
+// timestamp further than tolerance from now in either direction (a replayed or pre-dated
+// request; tolerance <= 0 means ToleranceDefault), and a header none of whose h1
 // signatures matches. Several h1 fields are allowed so that a sender can sign with an old and a
 // new key during rotation; they share the header's kid. Signatures are compared in constant time.
 func VerifyHeader(secret []byte, header string, req SignedRequest, now time.Time, tolerance time.Duration) error {

@@ -95,7 +95,7 @@ func checkIdentity(field, v string, limit int, required bool) error {
 	}
 	blank := true
 	for i, r := range v {
-		if forbiddenInIdentity(r) {
+		if ForbiddenInIdentity(r) {
 			return bad(fmt.Sprintf("has control character %U at byte %d", r, i))
 		}
 		if !unicode.IsSpace(r) {
@@ -108,10 +108,11 @@ func checkIdentity(field, v string, limit int, required bool) error {
 	return nil
 }
 
-// forbiddenInIdentity reports the characters an identity may not carry: the C0 and C1 control
+// ForbiddenInIdentity reports the characters an identity may not carry: the C0 and C1 control
 // characters and DEL (unicode.IsControl), and the Unicode line and paragraph separators, all of
-// which break log lines, terminals or the databases' text types (NUL).
-func forbiddenInIdentity(r rune) bool {
+// which break log lines, terminals or the databases' text types (NUL). ValidateIdentity uses it,
+// and so does idemwebhook for the ids it checks and bounds itself: one rule everywhere.
+func ForbiddenInIdentity(r rune) bool {
 	return unicode.IsControl(r) || unicode.In(r, unicode.Zl, unicode.Zp)
 }
 

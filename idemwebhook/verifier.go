@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/idemkit/idem"
@@ -175,18 +174,11 @@ func checkEventID(id, name string) error {
 		return invalid("%s is not UTF-8", name)
 	}
 	for _, r := range id {
-		if forbidden(r) {
+		if idemtype.ForbiddenInIdentity(r) {
 			return invalid("%s %s holds a control character or a line separator", name, quoteTrunc(id))
 		}
 	}
 	return nil
-}
-
-// forbidden reports the characters an identity may not carry, as the core's identity check
-// does: the C0 and C1 control characters, DEL, and the Unicode line and paragraph separators,
-// all of which break log lines and terminals.
-func forbidden(r rune) bool {
-	return unicode.IsControl(r) || unicode.In(r, unicode.Zl, unicode.Zp)
 }
 
 // boundedIDLen bounds an unverified event id kept in a dead letter.
@@ -197,7 +189,7 @@ const boundedIDLen = 128
 func boundID(id string) string {
 	id = strings.ToValidUTF8(id, "\uFFFD")
 	id = strings.Map(func(r rune) rune {
-		if forbidden(r) {
+		if idemtype.ForbiddenInIdentity(r) {
 			return '?'
 		}
 		return r
